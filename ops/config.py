@@ -1,0 +1,353 @@
+"""Typed, frozen config models for `conf/platform.yaml` and `conf/jobs/<name>.yaml`.
+
+Every model forbids unknown keys. Loading validates the whole file and raises one `ConfigError`
+naming the file and the dotted path of the first bad field, so nothing is launched from a file
+that does not validate. Relative paths in platform.yaml resolve against the repo root (the parent
+of the conf directory), so the same file works from any working directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from ops.exceptions import ConfigError
+
+CONF_DIR_ENV = "STREAMWARDEN_CONF_DIR"
+DEFAULT_CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+JOB_NAME_PATTERN = r"^[a-z][a-z0-9_]{1,62}$"
+
+FieldType = Literal["string", "long", "double", "boolean", "timestamp"]
+
+
+class Model(BaseModel):
+    """Base for every config model: immutable, unknown keys rejected."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --- platform.yaml -------------------------------------------------------------------------------
+
+
+class StorageConfig(Model):
+    runtime_root: Path = Path(".runtime")
+    landing_root: Path = Path(".runtime/landing")
+    lake_root: Path = Path(".runtime/lake")
+    checkpoint_root: Path = Path(".runtime/checkpoints")
+
+
+class S3Config(Model):
+    endpoint_url: str | None = "http://127.0.0.1:8333"
+    bucket: str = "streamwarden"
+    region: str = "us-east-1"
+    access_key_id_env: str = "AWS_ACCESS_KEY_ID"
+    secret_access_key_env: str = "AWS_SECRET_ACCESS_KEY"
+    savepoint_prefix: str = "savepoints"
+
+
+class SlackConfig(Model):
+    webhook_url_env: str = "STREAMWARDEN_SLACK_WEBHOOK_URL"
+    dedup_window_seconds: int = Field(600, ge=0)
+    max_attempts: int = Field(50, ge=1)
+
+    def webhook_url(self) -> str | None:
+        """The webhook URL from the environment; None means console + ledger only."""
+        return os.environ.get(self.webhook_url_env) or None
+
+
+class AirflowConfig(Model):
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=1, le=65535)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+class SparkDefaults(Model):
+    master: str = "local[2]"
+    ui_enabled: bool = False
+    extra_conf: dict[str, str] = Field(default_factory=dict)
+
+
+class PlatformConfig(Model):
+    """The platform-wide settings of `conf/platform.yaml`."""
+
+    storage: StorageConfig = Field(default_factory=StorageConfig)
+    ledger_url: str = "sqlite:///.runtime/ledger.db"
+    s3: S3Config = Field(default_factory=S3Config)
+    slack: SlackConfig = Field(default_factory=SlackConfig)
+    airflow: AirflowConfig = Field(default_factory=AirflowConfig)
+    spark: SparkDefaults = Field(default_factory=SparkDefaults)
+    # Filled by the loader, never read from YAML.
+    conf_dir: Path = Field(default=DEFAULT_CONF_DIR, exclude=True)
+
+    @property
+    def repo_root(self) -> Path:
+        return self.conf_dir.parent
+
+    def resolve(self, path: Path) -> Path:
+        """An absolute path: relative paths are taken from the repo root."""
+        return path if path.is_absolute() else (self.repo_root / path).resolve()
+
+    @property
+    def runtime_root(self) -> Path:
+        return self.resolve(self.storage.runtime_root)
+
+    @property
+    def landing_root(self) -> Path:
+        return self.resolve(self.storage.landing_root)
+
+    @property
+    def lake_root(self) -> Path:
+        return self.resolve(self.storage.lake_root)
+
+    @property
+    def checkpoint_root(self) -> Path:
+        return self.resolve(self.storage.checkpoint_root)
+
+    @property
+    def resolved_ledger_url(self) -> str:
+        """The ledger URL with a relative SQLite path made absolute."""
+        prefix = "sqlite:///"
+        if self.ledger_url.startswith(prefix) and not self.ledger_url.startswith(prefix + "/"):
+            return prefix + str(self.resolve(Path(self.ledger_url[len(prefix) :])))
+        return self.ledger_url
+
+    def job_runtime_dir(self, job: str) -> Path:
+        """Where a job's driver logs and heartbeat live."""
+        return self.runtime_root / "jobs" / job
+
+
+# --- job specs -----------------------------------------------------------------------------------
+
+
+class SourceField(Model):
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    type: FieldType
+    required: bool = False
+
+
+class FileSource(Model):
+    """A landing-zone directory of newline-delimited JSON files, read with an explicit schema."""
+
+    path: str
+    fields: tuple[SourceField, ...] = Field(min_length=1)
+    event_time_field: str = "event_time"
+
+    @model_validator(mode="after")
+    def _event_time_is_a_timestamp_field(self) -> FileSource:
+        types = {f.name: f.type for f in self.fields}
+        if types.get(self.event_time_field) != "timestamp":
+            raise ValueError(
+                f"event_time_field {self.event_time_field!r} must name a field of type timestamp"
+            )
+        if len(types) != len(self.fields):
+            raise ValueError("field names must be unique")
+        return self
+
+
+class FileSink(Model):
+    """A Parquet directory in the lake written by Spark's file sink."""
+
+    path: str
+
+
+class Route(Model):
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    filter: str = Field(min_length=1, description="A Spark SQL boolean expression over the source fields.")
+    columns: tuple[str, ...] = Field(min_length=1)
+
+
+class RouterPipeline(Model):
+    kind: Literal["router"]
+    source: FileSource
+    sink: FileSink
+    routes: tuple[Route, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _routes_are_consistent(self) -> RouterPipeline:
+        known = {f.name for f in self.source.fields}
+        names = [r.name for r in self.routes]
+        if len(set(names)) != len(names):
+            raise ValueError(f"route names must be unique, got {names}")
+        for route in self.routes:
+            unknown = [c for c in route.columns if c not in known]
+            if unknown:
+                raise ValueError(f"route {route.name!r} projects unknown columns {unknown}")
+        return self
+
+
+Pipeline = Annotated[RouterPipeline, Field(discriminator="kind")]
+
+
+class Resources(Model):
+    master: str | None = None
+    driver_memory: str = "1g"
+    shuffle_partitions: int = Field(4, ge=1)
+
+
+class TriggerConfig(Model):
+    interval_seconds: float = Field(5.0, gt=0)
+    max_files_per_trigger: int | None = Field(None, ge=1)
+
+
+class HealthThresholds(Model):
+    stuck_grace_seconds: float = Field(30.0, gt=0)
+    startup_grace_seconds: float = Field(90.0, gt=0)
+    falling_behind_window_batches: int = Field(5, ge=2)
+
+
+class RestartPolicy(Model):
+    initial_backoff_seconds: float = Field(2.0, ge=0)
+    max_backoff_seconds: float = Field(300.0, gt=0)
+    budget: int = Field(5, ge=1, description="Restarts allowed before the job counts as a storm.")
+    stable_batches: int = Field(3, ge=1)
+    stable_seconds: float = Field(600.0, ge=0)
+
+
+class AlertRouting(Model):
+    channel: str = "#streams-oncall"
+    runbook: str = "ops/runbooks/README.md"
+
+
+class Operations(Model):
+    stateful: bool = False
+    resources: Resources = Field(default_factory=Resources)
+    trigger: TriggerConfig = Field(default_factory=TriggerConfig)
+    metrics_port: int = Field(ge=1024, le=65535)
+    health: HealthThresholds = Field(default_factory=HealthThresholds)
+    restart: RestartPolicy = Field(default_factory=RestartPolicy)
+    alerts: AlertRouting = Field(default_factory=AlertRouting)
+    shutdown_timeout_seconds: float = Field(60.0, gt=0)
+
+
+class JobSpec(Model):
+    """One job: what it computes (`pipeline`) and how it is run (`operations`)."""
+
+    name: str = Field(pattern=JOB_NAME_PATTERN)
+    description: str = ""
+    pipeline: Pipeline
+    operations: Operations
+    # Filled by the loader: a digest of the file, recorded with every run.
+    config_version: str = Field(default="", exclude=True)
+
+    @field_validator("description")
+    @classmethod
+    def _one_line(cls, value: str) -> str:
+        return " ".join(value.split())
+
+
+# --- loading -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobLoadResult:
+    """What loading `conf/jobs/` found: the valid specs and one error per invalid file."""
+
+    specs: dict[str, JobSpec]
+    errors: dict[Path, ConfigError]
+
+
+def conf_dir() -> Path:
+    """The conf directory: `$STREAMWARDEN_CONF_DIR` or the repo's `conf/`."""
+    return Path(os.environ.get(CONF_DIR_ENV) or DEFAULT_CONF_DIR).resolve()
+
+
+def _read_yaml(path: Path) -> tuple[dict[str, object], bytes]:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(path, f"cannot read file: {exc.strerror}") from exc
+    try:
+        document = yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        raise ConfigError(path, f"not valid YAML: {exc}") from exc
+    if document is None:
+        document = {}
+    if not isinstance(document, dict):
+        raise ConfigError(path, f"top level must be a mapping, got {type(document).__name__}")
+    return document, raw
+
+
+def _describe(error: ValidationError) -> str:
+    first = error.errors()[0]
+    location = ".".join(str(part) for part in first["loc"]) or "(top level)"
+    problem = first["msg"]
+    if first["type"] == "extra_forbidden":
+        problem = "unknown key"
+    elif "input" in first and first["type"] != "missing":
+        problem = f"{problem} (got {first['input']!r})"
+    more = len(error.errors()) - 1
+    suffix = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
+    return f"field '{location}': {problem}{suffix}"
+
+
+def load_platform(directory: Path | None = None) -> PlatformConfig:
+    """Load and validate `platform.yaml` from the conf directory."""
+    directory = (directory or conf_dir()).resolve()
+    path = directory / "platform.yaml"
+    document, _ = _read_yaml(path)
+    try:
+        return PlatformConfig.model_validate({**document, "conf_dir": directory})
+    except ValidationError as exc:
+        raise ConfigError(path, _describe(exc)) from exc
+
+
+def load_job(path: Path) -> JobSpec:
+    """Load and validate one job file; its `name` must match the file name."""
+    document, raw = _read_yaml(path)
+    version = hashlib.sha256(raw).hexdigest()[:12]
+    try:
+        spec = JobSpec.model_validate({**document, "config_version": version})
+    except ValidationError as exc:
+        raise ConfigError(path, _describe(exc)) from exc
+    if spec.name != path.stem:
+        raise ConfigError(path, f"field 'name': {spec.name!r} must match the file name {path.stem!r}")
+    return spec
+
+
+def job_files(directory: Path | None = None) -> Iterator[Path]:
+    """The job files in `conf/jobs/`, sorted by name."""
+    jobs_dir = (directory or conf_dir()) / "jobs"
+    return iter(sorted(jobs_dir.glob("*.yaml")))
+
+
+def load_jobs(directory: Path | None = None) -> JobLoadResult:
+    """Load every job file; an invalid file is reported, the others still load."""
+    specs: dict[str, JobSpec] = {}
+    errors: dict[Path, ConfigError] = {}
+    ports: dict[int, str] = {}
+    for path in job_files(directory):
+        try:
+            spec = load_job(path)
+        except ConfigError as exc:
+            errors[path] = exc
+            continue
+        port = spec.operations.metrics_port
+        if port in ports:
+            errors[path] = ConfigError(
+                path, f"field 'operations.metrics_port': {port} is already used by job {ports[port]!r}"
+            )
+            continue
+        ports[port] = spec.name
+        specs[spec.name] = spec
+    return JobLoadResult(specs=specs, errors=errors)
+
+
+def find_job(name: str, directory: Path | None = None) -> JobSpec:
+    """Load the spec of one job by name."""
+    if not re.match(JOB_NAME_PATTERN, name):
+        raise ConfigError(Path(name), f"{name!r} is not a valid job name")
+    path = (directory or conf_dir()) / "jobs" / f"{name}.yaml"
+    if not path.exists():
+        raise ConfigError(path, f"no job named {name!r}")
+    return load_job(path)

@@ -1,0 +1,50 @@
+"""Errors raised by the platform library.
+
+Hierarchy::
+
+    WardenError                 base of everything raised on purpose by ops/
+    ├── ConfigError             a config file is missing, unreadable or invalid (names file and field)
+    ├── LedgerError             the ledger database cannot be reached or migrated
+    ├── LaunchError             a driver process could not be started or stopped
+    ├── ServiceError            an embedded service (S3 server, Airflow) failed to start or answer
+    └── AlertDeliveryError      Slack refused or could not take an alert (it stays in the outbox)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class WardenError(Exception):
+    """Base class for errors the platform raises on purpose."""
+
+
+class ConfigError(WardenError):
+    """A config file is invalid; the message names the file and the offending field."""
+
+    def __init__(self, path: Path | str, problem: str) -> None:
+        self.path = Path(path)
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}")
+
+
+class LedgerError(WardenError):
+    """The ledger database cannot be reached or brought to the current schema."""
+
+
+class LaunchError(WardenError):
+    """A driver process could not be started, signalled or stopped."""
+
+
+class ServiceError(WardenError):
+    """An embedded service did not start or stopped answering."""
+
+
+class AlertDeliveryError(WardenError):
+    """Slack did not accept an alert; it stays in the outbox for a later attempt."""
+
+    def __init__(self, status: int | None, detail: str, retry_after: float | None = None) -> None:
+        self.status = status
+        self.detail = detail
+        self.retry_after = retry_after
+        super().__init__(f"Slack answered {status}: {detail}")

@@ -1,0 +1,365 @@
+"""The ledger: the platform's durable memory, in a SQL database (SQLite file or PostgreSQL).
+
+It holds each job's desired state and observed status, its driver runs, every automated decision
+with its reason and inputs, and the alert outbox. The schema is owned by the Alembic migrations in
+`ops/migrations/`; `Ledger.open()` brings the database to the newest revision before use.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config as AlembicConfig
+from sqlalchemy.engine import Connection, Engine
+
+from ops.exceptions import LedgerError
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+
+metadata = sa.MetaData()
+
+jobs_table = sa.Table(
+    "jobs",
+    metadata,
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("desired_state", sa.String(16), nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("state_reason", sa.Text, nullable=False, default=""),
+    sa.Column("state_since", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("restart_requested_at", sa.DateTime(timezone=True)),
+    sa.Column("config_version", sa.String(32), nullable=False, default=""),
+    sa.Column("last_batch_id", sa.BigInteger),
+    sa.Column("input_rate", sa.Float),
+    sa.Column("processed_rate", sa.Float),
+    sa.Column("backlog", sa.BigInteger),
+    sa.Column("heartbeat_at", sa.DateTime(timezone=True)),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+runs_table = sa.Table(
+    "runs",
+    metadata,
+    sa.Column("run_id", sa.String(64), primary_key=True),
+    sa.Column("job", sa.String(64), sa.ForeignKey("jobs.name"), nullable=False, index=True),
+    sa.Column("backend", sa.String(32), nullable=False),
+    sa.Column("pid", sa.Integer),
+    sa.Column("app_id", sa.String(128)),
+    sa.Column("metrics_port", sa.Integer),
+    sa.Column("log_path", sa.Text),
+    sa.Column("config_version", sa.String(32), nullable=False, default=""),
+    sa.Column("started_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("stopped_at", sa.DateTime(timezone=True)),
+    sa.Column("exit_reason", sa.Text),
+)
+
+decisions_table = sa.Table(
+    "decisions",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("job", sa.String(64), nullable=False, index=True),
+    sa.Column("at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("action", sa.String(32), nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("inputs", sa.JSON, nullable=False),
+    sa.Column("run_id", sa.String(64)),
+    sa.Column("outcome", sa.Text),
+)
+
+alerts_table = sa.Table(
+    "alerts",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("job", sa.String(64), nullable=False, index=True),
+    sa.Column("kind", sa.String(32), nullable=False),
+    sa.Column("dedup_key", sa.String(128), nullable=False, index=True),
+    sa.Column("severity", sa.String(16), nullable=False),
+    sa.Column("payload", sa.JSON, nullable=False),
+    sa.Column("status", sa.String(16), nullable=False, index=True),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False, default=0),
+    sa.Column("next_attempt_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("last_error", sa.Text),
+    sa.Column("sent_at", sa.DateTime(timezone=True)),
+)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _aware(value: datetime | None) -> datetime | None:
+    # SQLite drops the zone on the way back; every stored time is UTC.
+    if value is None or value.tzinfo is not None:
+        return value
+    return value.replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    name: str
+    desired_state: str
+    state: str
+    state_reason: str
+    state_since: datetime
+    restart_requested_at: datetime | None
+    config_version: str
+    last_batch_id: int | None
+    input_rate: float | None
+    processed_rate: float | None
+    backlog: int | None
+    heartbeat_at: datetime | None
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    run_id: str
+    job: str
+    backend: str
+    pid: int | None
+    app_id: str | None
+    metrics_port: int | None
+    log_path: str | None
+    config_version: str
+    started_at: datetime
+    stopped_at: datetime | None
+    exit_reason: str | None
+
+
+@dataclass(frozen=True)
+class DecisionRecord:
+    id: int
+    job: str
+    at: datetime
+    action: str
+    reason: str
+    inputs: dict[str, Any]
+    run_id: str | None
+    outcome: str | None
+
+
+@dataclass(frozen=True)
+class AlertRecord:
+    id: int
+    job: str
+    kind: str
+    dedup_key: str
+    severity: str
+    payload: dict[str, Any]
+    status: str
+    created_at: datetime
+    attempts: int
+    next_attempt_at: datetime
+    last_error: str | None
+    sent_at: datetime | None
+
+
+def _record(cls: type, row: sa.Row[Any]) -> Any:
+    values = {key: _aware(value) if isinstance(value, datetime) else value for key, value in row._mapping.items()}
+    return cls(**values)
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    # WAL lets the supervisor, the triggerer, the CLI and tests read while one writes.
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def migrate(url: str) -> None:
+    """Bring the database at `url` to the newest schema revision."""
+    alembic_config = AlembicConfig()
+    alembic_config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    alembic_config.set_main_option("sqlalchemy.url", url)
+    command.upgrade(alembic_config, "head")
+
+
+class Ledger:
+    """Typed access to the ledger tables; each method is one short transaction."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    @classmethod
+    def open(cls, url: str, *, upgrade: bool = True) -> Ledger:
+        """Connect to the ledger at `url`, creating and migrating it when `upgrade` is set."""
+        if url.startswith("sqlite:///"):
+            Path(url[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
+        engine = sa.create_engine(url, future=True)
+        if engine.dialect.name == "sqlite":
+            sa.event.listen(engine, "connect", _sqlite_pragmas)
+        try:
+            if upgrade:
+                migrate(url)
+            with engine.connect() as connection:
+                connection.execute(sa.select(sa.literal(1)))
+        except sa.exc.SQLAlchemyError as exc:
+            raise LedgerError(f"ledger at {engine.url!r} is unusable: {exc}") from exc
+        return cls(engine)
+
+    @contextmanager
+    def _tx(self) -> Iterator[Connection]:
+        with self.engine.begin() as connection:
+            yield connection
+
+    # --- jobs ------------------------------------------------------------------------------------
+
+    def ensure_job(self, name: str, *, desired_state: str, state: str, config_version: str) -> JobRecord:
+        """The job's record, created with the given desired state if the job is new."""
+        now = utcnow()
+        with self._tx() as tx:
+            row = tx.execute(sa.select(jobs_table).where(jobs_table.c.name == name)).first()
+            if row is None:
+                tx.execute(
+                    jobs_table.insert().values(
+                        name=name,
+                        desired_state=desired_state,
+                        state=state,
+                        state_reason="registered",
+                        state_since=now,
+                        config_version=config_version,
+                        updated_at=now,
+                    )
+                )
+                row = tx.execute(sa.select(jobs_table).where(jobs_table.c.name == name)).one()
+        return _record(JobRecord, row)
+
+    def job(self, name: str) -> JobRecord | None:
+        with self._tx() as tx:
+            row = tx.execute(sa.select(jobs_table).where(jobs_table.c.name == name)).first()
+        return None if row is None else _record(JobRecord, row)
+
+    def jobs(self) -> list[JobRecord]:
+        with self._tx() as tx:
+            rows = tx.execute(sa.select(jobs_table).order_by(jobs_table.c.name)).all()
+        return [_record(JobRecord, row) for row in rows]
+
+    def update_job(self, name: str, **values: Any) -> None:
+        """Set columns of a job's record; a changed `state` also moves `state_since`."""
+        now = utcnow()
+        with self._tx() as tx:
+            if "state" in values:
+                current = tx.execute(sa.select(jobs_table.c.state).where(jobs_table.c.name == name)).scalar()
+                if current != values["state"]:
+                    values.setdefault("state_since", now)
+            tx.execute(jobs_table.update().where(jobs_table.c.name == name).values(updated_at=now, **values))
+
+    # --- runs ------------------------------------------------------------------------------------
+
+    def start_run(self, run: RunRecord) -> None:
+        with self._tx() as tx:
+            tx.execute(runs_table.insert().values(**run.__dict__))
+
+    def update_run(self, run_id: str, **values: Any) -> None:
+        with self._tx() as tx:
+            tx.execute(runs_table.update().where(runs_table.c.run_id == run_id).values(**values))
+
+    def finish_run(self, run_id: str, exit_reason: str) -> None:
+        """Close a run once; a run already closed keeps its first exit reason."""
+        with self._tx() as tx:
+            tx.execute(
+                runs_table.update()
+                .where(runs_table.c.run_id == run_id, runs_table.c.stopped_at.is_(None))
+                .values(stopped_at=utcnow(), exit_reason=exit_reason)
+            )
+
+    def current_run(self, job: str) -> RunRecord | None:
+        """The job's newest run that has not been closed."""
+        with self._tx() as tx:
+            row = tx.execute(
+                sa.select(runs_table)
+                .where(runs_table.c.job == job, runs_table.c.stopped_at.is_(None))
+                .order_by(runs_table.c.started_at.desc())
+                .limit(1)
+            ).first()
+        return None if row is None else _record(RunRecord, row)
+
+    def runs(self, job: str, limit: int = 20) -> list[RunRecord]:
+        """The job's newest runs, newest first."""
+        with self._tx() as tx:
+            rows = tx.execute(
+                sa.select(runs_table).where(runs_table.c.job == job).order_by(runs_table.c.started_at.desc()).limit(limit)
+            ).all()
+        return [_record(RunRecord, row) for row in rows]
+
+    # --- decisions -------------------------------------------------------------------------------
+
+    def record_decision(
+        self, job: str, action: str, reason: str, inputs: Mapping[str, Any], run_id: str | None = None
+    ) -> int:
+        """Write a decision before acting on it; returns its id for the outcome."""
+        with self._tx() as tx:
+            result = tx.execute(
+                decisions_table.insert().values(
+                    job=job, at=utcnow(), action=action, reason=reason, inputs=json.loads(json.dumps(inputs, default=str)), run_id=run_id
+                )
+            )
+        return int(result.inserted_primary_key[0])
+
+    def set_outcome(self, decision_id: int, outcome: str) -> None:
+        with self._tx() as tx:
+            tx.execute(decisions_table.update().where(decisions_table.c.id == decision_id).values(outcome=outcome))
+
+    def decisions(self, job: str, limit: int = 50, action: str | None = None) -> list[DecisionRecord]:
+        """The job's newest decisions, newest first, optionally of one action."""
+        query = sa.select(decisions_table).where(decisions_table.c.job == job)
+        if action is not None:
+            query = query.where(decisions_table.c.action == action)
+        with self._tx() as tx:
+            rows = tx.execute(query.order_by(decisions_table.c.id.desc()).limit(limit)).all()
+        return [_record(DecisionRecord, row) for row in rows]
+
+    # --- alert outbox ----------------------------------------------------------------------------
+
+    def enqueue_alert(self, job: str, kind: str, dedup_key: str, severity: str, payload: Mapping[str, Any], status: str = "pending") -> int:
+        now = utcnow()
+        with self._tx() as tx:
+            result = tx.execute(
+                alerts_table.insert().values(
+                    job=job,
+                    kind=kind,
+                    dedup_key=dedup_key,
+                    severity=severity,
+                    payload=dict(payload),
+                    status=status,
+                    created_at=now,
+                    attempts=0,
+                    next_attempt_at=now,
+                )
+            )
+        return int(result.inserted_primary_key[0])
+
+    def alerts(self, job: str | None = None, *, status: str | None = None, limit: int = 100) -> list[AlertRecord]:
+        """Alerts newest first, filtered by job and status."""
+        query = sa.select(alerts_table)
+        if job is not None:
+            query = query.where(alerts_table.c.job == job)
+        if status is not None:
+            query = query.where(alerts_table.c.status == status)
+        with self._tx() as tx:
+            rows = tx.execute(query.order_by(alerts_table.c.id.desc()).limit(limit)).all()
+        return [_record(AlertRecord, row) for row in rows]
+
+    def due_alerts(self, now: datetime) -> list[AlertRecord]:
+        """Pending alerts whose next attempt is due, oldest first (delivery order)."""
+        with self._tx() as tx:
+            rows = tx.execute(
+                sa.select(alerts_table)
+                .where(alerts_table.c.status == "pending", alerts_table.c.next_attempt_at <= now)
+                .order_by(alerts_table.c.id)
+            ).all()
+        return [_record(AlertRecord, row) for row in rows]
+
+    def update_alert(self, alert_id: int, **values: Any) -> None:
+        with self._tx() as tx:
+            tx.execute(alerts_table.update().where(alerts_table.c.id == alert_id).values(**values))
