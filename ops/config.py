@@ -25,6 +25,9 @@ CONF_DIR_ENV = "STREAMWARDEN_CONF_DIR"
 DEFAULT_CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 JOB_NAME_PATTERN = r"^[a-z][a-z0-9_]{1,62}$"
 
+# Malformed events land in the job's sink under this route, beside the real routes.
+DEAD_LETTER_ROUTE = "dead_letter"
+
 FieldType = Literal["string", "long", "double", "boolean", "timestamp"]
 
 
@@ -177,6 +180,8 @@ class RouterPipeline(Model):
     def _routes_are_consistent(self) -> RouterPipeline:
         known = {f.name for f in self.source.fields}
         names = [r.name for r in self.routes]
+        if DEAD_LETTER_ROUTE in names:
+            raise ValueError(f"route name {DEAD_LETTER_ROUTE!r} is reserved for malformed events")
         if len(set(names)) != len(names):
             raise ValueError(f"route names must be unique, got {names}")
         for route in self.routes:
