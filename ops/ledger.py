@@ -58,6 +58,8 @@ runs_table = sa.Table(
     sa.Column("started_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("stopped_at", sa.DateTime(timezone=True)),
     sa.Column("exit_reason", sa.Text),
+    sa.Column("first_batch_id", sa.BigInteger),
+    sa.Column("last_batch_id", sa.BigInteger),
 )
 
 decisions_table = sa.Table(
@@ -132,6 +134,15 @@ class RunRecord:
     started_at: datetime
     stopped_at: datetime | None
     exit_reason: str | None
+    first_batch_id: int | None = None
+    last_batch_id: int | None = None
+
+    @property
+    def batches_committed(self) -> int:
+        """Batches this run committed, from the first and last batch its heartbeats reported."""
+        if self.first_batch_id is None or self.last_batch_id is None:
+            return 0
+        return self.last_batch_id - self.first_batch_id + 1
 
 
 @dataclass(frozen=True)

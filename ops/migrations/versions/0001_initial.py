@@ -43,6 +43,8 @@ def upgrade() -> None:
         sa.Column("started_at", TZ, nullable=False),
         sa.Column("stopped_at", TZ),
         sa.Column("exit_reason", sa.Text),
+        sa.Column("first_batch_id", sa.BigInteger),
+        sa.Column("last_batch_id", sa.BigInteger),
     )
     op.create_table(
         "decisions",

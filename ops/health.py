@@ -1,0 +1,105 @@
+"""Health of a running job, judged from what the supervisor observed (DESIGN.md section 4).
+
+`Observation` is what one read-only look at a job found; `assess` turns it into signals with
+pure code, so every threshold is testable without a driver.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import datetime
+
+from ops.config import Operations
+from ops.ledger import RunRecord
+from ops.telemetry import Heartbeat
+
+
+class Signal(enum.Enum):
+    """A health signal; several can hold at once."""
+
+    NO_DRIVER = "no driver run is open"
+    STARTING = "driver launched, no heartbeat yet"
+    HEALTHY = "batches commit or the query idles on time"
+    DEAD = "driver process gone or query terminated"
+    STUCK = "no progress or idle event within trigger interval + grace"
+    FALLING_BEHIND = "processing slower than input over the recent window"
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One read-only look at a job: its open run, whether the process lives, its newest heartbeat.
+
+    `heartbeat` is only the current run's: a stale file from an earlier run is ignored.
+    """
+
+    at: datetime
+    run: RunRecord | None
+    process_alive: bool
+    heartbeat: Heartbeat | None
+
+    @property
+    def heartbeat_age(self) -> float | None:
+        return None if self.heartbeat is None else self.at.timestamp() - self.heartbeat.at
+
+    @property
+    def run_age(self) -> float | None:
+        return None if self.run is None else (self.at - self.run.started_at).total_seconds()
+
+
+@dataclass(frozen=True)
+class Assessment:
+    signals: frozenset[Signal]
+    detail: str
+
+    def has(self, signal: Signal) -> bool:
+        return signal in self.signals
+
+
+def assess(observation: Observation, operations: Operations) -> Assessment:
+    """Derive health signals from an observation and the job's thresholds."""
+    run, heartbeat = observation.run, observation.heartbeat
+    if run is None:
+        return Assessment(frozenset({Signal.NO_DRIVER}), "no open run")
+    if heartbeat is not None and heartbeat.event == "terminated":
+        error = f"{heartbeat.error_class}: {heartbeat.error_message}" if heartbeat.error_class else "query stopped"
+        return Assessment(frozenset({Signal.DEAD}), f"query terminated ({error})")
+    if not observation.process_alive:
+        return Assessment(frozenset({Signal.DEAD}), f"driver process {run.pid} is gone")
+    if heartbeat is None:
+        age = observation.run_age or 0.0
+        if age > operations.health.startup_grace_seconds:
+            return Assessment(
+                frozenset({Signal.STUCK}),
+                f"no heartbeat {age:.0f}s after launch (startup grace {operations.health.startup_grace_seconds:g}s)",
+            )
+        return Assessment(frozenset({Signal.STARTING}), f"launched {age:.0f}s ago, waiting for first heartbeat")
+    limit = operations.trigger.interval_seconds + operations.health.stuck_grace_seconds
+    age = observation.heartbeat_age or 0.0
+    if age > limit:
+        return Assessment(frozenset({Signal.STUCK}), f"last heartbeat {age:.0f}s ago (limit {limit:g}s)")
+    if heartbeat.event == "started":
+        return Assessment(frozenset({Signal.STARTING}), "query started, no batch or idle event yet")
+    behind = _falling_behind(heartbeat, operations)
+    if behind:
+        return Assessment(frozenset({Signal.HEALTHY, Signal.FALLING_BEHIND}), behind)
+    return Assessment(frozenset({Signal.HEALTHY}), f"{heartbeat.event} at batch {heartbeat.batch_id}")
+
+
+def _falling_behind(heartbeat: Heartbeat, operations: Operations) -> str | None:
+    """Why the recent window shows the job falling behind, or None."""
+    window = heartbeat.recent[-operations.health.falling_behind_window_batches :]
+    if len(window) < operations.health.falling_behind_window_batches:
+        return None
+    interval_ms = operations.trigger.interval_seconds * 1000
+    if all(sample.duration_ms > interval_ms for sample in window):
+        slowest = max(sample.duration_ms for sample in window)
+        return f"last {len(window)} batches all took longer than the {interval_ms:.0f}ms trigger (max {slowest}ms)"
+    backlogs = [sample.backlog_files for sample in window]
+    if all(b is not None for b in backlogs) and all(a < b for a, b in zip(backlogs, backlogs[1:], strict=False)):
+        return f"source backlog grew every batch: {backlogs[0]} -> {backlogs[-1]} files"
+    input_rate = sum(sample.input_rows_per_second for sample in window)
+    processed_rate = sum(sample.processed_rows_per_second for sample in window)
+    if input_rate > 0 and processed_rate < 0.9 * input_rate and all(s.num_input_rows > 0 for s in window):
+        return f"processed {processed_rate / len(window):.0f} rows/s < input {input_rate / len(window):.0f} rows/s"
+    return None

@@ -1,0 +1,161 @@
+"""Starting and stopping streaming drivers.
+
+A launch submits a driver and returns at once; the driver outlives whoever launched it (an Airflow
+task, the CLI). `LaunchBackend` is the interface the supervisor uses; `LocalProcessBackend` runs
+each driver as a detached `python -m jobs.runner` process in Spark local mode. A backend for a
+Spark standalone cluster or YARN implements the same four methods.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from ops.config import CONF_DIR_ENV, JobSpec, PlatformConfig
+from ops.exceptions import LaunchError
+from ops.ledger import RunRecord
+
+
+@dataclass(frozen=True)
+class LaunchedDriver:
+    """What a backend knows of a driver right after launching it."""
+
+    pid: int
+    app_id: str
+    log_path: Path
+
+
+class LaunchBackend(Protocol):
+    name: str
+
+    def launch(self, spec: JobSpec, run_id: str) -> LaunchedDriver:
+        """Start the driver of `spec` for run `run_id` and return without waiting for it."""
+        ...
+
+    def is_alive(self, run: RunRecord) -> bool:
+        """Whether the run's driver process still exists (read-only)."""
+        ...
+
+    def stop(self, run: RunRecord, timeout: float) -> str:
+        """Ask the driver to finish its batch and exit; kill it after `timeout`. Returns how it ended."""
+        ...
+
+    def kill(self, run: RunRecord) -> None:
+        """Kill the driver and everything it started, at once."""
+        ...
+
+
+def _process_start_ticks(pid: int) -> str | None:
+    """The kernel's start time of `pid`, or None if no such live process (zombies count as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    # The command name (field 2) may hold spaces; the fields after its closing paren are fixed.
+    fields = stat[stat.rindex(")") + 2 :].split()
+    state, start_ticks = fields[0], fields[19]
+    return None if state in ("Z", "X") else start_ticks
+
+
+def _reap(pid: int) -> None:
+    # A driver launched from this process (dag.test(), the CLI, tests) is our child: reap it so it
+    # does not linger as a zombie. A driver launched by another process is not ours to wait for.
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+class LocalProcessBackend:
+    """Drivers as detached local processes (`local[N]` Spark), one process group each."""
+
+    name = "local"
+
+    def __init__(self, platform: PlatformConfig) -> None:
+        self.platform = platform
+
+    def launch(self, spec: JobSpec, run_id: str) -> LaunchedDriver:
+        runtime_dir = self.platform.job_runtime_dir(spec.name)
+        runtime_dir.mkdir(parents=True, exist_ok=True)
+        log_path = runtime_dir / f"driver-{run_id}.log"
+        env = {
+            **os.environ,
+            CONF_DIR_ENV: str(self.platform.conf_dir),
+            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+        }
+        argv = [sys.executable, "-m", "jobs.runner", "--job", spec.name, "--run-id", run_id]
+        try:
+            with log_path.open("ab") as log_file:
+                process = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    cwd=self.platform.repo_root,
+                    env=env,
+                    # A session of its own: the driver survives the task that launched it, and
+                    # stopping it can signal its JVM and Python workers as one group.
+                    start_new_session=True,
+                )
+        except OSError as exc:
+            raise LaunchError(f"cannot start driver for job {spec.name!r}: {exc}") from exc
+        start_ticks = _process_start_ticks(process.pid)
+        return LaunchedDriver(pid=process.pid, app_id=f"local-{process.pid}-{start_ticks}", log_path=log_path)
+
+    def is_alive(self, run: RunRecord) -> bool:
+        if run.pid is None:
+            return False
+        _reap(run.pid)
+        # Compare start times so a recycled pid is never mistaken for our driver.
+        return run.app_id == f"local-{run.pid}-{_process_start_ticks(run.pid)}"
+
+    def stop(self, run: RunRecord, timeout: float) -> str:
+        if not self.is_alive(run):
+            self._kill_group(run)
+            return "already exited"
+        assert run.pid is not None
+        # SIGTERM goes to the Python driver only: it lets the running batch commit and stops the
+        # query; its JVM exits with it. Signalling the group would kill the JVM mid-batch.
+        os.kill(run.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.is_alive(run):
+                self._kill_group(run)
+                return "stopped gracefully"
+            time.sleep(0.2)
+        self.kill(run)
+        return f"killed after {timeout:g}s stop timeout"
+
+    def kill(self, run: RunRecord) -> None:
+        if run.pid is not None and self.is_alive(run):
+            os.kill(run.pid, signal.SIGKILL)
+            _wait_gone(run.pid)
+        self._kill_group(run)
+
+    @staticmethod
+    def _kill_group(run: RunRecord) -> None:
+        # Leftovers of a dead driver (its JVM, Python workers) share its process group id.
+        if run.pid is None:
+            return
+        try:
+            os.killpg(run.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            return
+        _reap(run.pid)
+
+
+def _wait_gone(pid: int, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        _reap(pid)
+        if _process_start_ticks(pid) is None:
+            return
+        time.sleep(0.05)
+    raise LaunchError(f"process {pid} did not exit after SIGKILL")

@@ -1,0 +1,528 @@
+"""The supervisor: a level-triggered reconcile loop over each job (DESIGN.md section 3).
+
+Every pass is observe (read-only) -> record -> validate -> decide (pure) -> act. `decide` sees only
+values, so the restart policy, backoff and storm rules are tested without processes. Status and
+each intended action are written to the ledger before acting, so a crash mid-action leaves a
+trail the next pass can read; every automated action is a decision row with reason and inputs.
+
+The same observe + decide, run without acting, is what the Airflow watcher polls: when the plan
+differs from what the ledger says, something needs a pass now.
+"""
+
+from __future__ import annotations
+
+import enum
+import fcntl
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+import structlog
+
+from ops.alerts import Alert, AlertCenter
+from ops.config import JobSpec, PlatformConfig, RestartPolicy, find_job, load_jobs
+from ops.exceptions import ConfigError, LaunchError, WardenError
+from ops.health import Assessment, Observation, Signal, assess
+from ops.launcher import LaunchBackend, LocalProcessBackend
+from ops.ledger import JobRecord, Ledger, RunRecord, utcnow
+from ops.telemetry import heartbeat_path, read_heartbeat
+
+log = structlog.get_logger("streamwarden.supervisor")
+
+# Exit reasons that start with this count against the restart budget.
+FAILURE = "failed: "
+CONFIG_FAILURE = FAILURE + "config: "
+
+
+class Lifecycle(enum.Enum):
+    """A job's lifecycle state; `terminal` states stay until an operator or a spec change acts."""
+
+    SUBMITTED = ("driver launched; waiting for its first batch or idle event", False)
+    RUNNING = ("batches commit or the query idles on time", False)
+    DEGRADED = ("running, but falling behind its input", False)
+    RESTARTING = ("driver down; relaunch waits for the backoff", False)
+    SUSPENDING = ("stop requested; the running batch finishes first", False)
+    SUSPENDED = ("stopped on purpose (operator or restart storm)", True)
+    FAILED = ("not restarted automatically: needs a fixed spec or an operator restart", True)
+
+    def __init__(self, description: str, terminal: bool) -> None:
+        self.description = description
+        self.terminal = terminal
+
+
+class Desired(enum.StrEnum):
+    RUNNING = "running"
+    SUSPENDED = "suspended"
+
+
+# --- actions: what decide() asks act() to do ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Launch:
+    reason: str
+    kind: str = "launch"
+
+
+@dataclass(frozen=True)
+class StopDriver:
+    """Stop the open run; `graceful` lets the running batch commit first."""
+
+    reason: str
+    exit_reason: str
+    graceful: bool
+    kind: str = "stop"
+
+
+@dataclass(frozen=True)
+class CloseRun:
+    """The run's driver is already gone: clean up its leftovers and close it in the ledger."""
+
+    reason: str
+    exit_reason: str
+    kind: str = "close_run"
+
+
+@dataclass(frozen=True)
+class SuspendJob:
+    reason: str
+    kind: str = "suspend"
+
+
+@dataclass(frozen=True)
+class RaiseAlert:
+    alert_kind: str
+    severity: str
+    reason: str
+    kind: str = "alert"
+
+
+@dataclass(frozen=True)
+class ResolveAlert:
+    alert_kind: str
+    reason: str
+    kind: str = "resolve_alert"
+
+
+Action = Launch | StopDriver | CloseRun | SuspendJob | RaiseAlert | ResolveAlert
+
+
+@dataclass(frozen=True)
+class JobView:
+    """Everything decide() may look at, as plain values."""
+
+    job: JobRecord
+    spec: JobSpec
+    observation: Observation
+    assessment: Assessment
+    closed_runs: tuple[RunRecord, ...]
+    open_alert_kinds: frozenset[str]
+
+
+@dataclass(frozen=True)
+class Plan:
+    state: Lifecycle
+    reason: str
+    actions: tuple[Action, ...] = ()
+    inputs: dict[str, Any] = field(default_factory=dict)
+
+
+# --- pure policy -------------------------------------------------------------------------------
+
+
+def is_stable(run: RunRecord, policy: RestartPolicy, now: datetime) -> bool:
+    """A run that committed enough batches and lived long enough resets the restart budget."""
+    lived = ((run.stopped_at or now) - run.started_at).total_seconds()
+    return run.batches_committed >= policy.stable_batches and lived >= policy.stable_seconds
+
+
+def restart_streak(closed_runs: tuple[RunRecord, ...], policy: RestartPolicy, reset_at: datetime | None, now: datetime) -> int:
+    """How many runs in a row, newest first, failed since the last stable run or operator reset."""
+    streak = 0
+    for run in closed_runs:
+        if not (run.exit_reason or "").startswith(FAILURE) or is_stable(run, policy, now):
+            break
+        if reset_at is not None and run.started_at < reset_at:
+            break
+        streak += 1
+    return streak
+
+
+def backoff_seconds(streak: int, policy: RestartPolicy) -> float:
+    """Exponential backoff before relaunch number `streak` (1 = the first restart)."""
+    return float(min(policy.initial_backoff_seconds * 2 ** max(streak - 1, 0), policy.max_backoff_seconds))
+
+
+def decide(view: JobView, now: datetime) -> Plan:
+    """The plan for one job: its next lifecycle state and the actions that get it there."""
+    job, assessment, run = view.job, view.assessment, view.observation.run
+    inputs: dict[str, Any] = {
+        "signals": sorted(s.name for s in assessment.signals),
+        "detail": assessment.detail,
+        "run_id": run.run_id if run else None,
+        "desired_state": job.desired_state,
+    }
+    if job.desired_state == Desired.SUSPENDED:
+        if run is None:
+            return Plan(Lifecycle.SUSPENDED, job.state_reason if job.state == Lifecycle.SUSPENDED.name else "suspended", (), inputs)
+        stop = StopDriver("desired state is suspended", exit_reason="stopped: suspended", graceful=True)
+        return Plan(Lifecycle.SUSPENDED, "suspended by request", (stop,), inputs)
+
+    if run is not None and job.restart_requested_at is not None and job.restart_requested_at > run.started_at:
+        stop = StopDriver("operator requested a restart", exit_reason="stopped: restart requested", graceful=True)
+        return Plan(Lifecycle.SUBMITTED, "restarting on request", (stop, Launch("operator requested a restart")), inputs)
+
+    if run is not None and (assessment.has(Signal.DEAD) or assessment.has(Signal.STUCK)):
+        return _after_failure(view, now, inputs)
+
+    if run is not None:
+        return _while_running(view, inputs)
+
+    return _without_run(view, view.closed_runs, now, inputs, ())
+
+
+def _after_failure(view: JobView, now: datetime, inputs: dict[str, Any]) -> Plan:
+    run, assessment, heartbeat = view.observation.run, view.assessment, view.observation.heartbeat
+    assert run is not None
+    config_broken = heartbeat is not None and heartbeat.error_class == "ConfigError"
+    prefix = CONFIG_FAILURE if config_broken else FAILURE
+    exit_reason = prefix + assessment.detail
+    if assessment.has(Signal.STUCK):
+        cleanup: Action = StopDriver(f"stuck: {assessment.detail}", exit_reason=exit_reason, graceful=False)
+    else:
+        cleanup = CloseRun(f"dead: {assessment.detail}", exit_reason=exit_reason)
+    actions: list[Action] = [cleanup]
+    if "down" not in view.open_alert_kinds:
+        actions.append(RaiseAlert("down", "critical", assessment.detail))
+    closed = replace(run, stopped_at=now, exit_reason=exit_reason)
+    return _without_run(view, (closed, *view.closed_runs), now, inputs, tuple(actions))
+
+
+def _without_run(
+    view: JobView, closed_runs: tuple[RunRecord, ...], now: datetime, inputs: dict[str, Any], actions: tuple[Action, ...]
+) -> Plan:
+    policy = view.spec.operations.restart
+    last = closed_runs[0] if closed_runs else None
+    reset_at = view.job.restart_requested_at
+    if last is not None and (last.exit_reason or "").startswith(CONFIG_FAILURE):
+        operator_retry = reset_at is not None and reset_at > (last.stopped_at or now)
+        if last.config_version == view.spec.config_version and not operator_retry:
+            alert = () if "config_invalid" in view.open_alert_kinds else (RaiseAlert("config_invalid", "critical", last.exit_reason or ""),)
+            return Plan(Lifecycle.FAILED, last.exit_reason or "config error", actions + alert, inputs)
+    streak = restart_streak(closed_runs, policy, reset_at, now)
+    inputs = {**inputs, "restart_streak": streak, "budget": policy.budget}
+    if streak == 0:
+        return Plan(Lifecycle.SUBMITTED, "launching", (*actions, Launch("desired state is running")), inputs)
+    if streak > policy.budget:
+        reason = f"restart storm: {streak} failed runs in a row exceed the budget of {policy.budget}"
+        storm = (SuspendJob(reason),)
+        if "restart_storm" not in view.open_alert_kinds:
+            storm += (RaiseAlert("restart_storm", "critical", reason),)
+        return Plan(Lifecycle.SUSPENDED, reason, actions + storm, inputs)
+    wait = backoff_seconds(streak, policy)
+    not_before = (last.stopped_at if last and last.stopped_at else now) + timedelta(seconds=wait)
+    inputs = {**inputs, "backoff_seconds": wait, "not_before": not_before.isoformat()}
+    if now >= not_before:
+        return Plan(Lifecycle.SUBMITTED, f"restart {streak} of {policy.budget}", (*actions, Launch(f"restart {streak} after {wait:g}s backoff")), inputs)
+    return Plan(Lifecycle.RESTARTING, f"restart {streak} of {policy.budget} at {not_before:%H:%M:%S}", actions, inputs)
+
+
+def _while_running(view: JobView, inputs: dict[str, Any]) -> Plan:
+    assessment = view.assessment
+    if assessment.has(Signal.STARTING):
+        return Plan(Lifecycle.SUBMITTED, assessment.detail, (), inputs)
+    actions: list[Action] = []
+    if "down" in view.open_alert_kinds:
+        actions.append(ResolveAlert("down", f"running again: {assessment.detail}"))
+    if assessment.has(Signal.FALLING_BEHIND):
+        if "falling_behind" not in view.open_alert_kinds:
+            actions.append(RaiseAlert("falling_behind", "warning", assessment.detail))
+        return Plan(Lifecycle.DEGRADED, assessment.detail, tuple(actions), inputs)
+    if "falling_behind" in view.open_alert_kinds:
+        actions.append(ResolveAlert("falling_behind", f"caught up: {assessment.detail}"))
+    return Plan(Lifecycle.RUNNING, assessment.detail, tuple(actions), inputs)
+
+
+# --- the loop ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PassSummary:
+    """What one reconcile pass did, for the task log and the CLI."""
+
+    job: str
+    state: str
+    reason: str
+    actions: tuple[str, ...]
+
+    def line(self) -> str:
+        done = ", ".join(self.actions) or "no action"
+        return f"{self.job}: {self.state} ({self.reason}); {done}"
+
+
+class Supervisor:
+    """Runs reconcile passes for the jobs of one platform."""
+
+    def __init__(
+        self,
+        platform: PlatformConfig,
+        ledger: Ledger,
+        backend: LaunchBackend,
+        alerts: AlertCenter,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.platform = platform
+        self.ledger = ledger
+        self.backend = backend
+        self.alerts = alerts
+        self.clock = clock
+
+    @classmethod
+    def for_platform(cls, platform: PlatformConfig) -> Supervisor:
+        """A supervisor with the platform's ledger, local backend and Slack settings."""
+        ledger = Ledger.open(platform.resolved_ledger_url)
+        return cls(platform, ledger, LocalProcessBackend(platform), AlertCenter(ledger, platform.slack))
+
+    # observe --------------------------------------------------------------------------------
+
+    def observe(self, job: str) -> Observation:
+        """A read-only look at the job's open run, process and heartbeat."""
+        run = self.ledger.current_run(job)
+        heartbeat = read_heartbeat(heartbeat_path(self.platform.job_runtime_dir(job)))
+        if heartbeat is not None and (run is None or heartbeat.run_id != run.run_id):
+            heartbeat = None
+        alive = run is not None and self.backend.is_alive(run)
+        return Observation(at=self.clock(), run=run, process_alive=alive, heartbeat=heartbeat)
+
+    def view(self, spec: JobSpec) -> JobView:
+        job = self.ledger.ensure_job(
+            spec.name, desired_state=Desired.RUNNING, state=Lifecycle.SUSPENDED.name, config_version=spec.config_version
+        )
+        observation = self.observe(spec.name)
+        closed = tuple(r for r in self.ledger.runs(spec.name, limit=spec.operations.restart.budget + 2) if r.stopped_at is not None)
+        return JobView(
+            job=job,
+            spec=spec,
+            observation=observation,
+            assessment=assess(observation, spec.operations),
+            closed_runs=closed,
+            open_alert_kinds=frozenset(a.kind for a in self.alerts.open_incidents(spec.name)),
+        )
+
+    # record ---------------------------------------------------------------------------------
+
+    def _record_observation(self, view: JobView) -> None:
+        heartbeat, run = view.observation.heartbeat, view.observation.run
+        if heartbeat is None or run is None:
+            return
+        sample = heartbeat.last_sample
+        self.ledger.update_job(
+            view.spec.name,
+            last_batch_id=heartbeat.batch_id,
+            input_rate=sample.input_rows_per_second if sample else None,
+            processed_rate=sample.processed_rows_per_second if sample else None,
+            backlog=sample.backlog_files if sample else None,
+            heartbeat_at=datetime.fromtimestamp(heartbeat.at, tz=self.clock().tzinfo),
+        )
+        if heartbeat.batch_id is not None and heartbeat.event == "progress":
+            first = run.first_batch_id if run.first_batch_id is not None else heartbeat.batch_id
+            self.ledger.update_run(run.run_id, first_batch_id=first, last_batch_id=heartbeat.batch_id)
+
+    # the pass -------------------------------------------------------------------------------
+
+    def reconcile(self, job: str, run_url: str | None = None) -> PassSummary:
+        """One observe -> record -> validate -> decide -> act pass for `job`."""
+        with self._job_lock(job):
+            try:
+                spec = find_job(job, self.platform.conf_dir)
+            except ConfigError as error:
+                return self._invalid_spec(job, error, run_url)
+            view = self.view(spec)
+            self._record_observation(view)
+            plan = decide(view, self.clock())
+            self.ledger.update_job(job, state=plan.state.name, state_reason=plan.reason, config_version=spec.config_version)
+            done = tuple(self._act(view, plan, action, run_url) for action in plan.actions)
+        self.alerts.deliver_due()
+        summary = PassSummary(job, plan.state.name, plan.reason, done)
+        log.info("reconcile pass", summary=summary.line())
+        return summary
+
+    def _invalid_spec(self, job: str, error: ConfigError, run_url: str | None) -> PassSummary:
+        # Keep whatever runs as it is (the last valid spec stays in force) and page once.
+        if self.ledger.job(job) is not None:
+            self.ledger.update_job(job, state_reason=f"spec invalid: {error}")
+        if "config_invalid" not in {a.kind for a in self.alerts.open_incidents(job)}:
+            self.alerts.raise_alert(
+                Alert(job=job, kind="config_invalid", severity="critical", state="INVALID", reason=str(error), last_batch=None, run_url=run_url)
+            )
+        self.alerts.deliver_due()
+        return PassSummary(job, "INVALID", str(error), ())
+
+    def _act(self, view: JobView, plan: Plan, action: Action, run_url: str | None) -> str:
+        job, run = view.spec.name, view.observation.run
+        decision = self.ledger.record_decision(job, action.kind, action.reason, plan.inputs, run.run_id if run else None)
+        try:
+            outcome = self._execute(view, plan, action, run_url)
+        except WardenError as error:
+            outcome = f"error: {error}"
+            log.error("action failed", job=job, action=action.kind, error=str(error))
+        self.ledger.set_outcome(decision, outcome)
+        return f"{action.kind}: {outcome}"
+
+    def _execute(self, view: JobView, plan: Plan, action: Action, run_url: str | None) -> str:
+        spec, run = view.spec, view.observation.run
+        match action:
+            case Launch():
+                return self._launch(spec)
+            case StopDriver(graceful=graceful, exit_reason=exit_reason):
+                assert run is not None
+                if graceful:
+                    ended = self.backend.stop(run, spec.operations.shutdown_timeout_seconds)
+                else:
+                    self.backend.kill(run)
+                    ended = "killed"
+                self.ledger.finish_run(run.run_id, exit_reason)
+                return ended
+            case CloseRun(exit_reason=exit_reason):
+                assert run is not None
+                self.backend.kill(run)
+                self.ledger.finish_run(run.run_id, exit_reason)
+                return "closed"
+            case SuspendJob(reason=reason):
+                self.ledger.update_job(spec.name, desired_state=Desired.SUSPENDED)
+                return f"desired state set to suspended: {reason}"
+            case RaiseAlert(alert_kind=kind, severity=severity, reason=reason):
+                heartbeat = view.observation.heartbeat
+                alert = Alert(
+                    job=spec.name,
+                    kind=kind,
+                    severity=severity,
+                    state=plan.state.name,
+                    reason=reason,
+                    last_batch=heartbeat.batch_id if heartbeat else view.job.last_batch_id,
+                    run_url=run_url,
+                    runbook=spec.operations.alerts.runbook,
+                    channel=spec.operations.alerts.channel,
+                )
+                alert_id = self.alerts.raise_alert(alert)
+                return f"queued alert {alert_id}" if alert_id is not None else "deduplicated"
+            case ResolveAlert(alert_kind=kind, reason=reason):
+                self.alerts.resolve(spec.name, kind, reason)
+                return "resolved"
+        raise AssertionError(f"unhandled action {action!r}")
+
+    def _launch(self, spec: JobSpec) -> str:
+        run_id = f"{spec.name}-{self.clock():%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
+        started_at = self.clock()
+        try:
+            driver = self.backend.launch(spec, run_id)
+        except LaunchError as error:
+            return f"launch failed: {error}"
+        self.ledger.start_run(
+            RunRecord(
+                run_id=run_id,
+                job=spec.name,
+                backend=self.backend.name,
+                pid=driver.pid,
+                app_id=driver.app_id,
+                metrics_port=spec.operations.metrics_port,
+                log_path=str(driver.log_path),
+                config_version=spec.config_version,
+                started_at=started_at,
+                stopped_at=None,
+                exit_reason=None,
+            )
+        )
+        return f"run {run_id} pid {driver.pid}"
+
+    @contextmanager
+    def _job_lock(self, job: str) -> Iterator[None]:
+        # One pass per job at a time, across processes (scheduler task, triggerer, CLI).
+        lock_path = self.platform.job_runtime_dir(job) / ".supervisor.lock"
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        with lock_path.open("w") as lock_file:
+            fcntl.flock(lock_file, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock_file, fcntl.LOCK_UN)
+
+    # watching and requests --------------------------------------------------------------------
+
+    def attention(self, job: str) -> str | None:
+        """Why `job` needs a reconcile pass now, or None; reads only, never acts."""
+        try:
+            spec = find_job(job, self.platform.conf_dir)
+        except ConfigError as error:
+            return f"spec invalid: {error}"
+        view = self.view(spec)
+        plan = decide(view, self.clock())
+        if plan.actions:
+            return f"{', '.join(a.kind for a in plan.actions)}: {plan.actions[0].reason}"
+        if plan.state.name != view.job.state:
+            return f"state {view.job.state} -> {plan.state.name}: {plan.reason}"
+        if self.ledger.due_alerts(self.clock()):
+            return "alerts due for delivery"
+        return None
+
+    def record_detection(self, job: str, reason: str, detected_at: str) -> None:
+        """Note in the ledger what the watcher saw and when, before the pass that reacts to it."""
+        run = self.ledger.current_run(job)
+        self.ledger.record_decision(job, "detect", reason, {"detected_at": detected_at}, run.run_id if run else None)
+
+    def check_job_files(self) -> list[str]:
+        """Page once per invalid job file; close the page when the file is fixed."""
+        loaded = load_jobs(self.platform.conf_dir)
+        problems = []
+        for path, error in loaded.errors.items():
+            job = path.stem
+            problems.append(str(error))
+            if "config_invalid" not in {a.kind for a in self.alerts.open_incidents(job)}:
+                self.alerts.raise_alert(
+                    Alert(job=job, kind="config_invalid", severity="critical", state="INVALID", reason=str(error), last_batch=None, run_url=None)
+                )
+        for name in loaded.specs:
+            if "config_invalid" in {a.kind for a in self.alerts.open_incidents(name)}:
+                self.alerts.resolve(name, "config_invalid", "job file validates again")
+        self.alerts.deliver_due()
+        return problems
+
+    def request(self, job: str, action: str, reason: str) -> str:
+        """Record an operator request (suspend, resume, restart); the next pass carries it out."""
+        spec = find_job(job, self.platform.conf_dir)
+        self.ledger.ensure_job(job, desired_state=Desired.RUNNING, state=Lifecycle.SUSPENDED.name, config_version=spec.config_version)
+        now = self.clock()
+        changes: dict[str, Any]
+        match action:
+            case "suspend":
+                changes = {"desired_state": Desired.SUSPENDED}
+            case "resume":
+                # A resume also resets the restart budget, so a job suspended by a storm can run.
+                changes = {"desired_state": Desired.RUNNING, "restart_requested_at": now}
+            case "restart":
+                changes = {"desired_state": Desired.RUNNING, "restart_requested_at": now}
+            case _:
+                raise WardenError(f"unknown request {action!r}: expected suspend, resume or restart")
+        self.ledger.record_decision(job, f"request_{action}", reason, {"requested_at": now.isoformat()})
+        self.ledger.update_job(job, **changes)
+        return f"{job}: {action} requested ({reason}); the supervisor carries it out within seconds"
+
+
+def stop_all_jobs(platform: PlatformConfig) -> list[str]:
+    """Stop every open driver run gracefully (used when the embedded platform goes down).
+
+    Desired states are left as they are, so `warden platform up` brings the same jobs back.
+    """
+    supervisor = Supervisor.for_platform(platform)
+    stopped = []
+    for spec in load_jobs(platform.conf_dir).specs.values():
+        run = supervisor.ledger.current_run(spec.name)
+        if run is None:
+            continue
+        ended = supervisor.backend.stop(run, spec.operations.shutdown_timeout_seconds)
+        supervisor.ledger.finish_run(run.run_id, "stopped: platform down")
+        stopped.append(f"{spec.name}: {ended}")
+    return stopped

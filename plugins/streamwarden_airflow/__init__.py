@@ -1,0 +1,5 @@
+"""Airflow adapters for Streamwarden: operators, the job watch trigger and the DAG factory.
+
+Thin by design: every operator and trigger delegates to `ops/`. This package lives in the plugins
+folder so the scheduler, the workers and the triggerer can all import it.
+"""

@@ -1,0 +1,89 @@
+"""Builds Streamwarden's DAGs from conf: one supervision DAG per valid job, plus the manual
+request DAGs and the platform housekeeping DAG.
+
+A job file that does not validate gets no supervision DAG (its driver is left as it is); the
+platform DAG pages about it, and every other job's DAG still loads.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from airflow.sdk import DAG, Param, task
+
+from ops.config import load_jobs, load_platform
+from ops.supervisor import Supervisor
+from streamwarden_airflow.operators import JobRequestOperator, ReconcileOperator, WatchJobOperator
+
+START = datetime(2026, 1, 1)
+SUPERVISE_PREFIX = "warden_supervise_"
+REQUESTS = {
+    "suspend": "Stop the job gracefully and keep it stopped until resumed.",
+    "resume": "Run the job again (also resets its restart budget after a restart storm).",
+    "restart": "Stop the job gracefully and start it again from its checkpoint.",
+}
+
+
+def supervision_dag(job: str, description: str) -> DAG:
+    """A continuous DAG: each run is one reconcile pass, then a watch that reacts within seconds."""
+    with DAG(
+        dag_id=f"{SUPERVISE_PREFIX}{job}",
+        description=description or f"Supervises streaming job {job}",
+        schedule="@continuous",
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,
+        is_paused_upon_creation=True,
+        tags=["streamwarden", "supervision", job],
+        default_args={"retries": 2, "retry_delay": timedelta(seconds=5)},
+    ) as dag:
+        ReconcileOperator(task_id="reconcile", job=job) >> WatchJobOperator(task_id="watch", job=job)
+    return dag
+
+
+def request_dag(action: str, jobs: list[str]) -> DAG:
+    """A manual DAG whose trigger form asks for the job and a reason."""
+    with DAG(
+        dag_id=f"warden_{action}",
+        description=REQUESTS[action],
+        schedule=None,
+        start_date=START,
+        catchup=False,
+        tags=["streamwarden", "operator"],
+        params={
+            "job": Param(jobs[0] if jobs else "", type="string", enum=jobs or [""], description="The job to act on."),
+            "reason": Param(type="string", minLength=3, description="Why; quoted in the ledger and in alerts."),
+        },
+    ) as dag:
+        JobRequestOperator(task_id=action, action=action, job="{{ params.job }}", reason="{{ params.reason }}")
+    return dag
+
+
+def platform_dag() -> DAG:
+    """Housekeeping every minute: page about invalid job files, deliver alerts still in the outbox."""
+    with DAG(
+        dag_id="warden_platform",
+        description="Validates job files and delivers alerts left in the outbox",
+        schedule=timedelta(minutes=1),
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,
+        tags=["streamwarden", "platform"],
+    ) as dag:
+
+        @task
+        def check_job_files() -> list[str]:
+            return Supervisor.for_platform(load_platform()).check_job_files()
+
+        check_job_files()
+    return dag
+
+
+def build_dags() -> list[DAG]:
+    """Every Streamwarden DAG for the current conf directory."""
+    loaded = load_jobs()
+    jobs = sorted(loaded.specs)
+    dags = [supervision_dag(name, loaded.specs[name].description) for name in jobs]
+    dags += [request_dag(action, jobs) for action in REQUESTS]
+    dags.append(platform_dag())
+    return dags

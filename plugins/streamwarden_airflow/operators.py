@@ -1,0 +1,87 @@
+"""Operators that run supervisor passes and operator requests; all logic lives in `ops/`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cached_property
+from typing import Any
+
+from airflow.sdk import BaseOperator, Context
+
+from ops.config import PlatformConfig, load_platform
+from ops.supervisor import PassSummary, Supervisor
+from streamwarden_airflow.triggers import JobWatchTrigger
+
+
+class SupervisorOperator(BaseOperator):
+    """Base for operators that need the platform's supervisor."""
+
+    @cached_property
+    def platform(self) -> PlatformConfig:
+        return load_platform()
+
+    @cached_property
+    def supervisor(self) -> Supervisor:
+        return Supervisor.for_platform(self.platform)
+
+    def run_url(self, context: Context) -> str:
+        """The Airflow UI link of this DAG run, quoted in alerts."""
+        dag_run = context["dag_run"]
+        return f"{self.platform.airflow.base_url}/dags/{dag_run.dag_id}/runs/{dag_run.run_id}"
+
+    def reconcile(self, job: str, context: Context) -> PassSummary:
+        summary = self.supervisor.reconcile(job, run_url=self.run_url(context))
+        self.log.info("%s", summary.line())
+        return summary
+
+
+class ReconcileOperator(SupervisorOperator):
+    """One reconcile pass for `job`: observe, record, validate, decide, act."""
+
+    def __init__(self, *, job: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.job = job
+
+    def execute(self, context: Context) -> str:
+        return self.reconcile(self.job, context).state
+
+
+class WatchJobOperator(SupervisorOperator):
+    """Defers to `JobWatchTrigger`; when it fires, records what it saw and reconciles at once."""
+
+    def __init__(self, *, job: str, poll_interval: float = 1.0, max_wait: float = 60.0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.job = job
+        self.poll_interval = poll_interval
+        self.max_wait = max_wait
+
+    def execute(self, context: Context) -> None:
+        trigger = JobWatchTrigger(
+            job=self.job, conf_dir=str(self.platform.conf_dir), poll_interval=self.poll_interval, timeout=self.max_wait
+        )
+        self.defer(trigger=trigger, method_name="execute_complete")
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> str:
+        if event["reason"] is None:
+            self.log.info("%s: nothing to do for %ss; periodic pass", self.job, self.max_wait)
+        else:
+            self.supervisor.record_detection(self.job, event["reason"], event["detected_at"])
+            self.log.info("%s: %s (seen at %s)", self.job, event["reason"], event["detected_at"])
+        return self.reconcile(self.job, context).state
+
+
+class JobRequestOperator(SupervisorOperator):
+    """Records an operator request (suspend, resume or restart) for the supervisor to carry out."""
+
+    template_fields: Sequence[str] = ("job", "reason")
+
+    def __init__(self, *, action: str, job: str, reason: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.action = action
+        self.job = job
+        self.reason = reason
+
+    def execute(self, context: Context) -> str:
+        message = self.supervisor.request(self.job, self.action, f"{self.reason} (via {self.run_url(context)})")
+        self.log.info("%s", message)
+        return message
