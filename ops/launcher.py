@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -91,23 +90,25 @@ class LocalProcessBackend:
             "PYSPARK_DRIVER_PYTHON": sys.executable,
         }
         argv = [sys.executable, "-m", "jobs.runner", "--job", spec.name, "--run-id", run_id]
+        log_path.touch()
         try:
-            with log_path.open("ab") as log_file:
-                process = subprocess.Popen(
-                    argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log_file,
-                    stderr=subprocess.STDOUT,
-                    cwd=self.platform.repo_root,
-                    env=env,
-                    # A session of its own: the driver survives the task that launched it, and
-                    # stopping it can signal its JVM and Python workers as one group.
-                    start_new_session=True,
-                )
+            # posix_spawn, not Popen: the driver is detached on purpose and nobody here waits on
+            # it, so there is no handle to keep. setsid gives it a session of its own: it
+            # survives the task that launched it, and its JVM and Python workers form one group.
+            pid = os.posix_spawn(
+                sys.executable,
+                argv,
+                env,
+                file_actions=[
+                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                    (os.POSIX_SPAWN_OPEN, 1, str(log_path), os.O_WRONLY | os.O_APPEND, 0),
+                    (os.POSIX_SPAWN_DUP2, 1, 2),
+                ],
+                setsid=True,
+            )
         except OSError as exc:
             raise LaunchError(f"cannot start driver for job {spec.name!r}: {exc}") from exc
-        start_ticks = _process_start_ticks(process.pid)
-        return LaunchedDriver(pid=process.pid, app_id=f"local-{process.pid}-{start_ticks}", log_path=log_path)
+        return LaunchedDriver(pid=pid, app_id=f"local-{pid}-{_process_start_ticks(pid)}", log_path=log_path)
 
     def is_alive(self, run: RunRecord) -> bool:
         if run.pid is None:

@@ -7,6 +7,7 @@ with its reason and inputs, and the alert outbox. The schema is owned by the Ale
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -332,8 +333,18 @@ class Ledger:
 
     # --- alert outbox ----------------------------------------------------------------------------
 
-    def enqueue_alert(self, job: str, kind: str, dedup_key: str, severity: str, payload: Mapping[str, Any], status: str = "pending") -> int:
-        now = utcnow()
+    def enqueue_alert(
+        self,
+        job: str,
+        kind: str,
+        dedup_key: str,
+        severity: str,
+        payload: Mapping[str, Any],
+        status: str = "pending",
+        at: datetime | None = None,
+    ) -> int:
+        """Add an alert to the outbox, due at once; `at` is its creation time (default now)."""
+        now = at or utcnow()
         with self._tx() as tx:
             result = tx.execute(
                 alerts_table.insert().values(
@@ -362,12 +373,45 @@ class Ledger:
         return [_record(AlertRecord, row) for row in rows]
 
     def due_alerts(self, now: datetime) -> list[AlertRecord]:
-        """Pending alerts whose next attempt is due, oldest first (delivery order)."""
+        """Alerts due for a delivery attempt, oldest first, up to the first one that is not due.
+
+        The outbox is a queue: an alert waiting out a retry holds back the ones behind it, so they
+        reach Slack in the order they were raised. A "sending" row is due again once its claim
+        lease (its `next_attempt_at`) has run out, because the process that claimed it died.
+        """
         with self._tx() as tx:
             rows = tx.execute(
                 sa.select(alerts_table)
-                .where(alerts_table.c.status == "pending", alerts_table.c.next_attempt_at <= now)
+                .where(alerts_table.c.status.in_(("pending", "sending")))
                 .order_by(alerts_table.c.id)
+            ).all()
+        records = [_record(AlertRecord, row) for row in rows]
+        return list(itertools.takewhile(lambda record: record.next_attempt_at <= now, records))
+
+    def claim_alert(self, alert_id: int, now: datetime, lease_until: datetime) -> bool:
+        """Mark a due alert "sending" until `lease_until`; False when another process claimed it first."""
+        with self._tx() as tx:
+            result = tx.execute(
+                alerts_table.update()
+                .where(
+                    alerts_table.c.id == alert_id,
+                    alerts_table.c.status.in_(("pending", "sending")),
+                    alerts_table.c.next_attempt_at <= now,
+                )
+                .values(status="sending", next_attempt_at=lease_until)
+            )
+        return result.rowcount == 1
+
+    def newest_alerts(self, job: str) -> list[AlertRecord]:
+        """The newest outbox row of each of the job's dedup keys, oldest first."""
+        newest_ids = (
+            sa.select(sa.func.max(alerts_table.c.id))
+            .where(alerts_table.c.job == job)
+            .group_by(alerts_table.c.dedup_key)
+        )
+        with self._tx() as tx:
+            rows = tx.execute(
+                sa.select(alerts_table).where(alerts_table.c.id.in_(newest_ids)).order_by(alerts_table.c.id)
             ).all()
         return [_record(AlertRecord, row) for row in rows]
 

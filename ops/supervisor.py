@@ -210,7 +210,9 @@ def _without_run(
     if last is not None and (last.exit_reason or "").startswith(CONFIG_FAILURE):
         operator_retry = reset_at is not None and reset_at > (last.stopped_at or now)
         if last.config_version == view.spec.config_version and not operator_retry:
-            alert = () if "config_invalid" in view.open_alert_kinds else (RaiseAlert("config_invalid", "critical", last.exit_reason or ""),)
+            # "spec_rejected": the file validates but the driver refused it (e.g. a filter Spark cannot
+            # parse); distinct from "config_invalid", which the file check opens and closes.
+            alert = () if "spec_rejected" in view.open_alert_kinds else (RaiseAlert("spec_rejected", "critical", last.exit_reason or ""),)
             return Plan(Lifecycle.FAILED, last.exit_reason or "config error", actions + alert, inputs)
     streak = restart_streak(closed_runs, policy, reset_at, now)
     inputs = {**inputs, "restart_streak": streak, "budget": policy.budget}
@@ -235,8 +237,9 @@ def _while_running(view: JobView, inputs: dict[str, Any]) -> Plan:
     if assessment.has(Signal.STARTING):
         return Plan(Lifecycle.SUBMITTED, assessment.detail, (), inputs)
     actions: list[Action] = []
-    if "down" in view.open_alert_kinds:
-        actions.append(ResolveAlert("down", f"running again: {assessment.detail}"))
+    for kind in ("down", "spec_rejected", "restart_storm"):
+        if kind in view.open_alert_kinds:
+            actions.append(ResolveAlert(kind, f"running again: {assessment.detail}"))
     if assessment.has(Signal.FALLING_BEHIND):
         if "falling_behind" not in view.open_alert_kinds:
             actions.append(RaiseAlert("falling_behind", "warning", assessment.detail))

@@ -1,0 +1,46 @@
+# Streamwarden: one machine, no Docker. `make demo` to try it, `make test` for what CI runs.
+.DEFAULT_GOAL := help
+.PHONY: help install demo stop test check bench
+
+UV_VERSION := 0.13.9
+VENV := .venv
+UV := .tools/bin/uv
+export PYSPARK_PYTHON := $(CURDIR)/$(VENV)/bin/python
+export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(VENV)/bin/python
+
+help:
+	@echo "make install  create .venv from uv.lock (bootstraps uv into .tools/)"
+	@echo "make demo     install, then start the embedded platform (S3, Airflow, generator, jobs)"
+	@echo "make stop     stop the embedded platform, streaming drivers included"
+	@echo "make test     install, then run the whole test suite (what CI runs)"
+	@echo "make check    ruff format --check, ruff check, mypy"
+	@echo "make bench    print benchmark figures"
+
+$(UV):
+	python3 -m venv .tools
+	.tools/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+
+# The stamp is newer than the lock and pyproject only after a successful sync, so an
+# up-to-date install costs nothing and a changed lock re-syncs.
+$(VENV)/.synced: uv.lock pyproject.toml | $(UV)
+	$(UV) sync --locked
+	@touch $@
+
+install: $(VENV)/.synced
+
+demo: install
+	$(VENV)/bin/warden platform up
+
+stop:
+	$(VENV)/bin/warden platform down
+
+test: install
+	$(VENV)/bin/python -m pytest tests/
+
+check: install
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy ops jobs
+
+bench: install
+	$(VENV)/bin/python -m benchmarks.run

@@ -1,0 +1,105 @@
+"""`python -m jobs.runner --job NAME --run-id RUN_ID`: the driver process of one streaming job.
+
+Loads `platform.yaml` and the job's spec from the conf directory (`$STREAMWARDEN_CONF_DIR`),
+plans the query for the job's `pipeline.kind` and hands it to `jobs.runtime.run_streaming_job`,
+which serves metrics, writes the heartbeat and maps the outcome to the exit code (0 stopped,
+1 query failed, 2 config error). This is the only module that knows readStream, the sink, the
+trigger and the checkpoint path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Callable, Sequence
+
+import structlog
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import DataStreamWriter
+
+from jobs.router.transform import PARTITION_COLUMNS, invalid_route_filters, route_events
+from jobs.runtime import (
+    EXIT_CONFIG_ERROR,
+    QueryPlan,
+    ShutdownRequest,
+    configure_logging,
+    parse_events,
+    read_landing,
+    run_streaming_job,
+    with_event_partitions,
+)
+from ops.config import JOB_NAME_PATTERN, JobSpec, PlatformConfig, find_job, load_platform
+from ops.exceptions import ConfigError
+from ops.listener import TelemetryListener
+
+log = structlog.get_logger("streamwarden.runner")
+
+
+def plan_router(platform: PlatformConfig, spec: JobSpec) -> QueryPlan:
+    """The router's query: landing -> parse -> route -> one Parquet file sink partitioned by route."""
+    pipeline = spec.pipeline
+
+    def plan(spark: SparkSession) -> DataStreamWriter:
+        events = read_landing(spark, platform, spec).transform(parse_events, pipeline.source)
+        problems = invalid_route_filters(events, pipeline.routes)
+        if problems:
+            index = {route.name: i for i, route in enumerate(pipeline.routes)}
+            name, why = next(iter(problems.items()))
+            raise ConfigError(
+                platform.conf_dir / "jobs" / f"{spec.name}.yaml",
+                f"field 'pipeline.routes.{index[name]}.filter': route {name!r} filter "
+                f"{pipeline.routes[index[name]].filter!r} is not a valid boolean expression: {why}",
+            )
+        routed = events.transform(with_event_partitions, pipeline.source).transform(
+            route_events, pipeline.routes
+        )
+        return (
+            routed.writeStream.queryName(spec.name)
+            .format("parquet")
+            .outputMode("append")
+            .partitionBy(*PARTITION_COLUMNS)
+            .option("checkpointLocation", str(platform.checkpoint_root / spec.name))
+            .option("path", str(platform.lake_root / pipeline.sink.path))
+            .trigger(processingTime=f"{spec.operations.trigger.interval_seconds} seconds")
+        )
+
+    return plan
+
+
+PLANNERS: dict[str, Callable[[PlatformConfig, JobSpec], QueryPlan]] = {"router": plan_router}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one job's driver until it is stopped or fails; returns the exit code."""
+    parser = argparse.ArgumentParser(prog="python -m jobs.runner", description=__doc__.splitlines()[0])
+    parser.add_argument("--job", required=True, help="job name (conf/jobs/<name>.yaml)")
+    parser.add_argument("--run-id", required=True, help="the run id the supervisor recorded")
+    args = parser.parse_args(argv)
+    configure_logging(job=args.job, run_id=args.run_id)
+    # Installed first: a stop request during the slow Spark start-up is honoured once it is up.
+    shutdown = ShutdownRequest()
+    shutdown.install()
+    try:
+        platform = load_platform()
+    except ConfigError as exc:
+        log.error("invalid platform config", error=str(exc))
+        return EXIT_CONFIG_ERROR
+    try:
+        spec = find_job(args.job, platform.conf_dir)
+    except ConfigError as exc:
+        log.error("invalid job config", error=str(exc))
+        # Without a spec there is no listener yet; the supervisor still needs to see why (a name
+        # that is not a job name cannot be a runtime directory).
+        if re.match(JOB_NAME_PATTERN, args.job):
+            TelemetryListener(platform, args.job, args.run_id).record_termination(
+                type(exc).__name__, str(exc)
+            )
+        return EXIT_CONFIG_ERROR
+    log.info("starting", kind=spec.pipeline.kind, config_version=spec.config_version)
+    return run_streaming_job(
+        platform, spec, args.run_id, PLANNERS[spec.pipeline.kind](platform, spec), shutdown
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,274 @@
+"""The driver runtime every streaming job shares.
+
+A job contributes one thing, a `QueryPlan`: given the session, it returns the configured
+`DataStreamWriter` (or raises `ConfigError` when its config cannot be planned, such as a route
+filter Spark cannot parse). `run_streaming_job` does the rest: session, telemetry listener,
+Prometheus endpoint, graceful shutdown, and the process exit code:
+
+* 0 (`EXIT_STOPPED`): the query was stopped on SIGTERM/SIGINT after its current batch, or ended.
+* 1 (`EXIT_QUERY_FAILED`): the query died with an exception; the terminated heartbeat keeps the
+  exception class and message.
+* 2 (`EXIT_CONFIG_ERROR`): the config could not be planned; nothing was started, and a terminated
+  heartbeat names the error.
+
+Landing files are newline-delimited JSON read with the `text` source and parsed here, once, by
+`parse_events`, so a malformed line becomes a dead letter with a precise reason instead of
+failing the batch or vanishing (which is what the `json` source's modes offer).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from types import FrameType
+
+import structlog
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
+
+from ops.config import FieldType, FileSource, JobSpec, PlatformConfig
+from ops.exceptions import ConfigError
+from ops.listener import TelemetryListener, describe_failure, serve_metrics
+
+EXIT_STOPPED = 0
+EXIT_QUERY_FAILED = 1
+EXIT_CONFIG_ERROR = 2
+
+DEAD_LETTER_REASON = "dead_letter_reason"
+RAW = "raw"
+EVENT_DATE = "event_date"
+EVENT_HOUR = "event_hour"
+# Landing files appear under a temporary name and are renamed to *.json once complete.
+LANDING_GLOB = "*.json"
+
+SPARK_TYPES: dict[FieldType, T.DataType] = {
+    "string": T.StringType(),
+    "long": T.LongType(),
+    "double": T.DoubleType(),
+    "boolean": T.BooleanType(),
+    "timestamp": T.TimestampType(),
+}
+_CORRUPT_RECORD = "_corrupt_record"
+_JSON = "_json"
+
+QueryPlan = Callable[[SparkSession], DataStreamWriter]
+
+log = structlog.get_logger("streamwarden.job")
+
+
+def configure_logging(**context: str) -> None:
+    """Configure structlog once for a driver process: JSON off a TTY, `context` bound to every line."""
+    renderer = structlog.dev.ConsoleRenderer() if sys.stderr.isatty() else structlog.processors.JSONRenderer()
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            renderer,
+        ],
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+    structlog.contextvars.bind_contextvars(**context)
+
+
+def build_session(platform: PlatformConfig, spec: JobSpec) -> SparkSession:
+    """The job's SparkSession, configured from the platform defaults and the job's resources."""
+    # Python workers otherwise start the system python, which lacks the venv's packages (FACTS.md).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    resources = spec.operations.resources
+    builder = (
+        SparkSession.builder.appName(f"streamwarden-{spec.name}")
+        .master(resources.master or platform.spark.master)
+        .config("spark.driver.memory", resources.driver_memory)
+        .config("spark.sql.shuffle.partitions", str(resources.shuffle_partitions))
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.enabled", str(platform.spark.ui_enabled).lower())
+        # Stage progress bars would interleave with the JSON log lines on stderr.
+        .config("spark.ui.showConsoleProgress", "false")
+    )
+    if spec.operations.stateful:
+        builder = builder.config(
+            "spark.sql.streaming.stateStore.providerClass",
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        ).config("spark.sql.streaming.stateStore.checkpointFormatVersion", "2")
+    for key, value in platform.spark.extra_conf.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def read_landing(spark: SparkSession, platform: PlatformConfig, spec: JobSpec) -> DataFrame:
+    """The job's landing directory as a stream of raw lines (one string column `value`)."""
+    source = spec.pipeline.source
+    landing_dir = platform.landing_root / source.path
+    # The file source refuses to start on a directory that does not exist yet.
+    landing_dir.mkdir(parents=True, exist_ok=True)
+    reader = spark.readStream.format("text").option("pathGlobFilter", LANDING_GLOB)
+    max_files = spec.operations.trigger.max_files_per_trigger
+    if max_files is not None:
+        reader = reader.option("maxFilesPerTrigger", max_files)
+    return reader.load(str(landing_dir))
+
+
+def parse_events(raw: DataFrame, source: FileSource) -> DataFrame:
+    """Raw JSON lines -> one typed column per source field, plus `dead_letter_reason` and `raw`.
+
+    Each line is parsed once, with every field read as text, and each field is then `try_cast` to
+    its declared type, so a bad value is reported instead of failing the batch (ANSI mode). The
+    reason is null for a good row; otherwise "invalid JSON", or the field problems joined by "; ",
+    each quoting the field: "missing required field 'user_id'",
+    "field 'amount': cannot parse 'abc' as double".
+    """
+    text_schema = T.StructType(
+        [T.StructField(field.name, T.StringType()) for field in source.fields]
+        + [T.StructField(_CORRUPT_RECORD, T.StringType())]
+    )
+    options = {"columnNameOfCorruptRecord": _CORRUPT_RECORD, "mode": "PERMISSIVE"}
+    parsed = raw.select(F.col("value").alias(RAW), F.from_json("value", text_schema, options).alias(_JSON))
+    # An empty line parses to a null struct; anything that is not a JSON object lands in the
+    # corrupt-record column.
+    invalid_json = F.col(_JSON).isNull() | F.col(f"{_JSON}.{_CORRUPT_RECORD}").isNotNull()
+    problems = [_field_problem(field.name, field.type, field.required) for field in source.fields]
+    reason = F.when(invalid_json, F.lit("invalid JSON")).when(
+        F.coalesce(*problems).isNotNull(), F.concat_ws("; ", *problems)
+    )
+    typed = [
+        F.col(f"{_JSON}.{field.name}").try_cast(SPARK_TYPES[field.type]).alias(field.name)
+        for field in source.fields
+    ]
+    return parsed.select(*typed, reason.alias(DEAD_LETTER_REASON), RAW)
+
+
+def _field_problem(name: str, field_type: FieldType, required: bool) -> Column:
+    """What is wrong with one field of a parsed row, or null."""
+    text = F.col(f"{_JSON}.{name}")
+    problems = []
+    if required:
+        problems.append(F.when(text.isNull(), F.lit(f"missing required field '{name}'")))
+    if field_type != "string":
+        unparsable = text.isNotNull() & text.try_cast(SPARK_TYPES[field_type]).isNull()
+        message = F.concat(F.lit(f"field '{name}': cannot parse '"), text, F.lit(f"' as {field_type}"))
+        problems.append(F.when(unparsable, message))
+    # At most one of the two holds: a field is either missing or present and unparsable.
+    return F.coalesce(*problems) if problems else F.lit(None).cast("string")
+
+
+def with_event_partitions(events: DataFrame, source: FileSource) -> DataFrame:
+    """Add the `event_date` and `event_hour` partition columns from the source's event time (UTC).
+
+    A row whose event time did not parse gets nulls (Spark's default partition on disk).
+    """
+    event_time = F.col(source.event_time_field)
+    return events.withColumns({EVENT_DATE: F.to_date(event_time), EVENT_HOUR: F.hour(event_time)})
+
+
+class ShutdownRequest:
+    """Records SIGTERM/SIGINT; the driver's wait loop sees it and stops the query between batches.
+
+    The handler only sets a flag: raising inside a handler could interrupt a Py4J call mid-reply
+    and leave the gateway connection unusable.
+    """
+
+    def __init__(self) -> None:
+        self._requested = threading.Event()
+        self.signal_name: str | None = None
+
+    def install(self) -> None:
+        """Handle SIGTERM and SIGINT in this (main) thread from now on."""
+        signal.signal(signal.SIGTERM, self._handle)
+        signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, signum: int, _frame: FrameType | None) -> None:
+        self.signal_name = signal.Signals(signum).name
+        self._requested.set()
+
+    @property
+    def requested(self) -> bool:
+        return self._requested.is_set()
+
+
+def stop_between_batches(query: StreamingQuery, timeout: float) -> None:
+    """Stop `query` once no trigger is running, so the current batch commits; force after `timeout`.
+
+    A batch that is interrupted anyway (timeout) is not lost: its offsets are logged and it is
+    re-run on the next start.
+    """
+    deadline = time.monotonic() + timeout
+    while query.isActive and query.status["isTriggerActive"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    query.stop()
+
+
+def _await_query(query: StreamingQuery, shutdown: ShutdownRequest, stop_timeout: float) -> None:
+    """Block until the query ends: by itself, by failing (raises), or stopped on a signal."""
+    while query.isActive:
+        if shutdown.requested:
+            log.info("stopping after current batch", signal=shutdown.signal_name)
+            stop_between_batches(query, stop_timeout)
+            break
+        query.awaitTermination(1)
+    query.awaitTermination()
+
+
+def run_streaming_job(
+    platform: PlatformConfig, spec: JobSpec, run_id: str, plan: QueryPlan, shutdown: ShutdownRequest
+) -> int:
+    """Run a job's query with telemetry until it stops, and return the process exit code.
+
+    This is the driver's outermost loop, so it is where an unexpected error is caught: it is
+    recorded in a terminated heartbeat (class and message) and the driver exits 1.
+    """
+    listener = TelemetryListener(platform, spec.name, run_id)
+    try:
+        with serve_metrics(listener.registry, spec.operations.metrics_port):
+            spark = build_session(platform, spec)
+            try:
+                return _run_query(spark, spec, plan, listener, shutdown)
+            finally:
+                spark.stop()
+    except Exception as exc:
+        return _failed(listener, type(exc).__name__, str(exc))
+
+
+def _run_query(
+    spark: SparkSession,
+    spec: JobSpec,
+    plan: QueryPlan,
+    listener: TelemetryListener,
+    shutdown: ShutdownRequest,
+) -> int:
+    spark.streams.addListener(listener)
+    try:
+        writer = plan(spark)
+    except ConfigError as exc:
+        log.error("cannot plan query", error=str(exc))
+        listener.record_termination(type(exc).__name__, str(exc))
+        return EXIT_CONFIG_ERROR
+    query = writer.start()
+    log.info("query started", query_id=str(query.id), metrics_port=spec.operations.metrics_port)
+    try:
+        _await_query(query, shutdown, spec.operations.shutdown_timeout_seconds)
+    except StreamingQueryException as exc:
+        # The listener bus delivers the termination event asynchronously; write our own record
+        # only if it has not arrived, so its account (with Spark's error condition) wins.
+        if not listener.wait_terminated(timeout=10.0):
+            listener.record_termination(*describe_failure(str(exc), None))
+        log.error("query failed", error=listener.last_error)
+        return EXIT_QUERY_FAILED
+    listener.wait_terminated(timeout=10.0)
+    log.info("query stopped", signal=shutdown.signal_name)
+    return EXIT_STOPPED
+
+
+def _failed(listener: TelemetryListener, error_class: str, message: str) -> int:
+    log.error("driver failed", error_class=error_class, error=message)
+    listener.record_termination(error_class, message)
+    return EXIT_QUERY_FAILED

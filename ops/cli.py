@@ -1,0 +1,155 @@
+"""`warden`: the operator's command line.
+
+    warden validate                 check platform.yaml and every job file (exit 1 if any is invalid)
+    warden status                   one row per job: state, last batch, rates, backlog, restarts, last alert
+    warden decisions JOB            the supervisor's recent decisions for a job, newest first
+    warden start JOB / stop JOB     resume or suspend a job and reconcile it now
+    warden reconcile JOB            run one supervisor pass now
+    warden platform up|down|status  the embedded platform (S3 server, Airflow, generator, drivers)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from datetime import timedelta
+
+from ops import platform as embedded
+from ops.config import load_jobs, load_platform
+from ops.exceptions import WardenError
+from ops.ledger import utcnow
+from ops.supervisor import FAILURE, Supervisor
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    cells = [[str(h) for h in headers], *[["" if c is None else str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in cells)
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}/s"
+
+
+def cmd_validate(_: argparse.Namespace) -> int:
+    platform = load_platform()
+    loaded = load_jobs(platform.conf_dir)
+    for name, spec in loaded.specs.items():
+        print(f"ok       {name} ({spec.pipeline.kind}, config {spec.config_version})")
+    for error in loaded.errors.values():
+        print(f"INVALID  {error}")
+    return 1 if loaded.errors else 0
+
+
+def cmd_status(_: argparse.Namespace) -> int:
+    platform = load_platform()
+    supervisor = Supervisor.for_platform(platform)
+    loaded = load_jobs(platform.conf_dir)
+    since = utcnow() - timedelta(hours=24)
+    rows = []
+    for name in sorted(set(loaded.specs) | {job.name for job in supervisor.ledger.jobs()}):
+        job = supervisor.ledger.job(name)
+        heartbeat = supervisor.observe(name).heartbeat
+        sample = heartbeat.last_sample if heartbeat else None
+        restarts = sum(
+            1 for run in supervisor.ledger.runs(name, limit=200) if run.started_at >= since and (run.exit_reason or "").startswith(FAILURE)
+        )
+        alerts = supervisor.ledger.alerts(name, limit=1)
+        last_alert = f"{alerts[0].kind} {alerts[0].status} {alerts[0].created_at:%m-%d %H:%M}" if alerts else "-"
+        state = "INVALID" if name not in loaded.specs else (job.state if job else "NEW")
+        rows.append(
+            [
+                name,
+                state,
+                job.desired_state if job else "-",
+                heartbeat.batch_id if heartbeat and heartbeat.batch_id is not None else (job.last_batch_id if job else None) or "-",
+                _rate(sample.input_rows_per_second if sample else None),
+                _rate(sample.processed_rows_per_second if sample else None),
+                "-" if sample is None or sample.backlog_files is None else sample.backlog_files,
+                restarts,
+                last_alert,
+            ]
+        )
+    headers = ["job", "state", "desired", "last batch", "input", "processed", "backlog", "restarts 24h", "last alert"]
+    print(_table(headers, rows))
+    for error in loaded.errors.values():
+        print(f"INVALID  {error}")
+    return 0
+
+
+def cmd_decisions(args: argparse.Namespace) -> int:
+    supervisor = Supervisor.for_platform(load_platform())
+    decisions = supervisor.ledger.decisions(args.job, limit=args.limit)
+    rows = [[d.id, f"{d.at:%Y-%m-%d %H:%M:%S}", d.action, d.reason, d.outcome or "", d.run_id or ""] for d in decisions]
+    print(_table(["id", "at (UTC)", "action", "reason", "outcome", "run"], rows))
+    return 0
+
+
+def _request_and_reconcile(job: str, action: str, reason: str) -> int:
+    supervisor = Supervisor.for_platform(load_platform())
+    print(supervisor.request(job, action, reason))
+    print(supervisor.reconcile(job).line())
+    return 0
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    return _request_and_reconcile(args.job, "resume", args.reason)
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    return _request_and_reconcile(args.job, "suspend", args.reason)
+
+
+def cmd_reconcile(args: argparse.Namespace) -> int:
+    print(Supervisor.for_platform(load_platform()).reconcile(args.job).line())
+    return 0
+
+
+def cmd_platform(args: argparse.Namespace) -> int:
+    platform = load_platform()
+    match args.action:
+        case "up":
+            embedded.up(platform)
+        case "down":
+            embedded.down(platform)
+        case "status":
+            rows = [[s.name, "running" if s.running else "stopped", s.pid or "-", s.url or "-"] for s in embedded.status(platform)]
+            print(_table(["service", "state", "pid", "url"], rows))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="warden", description="Operate Streamwarden's streaming jobs.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("validate", help="validate platform.yaml and every job file").set_defaults(run=cmd_validate)
+    commands.add_parser("status", help="a table of every job's health").set_defaults(run=cmd_status)
+    decisions = commands.add_parser("decisions", help="the supervisor's decisions for a job")
+    decisions.add_argument("job")
+    decisions.add_argument("--limit", type=int, default=30)
+    decisions.set_defaults(run=cmd_decisions)
+    for name, run, verb in (("start", cmd_start, "resume"), ("stop", cmd_stop, "suspend")):
+        command = commands.add_parser(name, help=f"{verb} a job and reconcile it now")
+        command.add_argument("job")
+        command.add_argument("--reason", default=f"{name} from the warden CLI")
+        command.set_defaults(run=run)
+    reconcile = commands.add_parser("reconcile", help="run one supervisor pass for a job")
+    reconcile.add_argument("job")
+    reconcile.set_defaults(run=cmd_reconcile)
+    platform = commands.add_parser("platform", help="the embedded platform")
+    platform.add_argument("action", choices=["up", "down", "status"])
+    platform.set_defaults(run=cmd_platform)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.run(args))
+    except WardenError as error:
+        print(f"warden: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,237 @@
+"""Deterministic synthetic product events for the landing zone (the router job's source).
+
+`write_batch` writes one newline-delimited JSON file and returns exactly what it wrote: the valid
+events as dicts and each malformed line with its kind and the field it broke, so a test can check
+a job's output against known input without re-implementing Spark SQL. Files appear atomically:
+they are written under a temporary name that does not match `*.json` and renamed when complete,
+so a streaming file source never reads half a file.
+
+`run` writes such files continuously for the demo; `python -m ops.generator --landing DIR --rate N`
+runs it from the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+MalformedKind = Literal["bad_json", "wrong_type", "missing_field"]
+MALFORMED_KINDS: tuple[MalformedKind, ...] = ("bad_json", "wrong_type", "missing_field")
+
+EVENT_TYPES = ("view", "view", "view", "click", "click", "add_to_cart", "purchase")
+COUNTRIES = ("DE", "FR", "ES", "IT", "NL", "US", "GB", "BR", "IN", "JP")
+DEVICES = ("ios", "android", "web", "tv")
+PAGES = ("/", "/search", "/product", "/cart", "/checkout", "/account")
+REQUIRED_FIELDS = ("event_id", "event_time", "user_id", "event_type")
+# The non-string fields a "wrong_type" line breaks, with the unparsable text put in their place.
+TYPED_FIELDS = {"event_time": "yesterday", "amount": "abc"}
+DEFAULT_START = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class MalformedLine:
+    """A line written broken on purpose: how it is broken, which field (None for bad JSON)."""
+
+    kind: MalformedKind
+    field: str | None
+    line: str
+
+
+@dataclass(frozen=True)
+class GeneratedBatch:
+    """What one `write_batch` call wrote to `path`."""
+
+    path: Path
+    events: tuple[dict[str, Any], ...]
+    malformed: tuple[MalformedLine, ...]
+
+    @property
+    def total(self) -> int:
+        return len(self.events) + len(self.malformed)
+
+    def malformed_by_kind(self) -> dict[str, int]:
+        return dict(Counter(line.kind for line in self.malformed))
+
+
+@dataclass
+class RunTotals:
+    """Running totals of a continuous `run`."""
+
+    files: int = 0
+    events: int = 0
+    malformed: int = 0
+    paths: list[Path] = field(default_factory=list)
+
+
+def _format_time(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def make_event(rng: random.Random, moment: datetime) -> dict[str, Any]:
+    """One valid product event; optional fields are sometimes absent, `amount` only on purchases."""
+    event_type = rng.choice(EVENT_TYPES)
+    event: dict[str, Any] = {
+        "event_id": str(uuid.UUID(int=rng.getrandbits(128), version=4)),
+        "event_time": _format_time(moment),
+        "user_id": f"u{rng.randrange(1, 5000):05d}",
+        "event_type": event_type,
+    }
+    if rng.random() < 0.95:
+        event["country"] = rng.choice(COUNTRIES)
+    if rng.random() < 0.95:
+        event["device"] = rng.choice(DEVICES)
+    event["page"] = rng.choice(PAGES)
+    if event_type == "purchase":
+        # Some zero-amount purchases, which a filter like `amount > 0` must drop.
+        event["amount"] = 0.0 if rng.random() < 0.1 else round(rng.uniform(1, 500), 2)
+    return event
+
+
+def break_event(rng: random.Random, event: dict[str, Any], kind: MalformedKind) -> MalformedLine:
+    """A malformed line made from `event` by breaking it the given way."""
+    if kind == "bad_json":
+        line = json.dumps(event)
+        # Half a JSON object is never a valid one.
+        return MalformedLine(kind, None, line[: len(line) // 2])
+    if kind == "wrong_type":
+        name = rng.choice(sorted(TYPED_FIELDS))
+        return MalformedLine(kind, name, json.dumps({**event, name: TYPED_FIELDS[name]}))
+    name = rng.choice(REQUIRED_FIELDS)
+    return MalformedLine(kind, name, json.dumps({k: v for k, v in event.items() if k != name}))
+
+
+def write_batch(
+    landing_dir: Path,
+    n_events: int,
+    malformed_fraction: float = 0.0,
+    seed: int = 0,
+    *,
+    start: datetime = DEFAULT_START,
+    span_seconds: float = 3600.0,
+    file_name: str | None = None,
+) -> GeneratedBatch:
+    """Write `n_events` lines (a `malformed_fraction` of them broken) as one atomic JSON file.
+
+    The same arguments always produce the same file. Event times are spread over
+    [`start`, `start` + `span_seconds`); malformed lines cycle through the kinds bad JSON, wrong
+    type, missing required field. The file is `events-<seed>.json` unless `file_name` is given.
+    """
+    if not 0.0 <= malformed_fraction <= 1.0:
+        raise ValueError(f"malformed_fraction must be within [0, 1], got {malformed_fraction!r}")
+    rng = random.Random(seed)
+    n_malformed = round(n_events * malformed_fraction)
+    broken_positions = set(rng.sample(range(n_events), n_malformed))
+    events: list[dict[str, Any]] = []
+    malformed: list[MalformedLine] = []
+    lines: list[str] = []
+    for position in range(n_events):
+        moment = start + timedelta(seconds=span_seconds * position / max(n_events, 1))
+        event = make_event(rng, moment)
+        if position in broken_positions:
+            broken = break_event(rng, event, MALFORMED_KINDS[len(malformed) % len(MALFORMED_KINDS)])
+            malformed.append(broken)
+            lines.append(broken.line)
+        else:
+            events.append(event)
+            lines.append(json.dumps(event))
+    landing_dir.mkdir(parents=True, exist_ok=True)
+    path = landing_dir / (file_name or f"events-{seed}.json")
+    temp_path = landing_dir / f".{path.name}.{os.getpid()}.tmp"
+    temp_path.write_text("".join(line + "\n" for line in lines))
+    os.replace(temp_path, path)
+    return GeneratedBatch(path=path, events=tuple(events), malformed=tuple(malformed))
+
+
+def run(
+    landing_dir: Path,
+    events_per_second: float,
+    files_per_second: float = 1.0,
+    *,
+    malformed_fraction: float = 0.01,
+    seed: int = 0,
+    stop_event: threading.Event | None = None,
+    duration: float | None = None,
+    on_file: Callable[[GeneratedBatch, RunTotals], None] | None = None,
+) -> RunTotals:
+    """Write files continuously at the given rates until `stop_event` is set or `duration` passes.
+
+    Event times are "now", so watermark lag and per-hour partitions look like production. File
+    `i` uses seed `seed + i`; names carry the start time, so a second run never reuses a name the
+    file source has already seen. `on_file(batch, totals)` is called after every file.
+    """
+    if events_per_second <= 0 or files_per_second <= 0:
+        raise ValueError("events_per_second and files_per_second must be positive")
+    stop_event = stop_event or threading.Event()
+    interval = 1.0 / files_per_second
+    per_file = max(1, round(events_per_second / files_per_second))
+    run_tag = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    started = time.monotonic()
+    totals = RunTotals()
+    while not stop_event.is_set() and (duration is None or time.monotonic() - started < duration):
+        batch = write_batch(
+            landing_dir,
+            per_file,
+            malformed_fraction,
+            seed + totals.files,
+            start=datetime.now(UTC),
+            span_seconds=interval,
+            file_name=f"events-{run_tag}-{totals.files:06d}.json",
+        )
+        totals.files += 1
+        totals.events += len(batch.events)
+        totals.malformed += len(batch.malformed)
+        totals.paths.append(batch.path)
+        if on_file is not None:
+            on_file(batch, totals)
+        # Sleep to the next slot of the schedule, so writing time does not slow the rate down.
+        next_slot = started + totals.files * interval
+        stop_event.wait(max(0.0, next_slot - time.monotonic()))
+    return totals
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m ops.generator --landing DIR --rate N`: write events until interrupted."""
+    parser = argparse.ArgumentParser(prog="python -m ops.generator", description=__doc__.splitlines()[0])
+    parser.add_argument("--landing", type=Path, required=True, help="landing directory of the job's source")
+    parser.add_argument("--rate", type=float, required=True, help="events per second")
+    parser.add_argument("--files-per-second", type=float, default=1.0)
+    parser.add_argument("--malformed-fraction", type=float, default=0.01)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--duration", type=float, default=None, help="seconds to run (default: until Ctrl-C)")
+    args = parser.parse_args(argv)
+
+    def progress(batch: GeneratedBatch, totals: RunTotals) -> None:
+        print(
+            f"wrote {batch.path.name}: {batch.total} lines ({len(batch.malformed)} malformed); "
+            f"total {totals.events} events, {totals.malformed} malformed in {totals.files} files",
+            flush=True,
+        )
+
+    try:
+        run(
+            args.landing,
+            args.rate,
+            args.files_per_second,
+            malformed_fraction=args.malformed_fraction,
+            seed=args.seed,
+            duration=args.duration,
+            on_file=progress,
+        )
+    except KeyboardInterrupt:
+        print("stopped", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

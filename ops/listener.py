@@ -1,0 +1,229 @@
+"""The driver-side `StreamingQueryListener`: heartbeat file and Prometheus metrics.
+
+Spark has no REST endpoint for Structured Streaming, so every driver installs a
+`TelemetryListener`. On query start, every progress event, every idle event and on termination it
+rewrites the job's heartbeat (`ops.telemetry`), keeping the last `RECENT_BATCHES` batches, and it
+updates gauges on a registry of its own that `serve_metrics` exposes on 127.0.0.1.
+
+The progress record is read from its JSON form, which is the same in classic PySpark and Spark
+Connect. `backlog_files` is filled from a source's `numFilesOutstanding` metric when one reports
+it; Spark 4.3's file source reports no metrics, so it is null for landing-zone jobs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+from wsgiref.simple_server import WSGIServer
+
+import structlog
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from pyspark.sql.streaming import StreamingQueryListener
+from pyspark.sql.streaming.listener import (
+    QueryIdleEvent,
+    QueryProgressEvent,
+    QueryStartedEvent,
+    QueryTerminatedEvent,
+)
+
+from ops.config import PlatformConfig
+from ops.telemetry import (
+    RECENT_BATCHES,
+    BatchSample,
+    Heartbeat,
+    HeartbeatEvent,
+    heartbeat_path,
+    write_heartbeat,
+)
+
+# Long stack traces stay in the driver log; the heartbeat keeps enough to page on.
+MAX_ERROR_MESSAGE = 2000
+BACKLOG_FILES_METRIC = "numFilesOutstanding"
+
+log = structlog.get_logger("streamwarden.listener")
+
+
+def _finite(value: Any) -> float:
+    """A rate as a float; Spark omits NaN/infinite rates (first batch, zero duration)."""
+    number = float(value) if value is not None else 0.0
+    return number if math.isfinite(number) else 0.0
+
+
+def batch_sample(progress: Mapping[str, Any]) -> BatchSample:
+    """The `BatchSample` of one progress record (the parsed `StreamingQueryProgress.json`)."""
+    outstanding = [
+        int(source["metrics"][BACKLOG_FILES_METRIC])
+        for source in progress.get("sources", [])
+        if BACKLOG_FILES_METRIC in (source.get("metrics") or {})
+    ]
+    return BatchSample(
+        batch_id=int(progress["batchId"]),
+        num_input_rows=int(progress.get("numInputRows", 0)),
+        input_rows_per_second=_finite(progress.get("inputRowsPerSecond")),
+        processed_rows_per_second=_finite(progress.get("processedRowsPerSecond")),
+        duration_ms=int(progress.get("batchDuration", 0)),
+        backlog_files=sum(outstanding) if outstanding else None,
+    )
+
+
+def state_rows(progress: Mapping[str, Any]) -> int | None:
+    """Rows held in state across all stateful operators, or None for a stateless query."""
+    operators = progress.get("stateOperators") or []
+    return sum(int(operator.get("numRowsTotal", 0)) for operator in operators) if operators else None
+
+
+def describe_failure(exception_text: str, error_condition: str | None) -> tuple[str, str]:
+    """(error class, message) from Spark's exception text, whose first line is `Class: message`.
+
+    Spark's error condition (e.g. `FAILED_READ_FILE`) is kept in front of the message when the
+    text does not already carry it.
+    """
+    first_line, _, rest = exception_text.strip().partition("\n")
+    error_class, separator, message = first_line.partition(": ")
+    if not separator or " " in error_class:
+        error_class, message = "StreamingQueryException", first_line
+    if error_condition and error_condition not in message:
+        message = f"[{error_condition}] {message}"
+    # Python errors raised in workers put their traceback after the first line; keep its tail.
+    if rest and error_class.endswith("PythonException"):
+        message = f"{message}\n{rest}"
+    return error_class, message[:MAX_ERROR_MESSAGE]
+
+
+class _Metrics:
+    """The driver's Prometheus metrics, on a registry of their own (one driver per process)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.last_batch_id = Gauge(
+            "streamwarden_last_committed_batch_id",
+            "Id of the newest committed micro-batch",
+            registry=registry,
+        )
+        self.input_rows = Counter(
+            "streamwarden_input_rows", "Rows read by committed micro-batches", registry=registry
+        )
+        self.input_rate = Gauge(
+            "streamwarden_input_rows_per_second", "Input rate of the newest batch", registry=registry
+        )
+        self.processed_rate = Gauge(
+            "streamwarden_processed_rows_per_second", "Processing rate of the newest batch", registry=registry
+        )
+        self.batch_duration = Gauge(
+            "streamwarden_batch_duration_seconds", "Duration of the newest batch", registry=registry
+        )
+        self.state_rows = Gauge(
+            "streamwarden_state_rows", "Rows held in state by all stateful operators", registry=registry
+        )
+        self.heartbeat = Gauge(
+            "streamwarden_heartbeat_timestamp_seconds",
+            "When the driver last wrote its heartbeat",
+            registry=registry,
+        )
+
+
+@contextmanager
+def serve_metrics(registry: CollectorRegistry, port: int) -> Iterator[WSGIServer]:
+    """Serve `registry` on 127.0.0.1:`port` from a daemon thread while the context is open."""
+    server, thread = start_http_server(port, addr="127.0.0.1", registry=registry)
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+class TelemetryListener(StreamingQueryListener):
+    """Writes the job's heartbeat and updates its metrics on every query event.
+
+    Events arrive on Spark's listener thread; `record_termination` may also be called from the
+    driver's main thread, so writes are serialized by a lock.
+    """
+
+    def __init__(self, platform: PlatformConfig, job: str, run_id: str) -> None:
+        self.job = job
+        self.run_id = run_id
+        self.path = heartbeat_path(platform.job_runtime_dir(job))
+        self.registry = CollectorRegistry()
+        self._metrics = _Metrics(self.registry)
+        self._recent: deque[BatchSample] = deque(maxlen=RECENT_BATCHES)
+        self._batch_id: int | None = None
+        self._state_rows: int | None = None
+        self._watermark: str | None = None
+        self._lock = threading.Lock()
+        self._terminated = threading.Event()
+        self.last_error: str | None = None
+
+    def onQueryStarted(self, event: QueryStartedEvent) -> None:
+        self._write("started")
+
+    def onQueryProgress(self, event: QueryProgressEvent) -> None:
+        progress = json.loads(event.progress.json)
+        sample = batch_sample(progress)
+        with self._lock:
+            self._recent.append(sample)
+            self._batch_id = sample.batch_id
+            self._state_rows = state_rows(progress)
+            self._watermark = (progress.get("eventTime") or {}).get("watermark")
+        self._metrics.last_batch_id.set(sample.batch_id)
+        self._metrics.input_rows.inc(sample.num_input_rows)
+        self._metrics.input_rate.set(sample.input_rows_per_second)
+        self._metrics.processed_rate.set(sample.processed_rows_per_second)
+        self._metrics.batch_duration.set(sample.duration_ms / 1000)
+        if self._state_rows is not None:
+            self._metrics.state_rows.set(self._state_rows)
+        log.info(
+            "batch",
+            batch=sample.batch_id,
+            rows=sample.num_input_rows,
+            input_rate=round(sample.input_rows_per_second, 1),
+            processed_rate=round(sample.processed_rows_per_second, 1),
+            duration_ms=sample.duration_ms,
+        )
+        self._write("progress")
+
+    def onQueryIdle(self, event: QueryIdleEvent) -> None:
+        self._write("idle")
+
+    def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
+        if event.exception:
+            self.record_termination(*describe_failure(event.exception, event.errorClassOnException))
+        else:
+            self.record_termination(None, None)
+
+    def record_termination(self, error_class: str | None, message: str | None) -> None:
+        """Write the terminated heartbeat, with the error that ended the driver if any."""
+        self.last_error = None if error_class is None else f"{error_class}: {message}"
+        self._write("terminated", error_class=error_class, error_message=message)
+        self._terminated.set()
+
+    def wait_terminated(self, timeout: float) -> bool:
+        """Whether the terminated heartbeat has been written, waiting up to `timeout` seconds."""
+        return self._terminated.wait(timeout)
+
+    def _write(
+        self, event: HeartbeatEvent, *, error_class: str | None = None, error_message: str | None = None
+    ) -> None:
+        with self._lock:
+            heartbeat = Heartbeat(
+                job=self.job,
+                run_id=self.run_id,
+                pid=os.getpid(),
+                event=event,
+                at=time.time(),
+                batch_id=self._batch_id,
+                state_rows=self._state_rows,
+                watermark=self._watermark,
+                error_class=error_class,
+                error_message=error_message,
+                recent=tuple(self._recent),
+            )
+            write_heartbeat(self.path, heartbeat)
+        self._metrics.heartbeat.set(heartbeat.at)

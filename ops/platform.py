@@ -1,0 +1,308 @@
+"""The embedded platform on one machine: S3 server, ledger, Airflow, event generator, drivers.
+
+`up()` starts SeaweedFS (when `s3.endpoint_url` is on loopback), migrates the ledger and Airflow's
+metadata database, starts Airflow's four components (scheduler, dag-processor, triggerer,
+api-server) and the synthetic event generator, waits until Airflow is healthy and unpauses every
+supervision DAG. `down()` stops all of it, the streaming drivers included, and is safe to run at any
+time. `status()` lists the services. Each service is a `ManagedProcess`: pid files in
+`<runtime_root>/pids/`, logs in `<runtime_root>/logs/`.
+
+Airflow's components run as separate services rather than under `airflow standalone`, because
+standalone starts the scheduler and triggerer with their log servers, which listen on every
+interface at fixed ports (8793, 8794) with no setting to change the address: everything here stays
+on 127.0.0.1, and two platforms on one machine must not clash. Without those servers the api-server
+reads task logs straight from the shared `AIRFLOW_HOME/logs`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+from urllib.parse import quote
+
+from ops.config import CONF_DIR_ENV, PlatformConfig, load_jobs
+from ops.exceptions import ServiceError
+from ops.ledger import Ledger
+from ops.services import ManagedProcess, SeaweedS3, s3_credentials, venv_bin_dir
+
+# Where the code lives (dags/, plugins/, the ops and jobs packages); the conf dir may be elsewhere.
+CODE_ROOT = Path(__file__).resolve().parent.parent
+SUPERVISE_DAG_PREFIX = "warden_supervise_"
+# Each component with the flags that keep it off the network beyond its own job.
+AIRFLOW_COMMANDS = {
+    "airflow-scheduler": ["scheduler", "--skip-serve-logs"],
+    "airflow-dag-processor": ["dag-processor"],
+    "airflow-triggerer": ["triggerer", "--skip-serve-logs"],
+    "airflow-api-server": ["api-server"],
+}
+GENERATOR_RATE = 200
+AIRFLOW_COMPONENTS = ("scheduler", "dag_processor", "triggerer")
+AIRFLOW_STOP_TIMEOUT = 60.0
+PROGRESS_EVERY_SECONDS = 15.0
+
+Echo = Callable[[str], None]
+
+
+class ServiceStatus(NamedTuple):
+    """One row of `warden platform status`."""
+
+    name: str
+    running: bool
+    pid: int | None
+    url: str | None
+
+
+def _base_env(platform: PlatformConfig) -> dict[str, str]:
+    """The environment every platform process shares: the venv first on PATH, conf and Spark."""
+    env = {
+        **os.environ,
+        "PATH": f"{venv_bin_dir()}{os.pathsep}{os.environ.get('PATH', '')}",
+        CONF_DIR_ENV: str(platform.conf_dir),
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+    }
+    credentials = s3_credentials(platform.s3)
+    if credentials is not None:
+        # Tasks and drivers find the S3 keys where the platform config says they are.
+        env[platform.s3.access_key_id_env] = credentials.access_key_id
+        env[platform.s3.secret_access_key_env] = credentials.secret_access_key
+    return env
+
+
+def airflow_env(platform: PlatformConfig) -> dict[str, str]:
+    """The environment of every Airflow component and Airflow CLI call for this platform."""
+    env = {
+        # An AIRFLOW_HOME or AIRFLOW__* variable from the caller's shell would point the embedded
+        # platform at another metadata database or settings; its config lives here only.
+        name: value
+        for name, value in _base_env(platform).items()
+        if name != "AIRFLOW_HOME" and not name.startswith("AIRFLOW__")
+    }
+    api_url = platform.airflow.base_url
+    env.update(
+        {
+            "AIRFLOW_HOME": str(platform.runtime_root / "airflow"),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(CODE_ROOT / "dags"),
+            "AIRFLOW__CORE__PLUGINS_FOLDER": str(CODE_ROOT / "plugins"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__AUTH_MANAGER": (
+                "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
+            ),
+            # Embedded use on loopback: everyone is admin, no login page.
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+            "AIRFLOW__API__HOST": platform.airflow.host,
+            "AIRFLOW__API__PORT": str(platform.airflow.port),
+            "AIRFLOW__API__BASE_URL": api_url,
+            # Task processes reach the api-server here; Airflow's default assumes localhost:8080.
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{api_url}/execution/",
+        }
+    )
+    return env
+
+
+def airflow_processes(platform: PlatformConfig) -> list[ManagedProcess]:
+    """Airflow's components as managed services, in start order."""
+    env = airflow_env(platform)
+    airflow = str(venv_bin_dir() / "airflow")
+    return [
+        ManagedProcess.under(platform.runtime_root, name, [airflow, *command], env, cwd=CODE_ROOT)
+        for name, command in AIRFLOW_COMMANDS.items()
+    ]
+
+
+def migrate_airflow_db(platform: PlatformConfig) -> None:
+    """Create or upgrade Airflow's metadata database (SQLite in AIRFLOW_HOME)."""
+    migration = subprocess.run(
+        [str(venv_bin_dir() / "airflow"), "db", "migrate"],
+        env=airflow_env(platform),
+        cwd=CODE_ROOT,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+    )
+    if migration.returncode != 0:
+        output = "\n".join((migration.stdout + migration.stderr).splitlines()[-30:])
+        raise ServiceError(f"airflow db migrate failed with exit code {migration.returncode}:\n{output}")
+
+
+def generator_process(platform: PlatformConfig) -> ManagedProcess:
+    """The synthetic event generator writing JSON files into `<landing_root>/events`."""
+    argv = [
+        sys.executable,
+        "-m",
+        "ops.generator",
+        "--landing",
+        str(platform.landing_root / "events"),
+        "--rate",
+        str(GENERATOR_RATE),
+    ]
+    return ManagedProcess.under(platform.runtime_root, "generator", argv, _base_env(platform), cwd=CODE_ROOT)
+
+
+def _airflow_api(platform: PlatformConfig, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    """One JSON call to the embedded api-server (no token: all users are admin there)."""
+    request = urllib.request.Request(
+        f"{platform.airflow.base_url}{path}",
+        method=method,
+        data=json.dumps(body).encode() if body is not None else None,
+        headers={"Content-Type": "application/json", "Accept": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return json.load(response)
+    except urllib.error.HTTPError as exc:
+        raise ServiceError(f"Airflow answered {exc.code} to {method} {path}: {exc.read()[:500]!r}") from exc
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise ServiceError(
+            f"Airflow at {platform.airflow.base_url} does not answer {method} {path}: {exc}"
+        ) from exc
+
+
+def _unhealthy_airflow_components(platform: PlatformConfig) -> list[str]:
+    """The Airflow components not yet healthy (all of them while the api-server is down)."""
+    try:
+        health = _airflow_api(platform, "GET", "/api/v2/monitor/health")
+    except ServiceError:
+        return ["api_server", *AIRFLOW_COMPONENTS]
+    return [name for name in AIRFLOW_COMPONENTS if (health.get(name) or {}).get("status") != "healthy"]
+
+
+def _wait(
+    what: str,
+    pending: Callable[[], list[str]],
+    processes: list[ManagedProcess],
+    timeout: float,
+    echo: Echo,
+) -> None:
+    """Poll `pending()` until it is empty, echoing progress; ServiceError on timeout or an exit."""
+    started = time.monotonic()
+    last_report = started
+    last_pending: list[str] | None = None
+    while True:
+        waiting_for = pending()
+        if not waiting_for:
+            return
+        now = time.monotonic()
+        if waiting_for != last_pending or now - last_report >= PROGRESS_EVERY_SECONDS:
+            echo(f"  waiting for {what}: {', '.join(waiting_for)} ({now - started:.0f}s)")
+            last_pending, last_report = waiting_for, now
+        for process in processes:
+            if not process.is_running():
+                raise ServiceError(
+                    f"{process.name} exited while waiting for {what}; "
+                    f"last lines of {process.log_path}:\n{process.log_tail()}"
+                )
+        if now - started >= timeout:
+            logs = ", ".join(str(process.log_path) for process in processes)
+            raise ServiceError(
+                f"timed out after {timeout:g}s waiting for {what} ({', '.join(waiting_for)}); see {logs}"
+            )
+        time.sleep(1.0)
+
+
+def _unpause_supervision_dags(
+    platform: PlatformConfig, airflow: list[ManagedProcess], timeout: float, echo: Echo
+) -> None:
+    """Wait until the dag-processor has registered every job's supervision DAG, then unpause them."""
+    expected = {f"{SUPERVISE_DAG_PREFIX}{name}" for name in load_jobs(platform.conf_dir).specs}
+    query = f"/api/v2/dags?dag_id_prefix_pattern={quote(SUPERVISE_DAG_PREFIX)}&limit=1000"
+
+    def registered() -> set[str]:
+        try:
+            dags = _airflow_api(platform, "GET", query)["dags"]
+        except ServiceError:
+            return set()
+        return {dag["dag_id"] for dag in dags if dag["dag_id"].startswith(SUPERVISE_DAG_PREFIX)}
+
+    _wait("supervision DAGs", lambda: sorted(expected - registered()), airflow, timeout, echo)
+    for dag_id in sorted(registered()):
+        _airflow_api(platform, "PATCH", f"/api/v2/dags/{quote(dag_id)}", {"is_paused": False})
+        echo(f"  unpaused {dag_id}")
+
+
+def up(platform: PlatformConfig, *, timeout: float = 300.0, echo: Echo = print) -> None:
+    """Start the embedded platform and return once Airflow is healthy and supervising.
+
+    Services already running are left as they are, so `up` after a partial start completes it.
+    Raises ServiceError (with the failing service's log tail) if a service does not come up within
+    `timeout` seconds; what did start keeps running until `down()`.
+    """
+    seaweed = SeaweedS3.for_platform(platform)
+    if seaweed is None:
+        echo(f"S3: external store at {platform.s3.endpoint_url or 'Amazon S3'}")
+    else:
+        echo(f"starting SeaweedFS S3 on {seaweed.endpoint_url} ...")
+        seaweed.start(timeout=min(timeout, 60.0))
+    echo(f"migrating the ledger at {platform.resolved_ledger_url} ...")
+    Ledger.open(platform.resolved_ledger_url)
+
+    echo("migrating Airflow's metadata database ...")
+    migrate_airflow_db(platform)
+    airflow = airflow_processes(platform)
+    echo(f"starting Airflow: {', '.join(component.name for component in airflow)}")
+    for component in airflow:
+        component.start()
+    generator = generator_process(platform)
+    echo(f"starting the event generator ({GENERATOR_RATE} events/s into {platform.landing_root / 'events'})")
+    generator.start()
+
+    _wait("Airflow", lambda: _unhealthy_airflow_components(platform), airflow, timeout, echo)
+    _unpause_supervision_dags(platform, airflow, timeout, echo)
+    if not generator.is_running():
+        raise ServiceError(
+            f"the event generator exited; last lines of {generator.log_path}:\n{generator.log_tail()}"
+        )
+
+    echo("")
+    echo("Streamwarden is up.")
+    echo(f"  Airflow UI:  {platform.airflow.base_url}  (embedded: no login needed, everyone is admin)")
+    if seaweed is not None:
+        echo(f"  S3:          {seaweed.endpoint_url}  bucket {platform.s3.bucket!r}")
+    echo(f"  logs:        {platform.runtime_root / 'logs'}  (drivers: {platform.runtime_root / 'jobs'})")
+    echo("  stop with:   make stop  (or .venv/bin/warden platform down)")
+
+
+def down(platform: PlatformConfig, *, echo: Echo = print) -> None:
+    """Stop the generator, Airflow, every streaming driver and SeaweedFS; a no-op when all are down.
+
+    Airflow goes before the drivers so no supervision pass relaunches a driver being stopped.
+    """
+    # Imported here: only `down` needs the supervisor stack, and `up`/`status` must work without it.
+    from ops.supervisor import stop_all_jobs
+
+    echo(f"generator: {generator_process(platform).stop()}")
+    for component in reversed(airflow_processes(platform)):
+        echo(f"{component.name}: {component.stop(AIRFLOW_STOP_TIMEOUT)}")
+    seaweed = SeaweedS3.for_platform(platform)
+    try:
+        for line in stop_all_jobs(platform):
+            echo(f"driver {line}")
+    finally:
+        # Drivers may fail to stop (a broken ledger); the S3 server must still go down.
+        if seaweed is not None:
+            echo(f"seaweedfs: {seaweed.stop()}")
+
+
+def status(platform: PlatformConfig) -> list[ServiceStatus]:
+    """Each embedded service: name, whether it runs, its pid and where it answers."""
+    rows = []
+    seaweed = SeaweedS3.for_platform(platform)
+    if seaweed is not None:
+        pid = seaweed.process.pid()
+        rows.append(ServiceStatus("seaweedfs", pid is not None, pid, seaweed.endpoint_url))
+    for component in airflow_processes(platform):
+        pid = component.pid()
+        url = platform.airflow.base_url if component.name == "airflow-api-server" else None
+        rows.append(ServiceStatus(component.name, pid is not None, pid, url))
+    pid = generator_process(platform).pid()
+    rows.append(ServiceStatus("generator", pid is not None, pid, None))
+    return rows

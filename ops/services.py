@@ -1,0 +1,419 @@
+"""Embedded services as detached child processes: the SeaweedFS S3 server, Airflow, the generator.
+
+`ManagedProcess` is the one way the platform runs a long-lived service: started in a session of
+its own (so it outlives the command that started it, and stopping it reaches everything it
+spawned), tracked by a pid file under `<runtime_root>/pids/`, logging to
+`<runtime_root>/logs/<name>.log`. `SeaweedS3` runs `weed mini` bound to 127.0.0.1 on the port of
+`s3.endpoint_url`, waits until S3 answers and makes sure the bucket exists. `s3_client()` is the
+boto3 client every part of the platform uses, embedded or Amazon S3 alike.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import NamedTuple
+from urllib.parse import urlsplit
+
+import boto3
+from botocore.client import BaseClient
+from botocore.config import Config as BotoConfig
+from botocore.exceptions import BotoCoreError, ClientError
+
+from ops.config import PlatformConfig, S3Config
+from ops.exceptions import ServiceError
+from ops.launcher import _process_start_ticks, _reap
+
+# Credentials of the embedded SeaweedFS when the variables named in `s3` are unset. They guard
+# nothing (the server only listens on loopback); real credentials come from the environment.
+EMBEDDED_ACCESS_KEY_ID = "streamwarden"
+EMBEDDED_SECRET_ACCESS_KEY = "streamwarden-embedded-secret"
+
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost"})
+# weed mini's admin worker dials the admin gRPC port at this fixed offset from the admin HTTP port,
+# whatever `-admin.port.grpc` says, so the offset is kept rather than choosing the port freely.
+SEAWEED_GRPC_OFFSET = 10000
+LOG_TAIL_LINES = 30
+
+# Services this process started. Holding their Popen objects keeps them from being collected while
+# the service runs (which warns); polling them reaps an exited service so it leaves no zombie.
+_started: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def venv_bin_dir() -> Path:
+    """The bin directory of the running interpreter's environment (holds `airflow`, `weed`)."""
+    return Path(sys.executable).parent
+
+
+def _reap_service(pid: int) -> None:
+    started = _started.get(pid)
+    if started is None:
+        _reap(pid)
+    elif started.poll() is not None:
+        del _started[pid]
+
+
+def process_group_members(pgid: int) -> list[int]:
+    """Pids of the live (non-zombie) processes in process group `pgid`."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+        # Fields after the command name's closing paren: state, ppid, pgrp, ...
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if fields[0] not in ("Z", "X") and int(fields[2]) == pgid:
+            members.append(int(entry.name))
+    return members
+
+
+@dataclass(frozen=True)
+class ManagedProcess:
+    """A detached service process with a pid file and a log file.
+
+    The pid file holds the pid and the kernel start time of the process, so a recycled pid is never
+    mistaken for the service. The process leads its own process group: `stop()` signals the whole
+    group, which reaches the children a service spawns (`airflow standalone` runs four).
+    """
+
+    name: str
+    argv: Sequence[str]
+    env: Mapping[str, str]
+    log_path: Path
+    pid_path: Path
+    cwd: Path | None = None
+
+    @classmethod
+    def under(
+        cls,
+        runtime_root: Path,
+        name: str,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        cwd: Path | None = None,
+    ) -> ManagedProcess:
+        """A service whose pid and log files follow the runtime layout (`pids/`, `logs/`)."""
+        return cls(
+            name=name,
+            argv=tuple(argv),
+            env=dict(env),
+            log_path=runtime_root / "logs" / f"{name}.log",
+            pid_path=runtime_root / "pids" / f"{name}.pid",
+            cwd=cwd,
+        )
+
+    def _recorded(self) -> tuple[int, str] | None:
+        try:
+            pid_text, start_ticks = self.pid_path.read_text().split()
+            return int(pid_text), start_ticks
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def pid(self) -> int | None:
+        """The pid of the running service, or None when it is not running."""
+        recorded = self._recorded()
+        if recorded is None:
+            return None
+        pid, start_ticks = recorded
+        _reap_service(pid)
+        return pid if _process_start_ticks(pid) == start_ticks else None
+
+    def is_running(self) -> bool:
+        """Whether the service's leading process is alive."""
+        return self.pid() is not None
+
+    def start(self) -> int:
+        """Start the service detached and return its pid; an already running one is left alone."""
+        running = self.pid()
+        if running is not None:
+            return running
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.pid_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with self.log_path.open("ab") as log_file:
+                log_file.write(
+                    f"--- {datetime.now(UTC).isoformat()} starting {' '.join(self.argv)}\n".encode()
+                )
+                log_file.flush()
+                process = subprocess.Popen(
+                    list(self.argv),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    env=dict(self.env),
+                    cwd=self.cwd,
+                    start_new_session=True,
+                )
+        except OSError as exc:
+            raise ServiceError(f"cannot start {self.name} ({self.argv[0]!r}): {exc}") from exc
+        _started[process.pid] = process
+        self.pid_path.write_text(f"{process.pid} {_process_start_ticks(process.pid)}\n")
+        return process.pid
+
+    def stop(self, timeout: float = 30.0) -> str:
+        """SIGTERM the service's process group, SIGKILL what is left after `timeout`.
+
+        Returns how it ended. Never fails when the service is already down; leftovers of a service
+        whose leader died are still cleaned up.
+        """
+        recorded = self._recorded()
+        if recorded is None:
+            return "not running"
+        pgid, start_ticks = recorded
+        _reap_service(pgid)
+        leader_ticks = _process_start_ticks(pgid)
+        if leader_ticks is not None and leader_ticks != start_ticks:
+            # The pid now belongs to an unrelated process (the kernel reuses a pid only once its
+            # old process group is empty), so there is nothing of ours left to signal.
+            self.pid_path.unlink(missing_ok=True)
+            return "not running"
+        if not process_group_members(pgid):
+            self.pid_path.unlink(missing_ok=True)
+            return "not running"
+        outcome = "stopped"
+        if not self._signal_and_wait(pgid, signal.SIGTERM, timeout):
+            outcome = f"killed after {timeout:g}s stop timeout"
+            if not self._signal_and_wait(pgid, signal.SIGKILL, 10.0):
+                raise ServiceError(f"{self.name} (process group {pgid}) survived SIGKILL")
+        self.pid_path.unlink(missing_ok=True)
+        return outcome
+
+    @staticmethod
+    def _signal_and_wait(pgid: int, signum: signal.Signals, timeout: float) -> bool:
+        try:
+            os.killpg(pgid, signum)
+        except ProcessLookupError:
+            return True
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            _reap_service(pgid)
+            if not process_group_members(pgid):
+                return True
+            time.sleep(0.2)
+        return False
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        """The last `lines` lines of the service's log (for error messages)."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return f"(no log at {self.log_path})"
+        return "\n".join(text.splitlines()[-lines:])
+
+
+# --- S3 ------------------------------------------------------------------------------------------
+
+
+class S3Credentials(NamedTuple):
+    access_key_id: str
+    secret_access_key: str
+
+
+def s3_credentials(s3: S3Config) -> S3Credentials | None:
+    """The S3 keys from the variables named in `s3`.
+
+    With a custom endpoint (the embedded SeaweedFS) unset variables fall back to the embedded
+    keys; for Amazon S3 (`endpoint_url: null`) unset variables mean boto3's own credential chain
+    (instance profile, `~/.aws`), returned as None.
+    """
+    access_key_id = os.environ.get(s3.access_key_id_env)
+    secret_access_key = os.environ.get(s3.secret_access_key_env)
+    if access_key_id and secret_access_key:
+        return S3Credentials(access_key_id, secret_access_key)
+    if s3.endpoint_url is None:
+        return None
+    return S3Credentials(
+        access_key_id or EMBEDDED_ACCESS_KEY_ID, secret_access_key or EMBEDDED_SECRET_ACCESS_KEY
+    )
+
+
+def s3_client(platform: PlatformConfig, *, timeout: float = 10.0, attempts: int = 3) -> BaseClient:
+    """A boto3 S3 client for the platform's object store (embedded SeaweedFS or Amazon S3)."""
+    s3 = platform.s3
+    credentials = s3_credentials(s3)
+    config = BotoConfig(
+        region_name=s3.region,
+        connect_timeout=timeout,
+        read_timeout=timeout,
+        retries={"max_attempts": attempts, "mode": "standard"},
+        # A loopback endpoint has no DNS names for virtual-hosted buckets.
+        s3={"addressing_style": "path" if s3.endpoint_url else "auto"},
+    )
+    return boto3.client(
+        "s3",
+        endpoint_url=s3.endpoint_url,
+        aws_access_key_id=credentials.access_key_id if credentials else None,
+        aws_secret_access_key=credentials.secret_access_key if credentials else None,
+        config=config,
+    )
+
+
+def embedded_s3_port(s3: S3Config) -> int | None:
+    """The port the embedded S3 server serves, or None when `s3` points at an external store."""
+    if s3.endpoint_url is None:
+        return None
+    endpoint = urlsplit(s3.endpoint_url)
+    if endpoint.hostname not in LOOPBACK_HOSTS:
+        return None
+    return endpoint.port or (443 if endpoint.scheme == "https" else 80)
+
+
+@dataclass(frozen=True)
+class SeaweedPorts:
+    """Every port `weed mini` listens on, so two instances on one machine never clash.
+
+    `for_s3(port)` lays them out as a block after the S3 port (the admin gRPC port sits
+    `SEAWEED_GRPC_OFFSET` above the admin port, where weed's admin worker expects it).
+    The Iceberg and Lance catalogs and WebDAV are turned off rather than given ports.
+    """
+
+    s3: int
+    s3_grpc: int
+    master: int
+    master_grpc: int
+    volume: int
+    volume_grpc: int
+    filer: int
+    filer_grpc: int
+    admin: int
+
+    @classmethod
+    def for_s3(cls, s3_port: int) -> SeaweedPorts:
+        ports = cls(*range(s3_port, s3_port + 9))
+        if ports.admin_grpc > 65535:
+            raise ServiceError(
+                f"S3 port {s3_port} is too high for the embedded SeaweedFS: its admin gRPC port "
+                f"would be {ports.admin_grpc}; use a port below {65535 - SEAWEED_GRPC_OFFSET - 8}"
+            )
+        return ports
+
+    @property
+    def admin_grpc(self) -> int:
+        return self.admin + SEAWEED_GRPC_OFFSET
+
+    def all(self) -> tuple[int, ...]:
+        """Every port the server binds."""
+        return (*(getattr(self, name) for name in self.__dataclass_fields__), self.admin_grpc)
+
+    def flags(self) -> list[str]:
+        return [
+            f"-s3.port={self.s3}",
+            f"-s3.port.grpc={self.s3_grpc}",
+            f"-master.port={self.master}",
+            f"-master.port.grpc={self.master_grpc}",
+            f"-volume.port={self.volume}",
+            f"-volume.port.grpc={self.volume_grpc}",
+            f"-filer.port={self.filer}",
+            f"-filer.port.grpc={self.filer_grpc}",
+            f"-admin.port={self.admin}",
+            f"-admin.port.grpc={self.admin_grpc}",
+            "-s3.port.iceberg=0",
+            "-s3.port.lance=0",
+            "-webdav=false",
+        ]
+
+
+@dataclass(frozen=True)
+class SeaweedS3:
+    """The embedded S3 server: `weed mini` on 127.0.0.1, data under `<runtime_root>/seaweedfs`."""
+
+    platform: PlatformConfig
+    ports: SeaweedPorts
+    process: ManagedProcess = field(init=False)
+
+    def __post_init__(self) -> None:
+        credentials = s3_credentials(self.platform.s3)
+        assert credentials is not None, "an embedded S3 server always has an endpoint"
+        env = {
+            **os.environ,
+            # weed mini makes these its admin identity, the same keys `s3_client()` signs with.
+            "AWS_ACCESS_KEY_ID": credentials.access_key_id,
+            "AWS_SECRET_ACCESS_KEY": credentials.secret_access_key,
+            "S3_BUCKET": self.platform.s3.bucket,
+        }
+        argv = [
+            str(venv_bin_dir() / "weed"),
+            "mini",
+            f"-dir={self.data_dir}",
+            # -ip alone would still listen on every interface; -ip.bind keeps it on loopback.
+            "-ip=127.0.0.1",
+            "-ip.bind=127.0.0.1",
+            # The default reports cluster statistics to seaweedfs.com.
+            "-master.telemetry=false",
+            *self.ports.flags(),
+        ]
+        process = ManagedProcess.under(self.platform.runtime_root, "seaweedfs", argv, env)
+        object.__setattr__(self, "process", process)
+
+    @classmethod
+    def for_platform(cls, platform: PlatformConfig) -> SeaweedS3 | None:
+        """The embedded server the platform's S3 config calls for, or None for an external store."""
+        port = embedded_s3_port(platform.s3)
+        return None if port is None else cls(platform, SeaweedPorts.for_s3(port))
+
+    @property
+    def data_dir(self) -> Path:
+        return self.platform.runtime_root / "seaweedfs"
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports.s3}"
+
+    def start(self, timeout: float = 60.0) -> int:
+        """Start the server (unless running), wait until S3 answers, ensure the bucket; the pid."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        pid = self.process.start()
+        self.wait_until_ready(timeout)
+        self.ensure_bucket()
+        return pid
+
+    def wait_until_ready(self, timeout: float = 60.0) -> None:
+        """Return once S3 lists buckets; ServiceError with the server's log tail on timeout."""
+        client = s3_client(self.platform, timeout=2.0, attempts=1)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                client.list_buckets()
+                return
+            except (BotoCoreError, ClientError) as exc:
+                problem = f"{type(exc).__name__}: {exc}"
+            if not self.process.is_running():
+                raise ServiceError(
+                    f"S3 at {self.endpoint_url} does not answer and {self.process.name} is not running "
+                    f"({problem}); last lines of {self.process.log_path}:\n{self.process.log_tail()}"
+                )
+            if time.monotonic() >= deadline:
+                raise ServiceError(
+                    f"S3 at {self.endpoint_url} did not answer within {timeout:g}s ({problem}); "
+                    f"last lines of {self.process.log_path}:\n{self.process.log_tail()}"
+                )
+            time.sleep(0.5)
+
+    def ensure_bucket(self) -> None:
+        """Create the platform's bucket unless it exists."""
+        client = s3_client(self.platform)
+        bucket = self.platform.s3.bucket
+        try:
+            client.head_bucket(Bucket=bucket)
+            return
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") not in ("404", "NoSuchBucket"):
+                raise ServiceError(f"cannot check bucket {bucket!r} at {self.endpoint_url}: {exc}") from exc
+        try:
+            client.create_bucket(Bucket=bucket)
+        except ClientError as exc:
+            raise ServiceError(f"cannot create bucket {bucket!r} at {self.endpoint_url}: {exc}") from exc
+
+    def stop(self, timeout: float = 30.0) -> str:
+        """Stop the server (graceful SIGTERM first); how it ended."""
+        return self.process.stop(timeout)

@@ -1,0 +1,42 @@
+"""Every DAG file imports cleanly and the factory builds the expected DAGs from conf."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from airflow.dag_processing.dagbag import DagBag
+
+from ops.config import PlatformConfig
+
+DAGS = Path(__file__).resolve().parents[2] / "dags"
+
+
+def dagbag() -> DagBag:
+    return DagBag(dag_folder=str(DAGS))
+
+
+def test_dags_import_without_errors(platform_conf: PlatformConfig) -> None:
+    bag = dagbag()
+    assert bag.import_errors == {}
+    assert set(bag.dag_ids) == {
+        "warden_supervise_router",
+        "warden_suspend",
+        "warden_resume",
+        "warden_restart",
+        "warden_platform",
+    }
+    supervise = bag.get_dag("warden_supervise_router")
+    assert [t.task_id for t in supervise.tasks] == ["reconcile", "watch"]
+    assert supervise.schedule == "@continuous"
+    assert bag.get_dag("warden_restart").params.get_param("job").schema["enum"] == ["router"]
+
+
+def test_invalid_job_file_disables_only_its_dag(platform_conf: PlatformConfig) -> None:
+    router = yaml.safe_load((platform_conf.conf_dir / "jobs" / "router.yaml").read_text())
+    (platform_conf.conf_dir / "jobs" / "broken.yaml").write_text(yaml.safe_dump(router | {"name": "broken", "oops": 1}))
+    bag = dagbag()
+    assert bag.import_errors == {}
+    assert "warden_supervise_router" in bag.dag_ids
+    assert "warden_supervise_broken" not in bag.dag_ids
+

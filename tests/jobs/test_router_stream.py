@@ -1,0 +1,201 @@
+"""The real router driver (`python -m jobs.runner`) over generated landing files."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from jobs.router.transform import read_route
+from ops.config import CONF_DIR_ENV, DEAD_LETTER_ROUTE, PlatformConfig, find_job
+from ops.generator import TYPED_FIELDS, GeneratedBatch, MalformedLine, write_batch
+from ops.telemetry import Heartbeat, heartbeat_path, read_heartbeat
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+EU = {"DE", "FR", "ES", "IT", "NL"}
+# The router.yaml routes as plain predicates over the generator's event dicts.
+ROUTE_PREDICATES: dict[str, Callable[[dict[str, Any]], bool]] = {
+    "purchases": lambda e: e["event_type"] == "purchase" and e.get("amount", 0) > 0,
+    "eu_views": lambda e: e["event_type"] == "view" and e.get("country") in EU,
+    "mobile_activity": lambda e: e.get("device") in {"ios", "android"},
+}
+
+
+def edit_router(platform: PlatformConfig, edit: Callable[[dict[str, Any]], None]) -> None:
+    path = platform.conf_dir / "jobs" / "router.yaml"
+    spec = yaml.safe_load(path.read_text())
+    edit(spec)
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+
+
+def fast_trigger(spec: dict[str, Any]) -> None:
+    spec["operations"]["trigger"] = {"interval_seconds": 1, "max_files_per_trigger": 2}
+
+
+class Driver:
+    """A `python -m jobs.runner` process in its own session, like the launcher starts it."""
+
+    def __init__(self, platform: PlatformConfig, run_id: str) -> None:
+        self.platform = platform
+        self.heartbeat_file = heartbeat_path(platform.job_runtime_dir("router"))
+        self.log_path = platform.runtime_root / f"driver-{run_id}.log"
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("wb") as log_file:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "jobs.runner", "--job", "router", "--run-id", run_id],
+                cwd=REPO_ROOT,
+                env={**os.environ, CONF_DIR_ENV: str(platform.conf_dir)},
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def wait_heartbeat(self, accept: Callable[[Heartbeat], bool], timeout: float = 90) -> Heartbeat:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            heartbeat = read_heartbeat(self.heartbeat_file)
+            if heartbeat is not None and accept(heartbeat):
+                return heartbeat
+            if self.process.poll() is not None and (heartbeat is None or heartbeat.event != "terminated"):
+                break
+            time.sleep(0.2)
+        raise AssertionError(
+            f"no such heartbeat; last {read_heartbeat(self.heartbeat_file)}; log:\n{self.log()}"
+        )
+
+    def wait_exit(self, timeout: float = 60) -> int:
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"driver did not exit; log:\n{self.log()}") from None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-5000:]
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+
+@pytest.fixture
+def start_driver(platform_conf: PlatformConfig) -> Iterator[Callable[[str], Driver]]:
+    drivers: list[Driver] = []
+
+    def start(run_id: str) -> Driver:
+        drivers.append(Driver(platform_conf, run_id))
+        return drivers[-1]
+
+    yield start
+    for driver in drivers:
+        driver.kill()
+
+
+def rows_read(heartbeat: Heartbeat) -> int:
+    return sum(sample.num_input_rows for sample in heartbeat.recent)
+
+
+def expected_reason(line: MalformedLine, field_types: dict[str, str]) -> str:
+    if line.kind == "bad_json":
+        return "invalid JSON"
+    if line.kind == "missing_field":
+        return f"missing required field '{line.field}'"
+    assert line.field is not None
+    return f"field '{line.field}': cannot parse '{TYPED_FIELDS[line.field]}' as {field_types[line.field]}"
+
+
+def test_router_routes_every_event_reports_progress_and_stops_on_sigterm(
+    spark: SparkSession, platform_conf: PlatformConfig, start_driver: Callable[[str], Driver]
+) -> None:
+    edit_router(platform_conf, fast_trigger)
+    spec = find_job("router", platform_conf.conf_dir)
+    landing = platform_conf.landing_root / spec.pipeline.source.path
+    batches: list[GeneratedBatch] = [write_batch(landing, 400, 0.05, seed) for seed in (1, 2, 3)]
+    driver = start_driver("run-1")
+    driver.wait_heartbeat(lambda hb: rows_read(hb) >= 1)
+    # A file arriving while the query runs is picked up by a later batch.
+    batches.append(write_batch(landing, 300, 0.1, 4))
+    total_lines = sum(batch.total for batch in batches)
+    heartbeat = driver.wait_heartbeat(lambda hb: rows_read(hb) == total_lines)
+    assert heartbeat.run_id == "run-1" and heartbeat.pid == driver.process.pid
+    assert heartbeat.batch_id is not None and heartbeat.batch_id >= 1
+    assert heartbeat.last_sample is not None and heartbeat.last_sample.duration_ms > 0
+
+    port = spec.operations.metrics_port
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        metrics = response.read().decode()
+    assert f"streamwarden_input_rows_total {float(total_lines)}" in metrics
+    assert f"streamwarden_last_committed_batch_id {float(heartbeat.batch_id)}" in metrics
+
+    driver.process.send_signal(signal.SIGTERM)
+    assert driver.wait_exit() == 0, driver.log()
+    final = read_heartbeat(driver.heartbeat_file)
+    assert final is not None and final.event == "terminated" and final.error_class is None
+
+    sink = platform_conf.lake_root / spec.pipeline.sink.path
+    events = [event for batch in batches for event in batch.events]
+    malformed = [line for batch in batches for line in batch.malformed]
+    routed_ids: set[str] = set()
+    for route in spec.pipeline.routes:
+        rows = read_route(spark, sink, route.name, route.columns)
+        rows = rows.withColumn("event_time", F.date_format("event_time", "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"))
+        actual = Counter(tuple(row) for row in rows.collect())
+        wanted = [e for e in events if ROUTE_PREDICATES[route.name](e)]
+        assert wanted, f"the generator made no {route.name} events"
+        assert actual == Counter(tuple(e.get(column) for column in route.columns) for e in wanted), route.name
+        routed_ids.update(e["event_id"] for e in wanted)
+
+    field_types = {field.name: field.type for field in spec.pipeline.source.fields}
+    dead = read_route(spark, sink, DEAD_LETTER_ROUTE, ["dead_letter_reason", "raw"]).collect()
+    assert Counter((row.dead_letter_reason, row.raw) for row in dead) == Counter(
+        (expected_reason(line, field_types), line.line) for line in malformed
+    )
+    filtered_out = [e for e in events if not any(predicate(e) for predicate in ROUTE_PREDICATES.values())]
+    assert total_lines == len(routed_ids) + len(filtered_out) + len(dead)
+
+
+def test_unparsable_route_filter_exits_2_with_a_terminated_heartbeat(
+    platform_conf: PlatformConfig, start_driver: Callable[[str], Driver]
+) -> None:
+    def break_filter(spec: dict[str, Any]) -> None:
+        spec["pipeline"]["routes"][1]["filter"] = "event_type = = 'view'"
+
+    edit_router(platform_conf, break_filter)
+    driver = start_driver("run-bad")
+    assert driver.wait_exit() == 2, driver.log()
+    heartbeat = read_heartbeat(driver.heartbeat_file)
+    assert heartbeat is not None and heartbeat.event == "terminated"
+    assert heartbeat.error_class == "ConfigError"
+    assert heartbeat.error_message is not None
+    assert "pipeline.routes.1.filter" in heartbeat.error_message and "eu_views" in heartbeat.error_message
+    assert not (platform_conf.checkpoint_root / "router").exists()
+
+
+def test_query_failing_at_runtime_exits_1_and_keeps_the_error(
+    platform_conf: PlatformConfig, start_driver: Callable[[str], Driver]
+) -> None:
+    def failing_filter(spec: dict[str, Any]) -> None:
+        fast_trigger(spec)
+        # Valid to the analyzer, fails on the first routed row.
+        spec["pipeline"]["routes"][0]["filter"] = "raise_error(concat('no route for ', event_id)) IS NULL"
+
+    edit_router(platform_conf, failing_filter)
+    write_batch(platform_conf.landing_root / "events", 10, 0.0, 7)
+    driver = start_driver("run-fail")
+    assert driver.wait_exit(timeout=90) == 1, driver.log()
+    heartbeat = read_heartbeat(driver.heartbeat_file)
+    assert heartbeat is not None and heartbeat.event == "terminated"
+    assert heartbeat.error_class is not None and heartbeat.error_class.endswith("Exception")
+    assert heartbeat.error_message is not None and "no route for" in heartbeat.error_message

@@ -1,0 +1,103 @@
+"""Config loading: typed models, unknown keys rejected, errors that name file and field."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ops.config import DEFAULT_CONF_DIR, PlatformConfig, find_job, load_job, load_jobs, load_platform
+from ops.exceptions import ConfigError
+
+
+def router_document() -> dict:
+    return yaml.safe_load((DEFAULT_CONF_DIR / "jobs" / "router.yaml").read_text())
+
+
+def write_job(directory: Path, name: str, document: dict) -> Path:
+    path = directory / "jobs" / f"{name}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
+def test_repo_conf_validates() -> None:
+    platform = load_platform(DEFAULT_CONF_DIR)
+    loaded = load_jobs(DEFAULT_CONF_DIR)
+    assert loaded.errors == {}
+    assert "router" in loaded.specs
+    assert platform.lake_root == (DEFAULT_CONF_DIR.parent / ".runtime" / "lake").resolve()
+    assert platform.resolved_ledger_url == f"sqlite:///{DEFAULT_CONF_DIR.parent.resolve()}/.runtime/ledger.db"
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field", "problem"),
+    [
+        (lambda d: d["operations"].update(colour="red"), "operations.colour", "unknown key"),
+        (lambda d: d["operations"]["trigger"].update(interval_seconds=-1), "operations.trigger.interval_seconds", "-1"),
+        (lambda d: d["pipeline"]["routes"][0].update(columns=["nope"]), "pipeline.router", "unknown columns ['nope']"),
+        (lambda d: d["pipeline"].update(kind="teleporter"), "pipeline", "teleporter"),
+        (lambda d: d["pipeline"]["routes"].append({"name": "dead_letter", "filter": "true", "columns": ["event_id"]}), "pipeline.router", "reserved"),
+        (lambda d: d.pop("operations"), "operations", "Field required"),
+    ],
+)
+def test_invalid_job_names_file_and_field(tmp_path: Path, mutate, field: str, problem: str) -> None:
+    document = router_document()
+    mutate(document)
+    path = write_job(tmp_path, "router", document)
+    with pytest.raises(ConfigError) as error:
+        load_job(path)
+    assert str(path) in str(error.value)
+    assert f"field '{field}" in str(error.value)
+    assert problem in str(error.value)
+
+
+def test_name_must_match_file(tmp_path: Path) -> None:
+    path = write_job(tmp_path, "other", router_document())
+    with pytest.raises(ConfigError, match="must match the file name 'other'"):
+        load_job(path)
+
+
+def test_one_invalid_file_does_not_hide_the_others(tmp_path: Path) -> None:
+    write_job(tmp_path, "router", router_document())
+    broken = router_document() | {"name": "broken", "surprise": 1}
+    broken_path = write_job(tmp_path, "broken", broken)
+    (tmp_path / "jobs" / "garbled.yaml").write_text("name: [unclosed\n")
+    loaded = load_jobs(tmp_path)
+    assert set(loaded.specs) == {"router"}
+    assert set(loaded.errors) == {broken_path, tmp_path / "jobs" / "garbled.yaml"}
+    assert "not valid YAML" in str(loaded.errors[tmp_path / "jobs" / "garbled.yaml"])
+
+
+def test_metrics_ports_must_be_distinct(tmp_path: Path) -> None:
+    write_job(tmp_path, "router", router_document())
+    write_job(tmp_path, "router_copy", router_document() | {"name": "router_copy"})
+    loaded = load_jobs(tmp_path)
+    assert list(loaded.specs) == ["router"]
+    assert "already used by job 'router'" in str(next(iter(loaded.errors.values())))
+
+
+def test_config_is_frozen() -> None:
+    spec = find_job("router", DEFAULT_CONF_DIR)
+    with pytest.raises(Exception, match="frozen"):
+        spec.operations.trigger.interval_seconds = 1  # type: ignore[misc]
+
+
+def test_platform_rejects_unknown_keys(tmp_path: Path) -> None:
+    (tmp_path / "platform.yaml").write_text("ledger_url: sqlite:///x.db\nslak: {}\n")
+    with pytest.raises(ConfigError, match=r"platform.yaml: field 'slak': unknown key"):
+        load_platform(tmp_path)
+    assert isinstance(load_platform(DEFAULT_CONF_DIR), PlatformConfig)
+
+
+def test_warden_validate_exits_non_zero_naming_file_and_field(platform_conf: PlatformConfig) -> None:
+    document = router_document() | {"name": "broken"}
+    document["operations"] = document["operations"] | {"metrics_port": 80}
+    path = write_job(platform_conf.conf_dir, "broken", document)
+    result = subprocess.run([sys.executable, "-m", "ops.cli", "validate"], capture_output=True, text=True, check=False)
+    assert result.returncode == 1
+    assert f"INVALID  {path}: field 'operations.metrics_port'" in result.stdout
+    assert "ok       router" in result.stdout

@@ -1,0 +1,91 @@
+"""The embedded platform end to end: `up()` starts real SeaweedFS, Airflow and the generator."""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ops import platform as embedded
+from ops.config import PlatformConfig, load_platform
+from ops.services import process_group_members
+from tests.support.platform import free_port
+from tests.support.s3 import free_seaweed_ports
+
+
+def processes_of(conf_dir: Path) -> list[str]:
+    """Command lines of live processes started for the platform whose conf dir is `conf_dir`."""
+    marker = f"STREAMWARDEN_CONF_DIR={conf_dir}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+        if marker in environ.split(b"\0") and state not in ("Z", "X"):
+            found.append(f"{entry.name}: {cmdline}")
+    return found
+
+
+@pytest.fixture
+def embedded_platform(platform_conf: PlatformConfig) -> PlatformConfig:
+    """The throwaway platform with Airflow and S3 moved to free loopback ports."""
+    path = platform_conf.conf_dir / "platform.yaml"
+    settings = yaml.safe_load(path.read_text())
+    settings["airflow"] = {"host": "127.0.0.1", "port": free_port()}
+    settings["s3"] = {
+        "endpoint_url": f"http://127.0.0.1:{free_seaweed_ports().s3}",
+        "bucket": "warden-platform",
+    }
+    path.write_text(yaml.safe_dump(settings))
+    return load_platform(platform_conf.conf_dir)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_up_status_down(embedded_platform: PlatformConfig) -> None:
+    platform = embedded_platform
+    progress: list[str] = []
+    try:
+        embedded.up(platform, timeout=600, echo=progress.append)
+
+        with urllib.request.urlopen(
+            f"{platform.airflow.base_url}/api/v2/monitor/health", timeout=10
+        ) as answer:
+            health = json.load(answer)
+        assert health["scheduler"]["status"] == "healthy"
+        assert health["triggerer"]["status"] == "healthy"
+        with urllib.request.urlopen(
+            f"{platform.airflow.base_url}/api/v2/dags/warden_supervise_router"
+        ) as answer:
+            assert json.load(answer)["is_paused"] is False
+        rows = embedded.status(platform)
+        assert [(row.name, row.running) for row in rows] == [
+            ("seaweedfs", True),
+            ("airflow-scheduler", True),
+            ("airflow-dag-processor", True),
+            ("airflow-triggerer", True),
+            ("airflow-api-server", True),
+            ("generator", True),
+        ]
+        urls = {row.name: row.url for row in rows}
+        assert urls["seaweedfs"] == platform.s3.endpoint_url
+        assert urls["airflow-api-server"] == platform.airflow.base_url
+        assert any("Airflow UI:  " + platform.airflow.base_url in line for line in progress)
+    finally:
+        embedded.down(platform, echo=progress.append)
+
+    assert not any(row.running for row in embedded.status(platform))
+    assert all(not process_group_members(row.pid) for row in rows if row.pid is not None)
+    # Nothing of this platform is left: not Airflow's children, the generator or a streaming driver.
+    assert processes_of(platform.conf_dir) == []
+    # Down again is a no-op.
+    embedded.down(platform, echo=progress.append)

@@ -1,0 +1,213 @@
+"""The supervisor's pure policy: decide() on plain values, no processes, no Spark."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from ops.config import DEFAULT_CONF_DIR, find_job
+from ops.health import Observation, assess
+from ops.ledger import JobRecord, RunRecord
+from ops.supervisor import (
+    CONFIG_FAILURE,
+    FAILURE,
+    CloseRun,
+    JobView,
+    Launch,
+    Lifecycle,
+    RaiseAlert,
+    ResolveAlert,
+    StopDriver,
+    SuspendJob,
+    backoff_seconds,
+    decide,
+    restart_streak,
+)
+from ops.telemetry import BatchSample, Heartbeat
+
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+SPEC = find_job("router", DEFAULT_CONF_DIR)
+POLICY = SPEC.operations.restart
+
+
+def job_record(desired: str = "running", state: str = "RUNNING", restart_requested_at: datetime | None = None) -> JobRecord:
+    return JobRecord(
+        name="router",
+        desired_state=desired,
+        state=state,
+        state_reason="",
+        state_since=NOW - timedelta(hours=1),
+        restart_requested_at=restart_requested_at,
+        config_version=SPEC.config_version,
+        last_batch_id=None,
+        input_rate=None,
+        processed_rate=None,
+        backlog=None,
+        heartbeat_at=None,
+        updated_at=NOW,
+    )
+
+
+def run(started: float, stopped: float | None = None, exit_reason: str | None = None, batches: int = 0) -> RunRecord:
+    """A run that started `started` seconds before NOW (and stopped `stopped` seconds before NOW)."""
+    return RunRecord(
+        run_id=f"router-{started}",
+        job="router",
+        backend="local",
+        pid=4242,
+        app_id="local-4242-1",
+        metrics_port=9401,
+        log_path=None,
+        config_version=SPEC.config_version,
+        started_at=NOW - timedelta(seconds=started),
+        stopped_at=None if stopped is None else NOW - timedelta(seconds=stopped),
+        exit_reason=exit_reason,
+        first_batch_id=0 if batches else None,
+        last_batch_id=batches - 1 if batches else None,
+    )
+
+
+def heartbeat(open_run: RunRecord, event: str = "progress", age: float = 1.0, error_class: str | None = None, samples=()) -> Heartbeat:
+    return Heartbeat(
+        job="router",
+        run_id=open_run.run_id,
+        pid=4242,
+        event=event,  # type: ignore[arg-type]
+        at=(NOW - timedelta(seconds=age)).timestamp(),
+        batch_id=7,
+        error_class=error_class,
+        recent=tuple(samples),
+    )
+
+
+def view(
+    job: JobRecord,
+    open_run: RunRecord | None = None,
+    alive: bool = True,
+    beat: Heartbeat | None = None,
+    closed: tuple[RunRecord, ...] = (),
+    open_alerts: frozenset[str] = frozenset(),
+) -> JobView:
+    observation = Observation(at=NOW, run=open_run, process_alive=alive and open_run is not None, heartbeat=beat)
+    return JobView(job, SPEC, observation, assess(observation, SPEC.operations), closed, open_alerts)
+
+
+def kinds(plan) -> list[type]:
+    return [type(action) for action in plan.actions]
+
+
+def test_new_job_is_launched() -> None:
+    plan = decide(view(job_record(state="SUSPENDED")), NOW)
+    assert plan.state is Lifecycle.SUBMITTED
+    assert kinds(plan) == [Launch]
+
+
+def test_healthy_run_needs_nothing() -> None:
+    current = run(started=600)
+    plan = decide(view(job_record(), current, beat=heartbeat(current)), NOW)
+    assert (plan.state, plan.actions) == (Lifecycle.RUNNING, ())
+
+
+def test_dead_driver_is_closed_paged_and_relaunched_after_backoff() -> None:
+    current = run(started=600)
+    plan = decide(view(job_record(), current, alive=False, beat=heartbeat(current)), NOW)
+    assert plan.state is Lifecycle.RESTARTING
+    assert kinds(plan) == [CloseRun, RaiseAlert]
+    assert plan.actions[0].exit_reason.startswith(FAILURE)
+    assert plan.inputs["backoff_seconds"] == POLICY.initial_backoff_seconds
+
+    died = run(started=600, stopped=POLICY.initial_backoff_seconds + 0.5, exit_reason=FAILURE + "gone")
+    plan = decide(view(job_record(state="RESTARTING"), closed=(died,), open_alerts=frozenset({"down"})), NOW)
+    assert plan.state is Lifecycle.SUBMITTED
+    assert kinds(plan) == [Launch]
+
+
+def test_down_alert_is_not_raised_twice_and_resolves_on_recovery() -> None:
+    current = run(started=600)
+    plan = decide(view(job_record(), current, alive=False, beat=heartbeat(current), open_alerts=frozenset({"down"})), NOW)
+    assert RaiseAlert not in kinds(plan)
+
+    recovered = run(started=5)
+    plan = decide(view(job_record(state="SUBMITTED"), recovered, beat=heartbeat(recovered), open_alerts=frozenset({"down"})), NOW)
+    assert plan.state is Lifecycle.RUNNING
+    assert plan.actions == (ResolveAlert("down", plan.actions[0].reason),)
+
+
+def test_stuck_driver_is_killed() -> None:
+    current = run(started=600)
+    stale = SPEC.operations.trigger.interval_seconds + SPEC.operations.health.stuck_grace_seconds + 1
+    plan = decide(view(job_record(), current, beat=heartbeat(current, age=stale)), NOW)
+    assert isinstance(plan.actions[0], StopDriver) and plan.actions[0].graceful is False
+    assert "last heartbeat" in plan.actions[0].reason
+
+
+def test_no_heartbeat_after_startup_grace_is_stuck() -> None:
+    current = run(started=SPEC.operations.health.startup_grace_seconds + 5)
+    plan = decide(view(job_record(state="SUBMITTED"), current), NOW)
+    assert isinstance(plan.actions[0], StopDriver)
+    young = run(started=3)
+    assert decide(view(job_record(state="SUBMITTED"), young), NOW).state is Lifecycle.SUBMITTED
+
+
+def test_backoff_doubles_up_to_the_cap() -> None:
+    assert [backoff_seconds(n, POLICY) for n in (1, 2, 3)] == [2.0, 4.0, 8.0]
+    assert backoff_seconds(50, POLICY) == POLICY.max_backoff_seconds
+
+
+def test_streak_stops_at_a_stable_run_or_an_operator_reset() -> None:
+    failed = [run(started=100 * i + 50, stopped=100 * i, exit_reason=FAILURE + "x") for i in range(1, 4)]
+    stable = run(started=10_000, stopped=400, exit_reason=FAILURE + "x", batches=POLICY.stable_batches)
+    assert restart_streak((*failed, stable), POLICY, None, NOW) == 3
+    assert restart_streak((*failed, stable), POLICY, NOW - timedelta(seconds=300), NOW) == 2
+    graceful = run(started=10_000, stopped=400, exit_reason="stopped: suspended")
+    assert restart_streak((failed[0], graceful, *failed[1:]), POLICY, None, NOW) == 1
+
+
+def test_restart_storm_suspends_and_pages() -> None:
+    failures = tuple(
+        run(started=10 * i + 5, stopped=10 * i, exit_reason=FAILURE + "boom") for i in range(POLICY.budget + 1)
+    )
+    plan = decide(view(job_record(state="RESTARTING"), closed=failures), NOW)
+    assert plan.state is Lifecycle.SUSPENDED
+    assert kinds(plan) == [SuspendJob, RaiseAlert]
+    assert plan.actions[1].alert_kind == "restart_storm"
+
+
+def test_spec_rejected_by_the_driver_is_not_restarted() -> None:
+    current = run(started=30)
+    beat = heartbeat(current, event="terminated", error_class="ConfigError")
+    plan = decide(view(job_record(), current, beat=beat), NOW)
+    assert plan.actions[0].exit_reason.startswith(CONFIG_FAILURE)
+
+    rejected = run(started=30, stopped=1, exit_reason=CONFIG_FAILURE + "bad filter")
+    plan = decide(view(job_record(), closed=(rejected,)), NOW)
+    assert plan.state is Lifecycle.FAILED
+    assert [a.alert_kind for a in plan.actions] == ["spec_rejected"]
+    retried = decide(view(job_record(restart_requested_at=NOW), closed=(rejected,)), NOW)
+    assert kinds(retried) == [Launch]
+
+
+@pytest.mark.parametrize("state", ["RUNNING", "SUSPENDED"])
+def test_suspend_stops_gracefully_then_stays_suspended(state: str) -> None:
+    current = run(started=600)
+    plan = decide(view(job_record(desired="suspended", state=state), current, beat=heartbeat(current)), NOW)
+    assert plan.actions == (StopDriver("desired state is suspended", "stopped: suspended", graceful=True),)
+    assert decide(view(job_record(desired="suspended", state="SUSPENDED")), NOW).actions == ()
+
+
+def test_restart_request_stops_then_launches() -> None:
+    current = run(started=600)
+    plan = decide(view(job_record(restart_requested_at=NOW - timedelta(seconds=1)), current, beat=heartbeat(current)), NOW)
+    assert kinds(plan) == [StopDriver, Launch]
+    assert plan.actions[0].exit_reason == "stopped: restart requested"
+
+
+def test_falling_behind_degrades_and_warns_once() -> None:
+    current = run(started=600)
+    slow = [BatchSample(i, 1000, 500.0, 100.0, 9000) for i in range(SPEC.operations.health.falling_behind_window_batches)]
+    plan = decide(view(job_record(), current, beat=heartbeat(current, samples=slow)), NOW)
+    assert plan.state is Lifecycle.DEGRADED
+    assert [a.alert_kind for a in plan.actions] == ["falling_behind"]
+    again = decide(view(job_record(), current, beat=heartbeat(current, samples=slow), open_alerts=frozenset({"falling_behind"})), NOW)
+    assert again.actions == ()

@@ -1,0 +1,106 @@
+"""A real S3 server for tests: SeaweedFS on free loopback ports, started once per session.
+
+`s3_server` yields an `S3Server` handle with the endpoint, the bucket and a boto3 client. Tests of
+S3 outages use `with s3_server.outage(): ...`, which stops the server and always starts it again;
+a test that stops the server by hand must start it again.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import pytest
+from botocore.client import BaseClient
+
+from ops.config import PlatformConfig
+from ops.services import SEAWEED_GRPC_OFFSET, SeaweedPorts, SeaweedS3, s3_client
+
+TEST_BUCKET = "warden-test"
+
+
+def _port_is_free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_seaweed_ports() -> SeaweedPorts:
+    """A `SeaweedPorts` block whose every port is free on 127.0.0.1 right now."""
+    # Below the kernel's ephemeral range (32768+), so a client socket cannot take a port between
+    # this check and the server's bind; high enough to stay clear of well-known services.
+    for _ in range(200):
+        ports = SeaweedPorts.for_s3(random.randrange(20000, 32768 - SEAWEED_GRPC_OFFSET - 16))
+        if all(_port_is_free(port) for port in ports.all()):
+            return ports
+    raise RuntimeError("no free block of loopback ports for SeaweedFS")
+
+
+def s3_platform(runtime_root: Path, ports: SeaweedPorts, bucket: str = TEST_BUCKET) -> PlatformConfig:
+    """A platform config whose only purpose is an embedded S3 server rooted at `runtime_root`."""
+    return PlatformConfig.model_validate(
+        {
+            "storage": {"runtime_root": str(runtime_root)},
+            "s3": {"endpoint_url": f"http://127.0.0.1:{ports.s3}", "bucket": bucket},
+        }
+    )
+
+
+@dataclass
+class S3Server:
+    """A running SeaweedFS S3 server for tests."""
+
+    platform: PlatformConfig
+    service: SeaweedS3 = field(init=False)
+
+    def __post_init__(self) -> None:
+        service = SeaweedS3.for_platform(self.platform)
+        assert service is not None, "the test S3 endpoint is on loopback"
+        self.service = service
+
+    @property
+    def endpoint_url(self) -> str:
+        return self.service.endpoint_url
+
+    @property
+    def bucket(self) -> str:
+        return self.platform.s3.bucket
+
+    @cached_property
+    def client(self) -> BaseClient:
+        return s3_client(self.platform)
+
+    def start(self) -> None:
+        """Start the server unless it runs and wait until it answers (data survives a restart)."""
+        self.service.start()
+
+    def stop(self) -> None:
+        self.service.stop()
+
+    @contextmanager
+    def outage(self) -> Iterator[S3Server]:
+        """S3 is down inside the block and back up after it, whatever the block raises."""
+        self.stop()
+        try:
+            yield self
+        finally:
+            self.start()
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """A SeaweedFS S3 server on free loopback ports for the whole session, stopped at its end."""
+    server = S3Server(s3_platform(tmp_path_factory.mktemp("s3"), free_seaweed_ports()))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
