@@ -60,10 +60,21 @@ def plan_router(platform: PlatformConfig, spec: JobSpec) -> QueryPlan:
             .partitionBy(*PARTITION_COLUMNS)
             .option("checkpointLocation", str(platform.checkpoint_root / spec.name))
             .option("path", str(platform.lake_root / pipeline.sink.path))
-            .trigger(processingTime=f"{spec.operations.trigger.interval_seconds} seconds")
         )
 
     return plan
+
+
+def with_trigger(plan: QueryPlan, spec: JobSpec, available_now: bool) -> QueryPlan:
+    """The job's plan with its trigger: the spec's processing-time interval, or available-now."""
+
+    def triggered(spark: SparkSession) -> DataStreamWriter:
+        writer = plan(spark)
+        if available_now:
+            return writer.trigger(availableNow=True)
+        return writer.trigger(processingTime=f"{spec.operations.trigger.interval_seconds} seconds")
+
+    return triggered
 
 
 PLANNERS: dict[str, Callable[[PlatformConfig, JobSpec], QueryPlan]] = {"router": plan_router}
@@ -74,6 +85,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jobs.runner", description=__doc__.splitlines()[0])
     parser.add_argument("--job", required=True, help="job name (conf/jobs/<name>.yaml)")
     parser.add_argument("--run-id", required=True, help="the run id the supervisor recorded")
+    parser.add_argument(
+        "--available-now",
+        action="store_true",
+        help="process the input present at start (in maxFilesPerTrigger batches), then exit 0",
+    )
     args = parser.parse_args(argv)
     configure_logging(job=args.job, run_id=args.run_id)
     # Installed first: a stop request during the slow Spark start-up is honoured once it is up.
@@ -96,9 +112,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         return EXIT_CONFIG_ERROR
     log.info("starting", kind=spec.pipeline.kind, config_version=spec.config_version)
-    return run_streaming_job(
-        platform, spec, args.run_id, PLANNERS[spec.pipeline.kind](platform, spec), shutdown
-    )
+    plan = with_trigger(PLANNERS[spec.pipeline.kind](platform, spec), spec, args.available_now)
+    return run_streaming_job(platform, spec, args.run_id, plan, shutdown)
 
 
 if __name__ == "__main__":

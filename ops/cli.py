@@ -1,11 +1,11 @@
 """`warden`: the operator's command line.
 
-    warden validate                 check platform.yaml and every job file (exit 1 if any is invalid)
-    warden status                   one row per job: state, last batch, rates, backlog, restarts, last alert
-    warden decisions JOB            the supervisor's recent decisions for a job, newest first
-    warden start JOB / stop JOB     resume or suspend a job and reconcile it now
-    warden reconcile JOB            run one supervisor pass now
-    warden platform up|down|status  the embedded platform (S3 server, Airflow, generator, drivers)
+warden validate                 check platform.yaml and every job file (exit 1 if any is invalid)
+warden status                   one row per job: state, last batch, rates, backlog, restarts, last alert
+warden decisions JOB            the supervisor's recent decisions for a job, newest first
+warden start JOB / stop JOB     resume or suspend a job and reconcile it now
+warden reconcile JOB            run one supervisor pass now
+warden platform up|down|status  the embedded platform (S3 server, Airflow, generator, drivers)
 """
 
 from __future__ import annotations
@@ -25,7 +25,10 @@ from ops.supervisor import FAILURE, Supervisor
 def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     cells = [[str(h) for h in headers], *[["" if c is None else str(c) for c in row] for row in rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in cells)
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in cells
+    )
 
 
 def _rate(value: float | None) -> str:
@@ -50,28 +53,47 @@ def cmd_status(_: argparse.Namespace) -> int:
     rows = []
     for name in sorted(set(loaded.specs) | {job.name for job in supervisor.ledger.jobs()}):
         job = supervisor.ledger.job(name)
-        heartbeat = supervisor.observe(name).heartbeat
+        observation = supervisor.observe(loaded.specs[name]) if name in loaded.specs else None
+        heartbeat = observation.heartbeat if observation else None
         sample = heartbeat.last_sample if heartbeat else None
         restarts = sum(
-            1 for run in supervisor.ledger.runs(name, limit=200) if run.started_at >= since and (run.exit_reason or "").startswith(FAILURE)
+            1
+            for run in supervisor.ledger.runs(name, limit=200)
+            if run.started_at >= since and (run.exit_reason or "").startswith(FAILURE)
         )
         alerts = supervisor.ledger.alerts(name, limit=1)
-        last_alert = f"{alerts[0].kind} {alerts[0].status} {alerts[0].created_at:%m-%d %H:%M}" if alerts else "-"
+        last_alert = (
+            f"{alerts[0].kind} {alerts[0].status} {alerts[0].created_at:%m-%d %H:%M}" if alerts else "-"
+        )
         state = "INVALID" if name not in loaded.specs else (job.state if job else "NEW")
         rows.append(
             [
                 name,
                 state,
                 job.desired_state if job else "-",
-                heartbeat.batch_id if heartbeat and heartbeat.batch_id is not None else (job.last_batch_id if job else None) or "-",
+                heartbeat.batch_id
+                if heartbeat and heartbeat.batch_id is not None
+                else (job.last_batch_id if job else None) or "-",
                 _rate(sample.input_rows_per_second if sample else None),
                 _rate(sample.processed_rows_per_second if sample else None),
-                "-" if sample is None or sample.backlog_files is None else sample.backlog_files,
+                "-"
+                if observation is None or observation.backlog_files is None
+                else observation.backlog_files,
                 restarts,
                 last_alert,
             ]
         )
-    headers = ["job", "state", "desired", "last batch", "input", "processed", "backlog", "restarts 24h", "last alert"]
+    headers = [
+        "job",
+        "state",
+        "desired",
+        "last batch",
+        "input",
+        "processed",
+        "backlog",
+        "restarts 24h",
+        "last alert",
+    ]
     print(_table(headers, rows))
     for error in loaded.errors.values():
         print(f"INVALID  {error}")
@@ -81,7 +103,10 @@ def cmd_status(_: argparse.Namespace) -> int:
 def cmd_decisions(args: argparse.Namespace) -> int:
     supervisor = Supervisor.for_platform(load_platform())
     decisions = supervisor.ledger.decisions(args.job, limit=args.limit)
-    rows = [[d.id, f"{d.at:%Y-%m-%d %H:%M:%S}", d.action, d.reason, d.outcome or "", d.run_id or ""] for d in decisions]
+    rows = [
+        [d.id, f"{d.at:%Y-%m-%d %H:%M:%S}", d.action, d.reason, d.outcome or "", d.run_id or ""]
+        for d in decisions
+    ]
     print(_table(["id", "at (UTC)", "action", "reason", "outcome", "run"], rows))
     return 0
 
@@ -114,7 +139,10 @@ def cmd_platform(args: argparse.Namespace) -> int:
         case "down":
             embedded.down(platform)
         case "status":
-            rows = [[s.name, "running" if s.running else "stopped", s.pid or "-", s.url or "-"] for s in embedded.status(platform)]
+            rows = [
+                [s.name, "running" if s.running else "stopped", s.pid or "-", s.url or "-"]
+                for s in embedded.status(platform)
+            ]
             print(_table(["service", "state", "pid", "url"], rows))
     return 0
 
@@ -122,7 +150,9 @@ def cmd_platform(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="warden", description="Operate Streamwarden's streaming jobs.")
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("validate", help="validate platform.yaml and every job file").set_defaults(run=cmd_validate)
+    commands.add_parser("validate", help="validate platform.yaml and every job file").set_defaults(
+        run=cmd_validate
+    )
     commands.add_parser("status", help="a table of every job's health").set_defaults(run=cmd_status)
     decisions = commands.add_parser("decisions", help="the supervisor's decisions for a job")
     decisions.add_argument("job")

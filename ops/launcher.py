@@ -8,6 +8,7 @@ Spark standalone cluster or YARN implements the same four methods.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -65,10 +66,8 @@ def _process_start_ticks(pid: int) -> str | None:
 def _reap(pid: int) -> None:
     # A driver launched from this process (dag.test(), the CLI, tests) is our child: reap it so it
     # does not linger as a zombie. A driver launched by another process is not ours to wait for.
-    try:
+    with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
 
 
 class LocalProcessBackend:

@@ -175,7 +175,9 @@ class AlertRecord:
 
 
 def _record(cls: type, row: sa.Row[Any]) -> Any:
-    values = {key: _aware(value) if isinstance(value, datetime) else value for key, value in row._mapping.items()}
+    values = {
+        key: _aware(value) if isinstance(value, datetime) else value for key, value in row._mapping.items()
+    }
     return cls(**values)
 
 
@@ -300,7 +302,10 @@ class Ledger:
         """The job's newest runs, newest first."""
         with self._tx() as tx:
             rows = tx.execute(
-                sa.select(runs_table).where(runs_table.c.job == job).order_by(runs_table.c.started_at.desc()).limit(limit)
+                sa.select(runs_table)
+                .where(runs_table.c.job == job)
+                .order_by(runs_table.c.started_at.desc())
+                .limit(limit)
             ).all()
         return [_record(RunRecord, row) for row in rows]
 
@@ -313,14 +318,21 @@ class Ledger:
         with self._tx() as tx:
             result = tx.execute(
                 decisions_table.insert().values(
-                    job=job, at=utcnow(), action=action, reason=reason, inputs=json.loads(json.dumps(inputs, default=str)), run_id=run_id
+                    job=job,
+                    at=utcnow(),
+                    action=action,
+                    reason=reason,
+                    inputs=json.loads(json.dumps(inputs, default=str)),
+                    run_id=run_id,
                 )
             )
-        return int(result.inserted_primary_key[0])
+        return int(result.inserted_primary_key[0])  # type: ignore[index]
 
     def set_outcome(self, decision_id: int, outcome: str) -> None:
         with self._tx() as tx:
-            tx.execute(decisions_table.update().where(decisions_table.c.id == decision_id).values(outcome=outcome))
+            tx.execute(
+                decisions_table.update().where(decisions_table.c.id == decision_id).values(outcome=outcome)
+            )
 
     def decisions(self, job: str, limit: int = 50, action: str | None = None) -> list[DecisionRecord]:
         """The job's newest decisions, newest first, optionally of one action."""
@@ -359,9 +371,11 @@ class Ledger:
                     next_attempt_at=now,
                 )
             )
-        return int(result.inserted_primary_key[0])
+        return int(result.inserted_primary_key[0])  # type: ignore[index]
 
-    def alerts(self, job: str | None = None, *, status: str | None = None, limit: int = 100) -> list[AlertRecord]:
+    def alerts(
+        self, job: str | None = None, *, status: str | None = None, limit: int = 100
+    ) -> list[AlertRecord]:
         """Alerts newest first, filtered by job and status."""
         query = sa.select(alerts_table)
         if job is not None:

@@ -25,7 +25,7 @@ import structlog
 from ops.alerts import Alert, AlertCenter
 from ops.config import JobSpec, PlatformConfig, RestartPolicy, find_job, load_jobs
 from ops.exceptions import ConfigError, LaunchError, WardenError
-from ops.health import Assessment, Observation, Signal, assess
+from ops.health import Assessment, Observation, Signal, assess, landing_backlog
 from ops.launcher import LaunchBackend, LocalProcessBackend
 from ops.ledger import JobRecord, Ledger, RunRecord, utcnow
 from ops.telemetry import heartbeat_path, read_heartbeat
@@ -139,7 +139,9 @@ def is_stable(run: RunRecord, policy: RestartPolicy, now: datetime) -> bool:
     return run.batches_committed >= policy.stable_batches and lived >= policy.stable_seconds
 
 
-def restart_streak(closed_runs: tuple[RunRecord, ...], policy: RestartPolicy, reset_at: datetime | None, now: datetime) -> int:
+def restart_streak(
+    closed_runs: tuple[RunRecord, ...], policy: RestartPolicy, reset_at: datetime | None, now: datetime
+) -> int:
     """How many runs in a row, newest first, failed since the last stable run or operator reset."""
     streak = 0
     for run in closed_runs:
@@ -167,13 +169,25 @@ def decide(view: JobView, now: datetime) -> Plan:
     }
     if job.desired_state == Desired.SUSPENDED:
         if run is None:
-            return Plan(Lifecycle.SUSPENDED, job.state_reason if job.state == Lifecycle.SUSPENDED.name else "suspended", (), inputs)
+            return Plan(
+                Lifecycle.SUSPENDED,
+                job.state_reason if job.state == Lifecycle.SUSPENDED.name else "suspended",
+                (),
+                inputs,
+            )
         stop = StopDriver("desired state is suspended", exit_reason="stopped: suspended", graceful=True)
         return Plan(Lifecycle.SUSPENDED, "suspended by request", (stop,), inputs)
 
     if run is not None and job.restart_requested_at is not None and job.restart_requested_at > run.started_at:
-        stop = StopDriver("operator requested a restart", exit_reason="stopped: restart requested", graceful=True)
-        return Plan(Lifecycle.SUBMITTED, "restarting on request", (stop, Launch("operator requested a restart")), inputs)
+        stop = StopDriver(
+            "operator requested a restart", exit_reason="stopped: restart requested", graceful=True
+        )
+        return Plan(
+            Lifecycle.SUBMITTED,
+            "restarting on request",
+            (stop, Launch("operator requested a restart")),
+            inputs,
+        )
 
     if run is not None and (assessment.has(Signal.DEAD) or assessment.has(Signal.STUCK)):
         return _after_failure(view, now, inputs)
@@ -202,7 +216,11 @@ def _after_failure(view: JobView, now: datetime, inputs: dict[str, Any]) -> Plan
 
 
 def _without_run(
-    view: JobView, closed_runs: tuple[RunRecord, ...], now: datetime, inputs: dict[str, Any], actions: tuple[Action, ...]
+    view: JobView,
+    closed_runs: tuple[RunRecord, ...],
+    now: datetime,
+    inputs: dict[str, Any],
+    actions: tuple[Action, ...],
 ) -> Plan:
     policy = view.spec.operations.restart
     last = closed_runs[0] if closed_runs else None
@@ -212,7 +230,11 @@ def _without_run(
         if last.config_version == view.spec.config_version and not operator_retry:
             # "spec_rejected": the file validates but the driver refused it (e.g. a filter Spark cannot
             # parse); distinct from "config_invalid", which the file check opens and closes.
-            alert = () if "spec_rejected" in view.open_alert_kinds else (RaiseAlert("spec_rejected", "critical", last.exit_reason or ""),)
+            alert = (
+                ()
+                if "spec_rejected" in view.open_alert_kinds
+                else (RaiseAlert("spec_rejected", "critical", last.exit_reason or ""),)
+            )
             return Plan(Lifecycle.FAILED, last.exit_reason or "config error", actions + alert, inputs)
     streak = restart_streak(closed_runs, policy, reset_at, now)
     inputs = {**inputs, "restart_streak": streak, "budget": policy.budget}
@@ -220,16 +242,23 @@ def _without_run(
         return Plan(Lifecycle.SUBMITTED, "launching", (*actions, Launch("desired state is running")), inputs)
     if streak > policy.budget:
         reason = f"restart storm: {streak} failed runs in a row exceed the budget of {policy.budget}"
-        storm = (SuspendJob(reason),)
+        storm: list[Action] = [SuspendJob(reason)]
         if "restart_storm" not in view.open_alert_kinds:
-            storm += (RaiseAlert("restart_storm", "critical", reason),)
-        return Plan(Lifecycle.SUSPENDED, reason, actions + storm, inputs)
+            storm.append(RaiseAlert("restart_storm", "critical", reason))
+        return Plan(Lifecycle.SUSPENDED, reason, (*actions, *storm), inputs)
     wait = backoff_seconds(streak, policy)
     not_before = (last.stopped_at if last and last.stopped_at else now) + timedelta(seconds=wait)
     inputs = {**inputs, "backoff_seconds": wait, "not_before": not_before.isoformat()}
     if now >= not_before:
-        return Plan(Lifecycle.SUBMITTED, f"restart {streak} of {policy.budget}", (*actions, Launch(f"restart {streak} after {wait:g}s backoff")), inputs)
-    return Plan(Lifecycle.RESTARTING, f"restart {streak} of {policy.budget} at {not_before:%H:%M:%S}", actions, inputs)
+        return Plan(
+            Lifecycle.SUBMITTED,
+            f"restart {streak} of {policy.budget}",
+            (*actions, Launch(f"restart {streak} after {wait:g}s backoff")),
+            inputs,
+        )
+    return Plan(
+        Lifecycle.RESTARTING, f"restart {streak} of {policy.budget} at {not_before:%H:%M:%S}", actions, inputs
+    )
 
 
 def _while_running(view: JobView, inputs: dict[str, Any]) -> Plan:
@@ -291,21 +320,35 @@ class Supervisor:
 
     # observe --------------------------------------------------------------------------------
 
-    def observe(self, job: str) -> Observation:
-        """A read-only look at the job's open run, process and heartbeat."""
+    def observe(self, spec: JobSpec) -> Observation:
+        """A read-only look at the job's open run, process, heartbeat and input backlog."""
+        job = spec.name
         run = self.ledger.current_run(job)
+        backlog = landing_backlog(
+            self.platform.landing_root / spec.pipeline.source.path,
+            self.platform.checkpoint_root / job / "sources" / "0",
+        )
         heartbeat = read_heartbeat(heartbeat_path(self.platform.job_runtime_dir(job)))
         if heartbeat is not None and (run is None or heartbeat.run_id != run.run_id):
             heartbeat = None
         alive = run is not None and self.backend.is_alive(run)
-        return Observation(at=self.clock(), run=run, process_alive=alive, heartbeat=heartbeat)
+        return Observation(
+            at=self.clock(), run=run, process_alive=alive, heartbeat=heartbeat, backlog_files=backlog
+        )
 
     def view(self, spec: JobSpec) -> JobView:
         job = self.ledger.ensure_job(
-            spec.name, desired_state=Desired.RUNNING, state=Lifecycle.SUSPENDED.name, config_version=spec.config_version
+            spec.name,
+            desired_state=Desired.RUNNING,
+            state=Lifecycle.SUSPENDED.name,
+            config_version=spec.config_version,
         )
-        observation = self.observe(spec.name)
-        closed = tuple(r for r in self.ledger.runs(spec.name, limit=spec.operations.restart.budget + 2) if r.stopped_at is not None)
+        observation = self.observe(spec)
+        closed = tuple(
+            r
+            for r in self.ledger.runs(spec.name, limit=spec.operations.restart.budget + 2)
+            if r.stopped_at is not None
+        )
         return JobView(
             job=job,
             spec=spec,
@@ -327,7 +370,7 @@ class Supervisor:
             last_batch_id=heartbeat.batch_id,
             input_rate=sample.input_rows_per_second if sample else None,
             processed_rate=sample.processed_rows_per_second if sample else None,
-            backlog=sample.backlog_files if sample else None,
+            backlog=view.observation.backlog_files,
             heartbeat_at=datetime.fromtimestamp(heartbeat.at, tz=self.clock().tzinfo),
         )
         if heartbeat.batch_id is not None and heartbeat.event == "progress":
@@ -346,7 +389,9 @@ class Supervisor:
             view = self.view(spec)
             self._record_observation(view)
             plan = decide(view, self.clock())
-            self.ledger.update_job(job, state=plan.state.name, state_reason=plan.reason, config_version=spec.config_version)
+            self.ledger.update_job(
+                job, state=plan.state.name, state_reason=plan.reason, config_version=spec.config_version
+            )
             done = tuple(self._act(view, plan, action, run_url) for action in plan.actions)
         self.alerts.deliver_due()
         summary = PassSummary(job, plan.state.name, plan.reason, done)
@@ -359,14 +404,24 @@ class Supervisor:
             self.ledger.update_job(job, state_reason=f"spec invalid: {error}")
         if "config_invalid" not in {a.kind for a in self.alerts.open_incidents(job)}:
             self.alerts.raise_alert(
-                Alert(job=job, kind="config_invalid", severity="critical", state="INVALID", reason=str(error), last_batch=None, run_url=run_url)
+                Alert(
+                    job=job,
+                    kind="config_invalid",
+                    severity="critical",
+                    state="INVALID",
+                    reason=str(error),
+                    last_batch=None,
+                    run_url=run_url,
+                )
             )
         self.alerts.deliver_due()
         return PassSummary(job, "INVALID", str(error), ())
 
     def _act(self, view: JobView, plan: Plan, action: Action, run_url: str | None) -> str:
         job, run = view.spec.name, view.observation.run
-        decision = self.ledger.record_decision(job, action.kind, action.reason, plan.inputs, run.run_id if run else None)
+        decision = self.ledger.record_decision(
+            job, action.kind, action.reason, plan.inputs, run.run_id if run else None
+        )
         try:
             outcome = self._execute(view, plan, action, run_url)
         except WardenError as error:
@@ -474,7 +529,9 @@ class Supervisor:
     def record_detection(self, job: str, reason: str, detected_at: str) -> None:
         """Note in the ledger what the watcher saw and when, before the pass that reacts to it."""
         run = self.ledger.current_run(job)
-        self.ledger.record_decision(job, "detect", reason, {"detected_at": detected_at}, run.run_id if run else None)
+        self.ledger.record_decision(
+            job, "detect", reason, {"detected_at": detected_at}, run.run_id if run else None
+        )
 
     def check_job_files(self) -> list[str]:
         """Page once per invalid job file; close the page when the file is fixed."""
@@ -485,7 +542,15 @@ class Supervisor:
             problems.append(str(error))
             if "config_invalid" not in {a.kind for a in self.alerts.open_incidents(job)}:
                 self.alerts.raise_alert(
-                    Alert(job=job, kind="config_invalid", severity="critical", state="INVALID", reason=str(error), last_batch=None, run_url=None)
+                    Alert(
+                        job=job,
+                        kind="config_invalid",
+                        severity="critical",
+                        state="INVALID",
+                        reason=str(error),
+                        last_batch=None,
+                        run_url=None,
+                    )
                 )
         for name in loaded.specs:
             if "config_invalid" in {a.kind for a in self.alerts.open_incidents(name)}:
@@ -496,7 +561,12 @@ class Supervisor:
     def request(self, job: str, action: str, reason: str) -> str:
         """Record an operator request (suspend, resume, restart); the next pass carries it out."""
         spec = find_job(job, self.platform.conf_dir)
-        self.ledger.ensure_job(job, desired_state=Desired.RUNNING, state=Lifecycle.SUSPENDED.name, config_version=spec.config_version)
+        self.ledger.ensure_job(
+            job,
+            desired_state=Desired.RUNNING,
+            state=Lifecycle.SUSPENDED.name,
+            config_version=spec.config_version,
+        )
         now = self.clock()
         changes: dict[str, Any]
         match action:

@@ -12,11 +12,11 @@ from datetime import datetime, timedelta
 from airflow.sdk import DAG, Param, task
 
 from ops.config import load_jobs, load_platform
+from ops.platform import SUPERVISE_DAG_PREFIX
 from ops.supervisor import Supervisor
 from streamwarden_airflow.operators import JobRequestOperator, ReconcileOperator, WatchJobOperator
 
 START = datetime(2026, 1, 1)
-SUPERVISE_PREFIX = "warden_supervise_"
 REQUESTS = {
     "suspend": "Stop the job gracefully and keep it stopped until resumed.",
     "resume": "Run the job again (also resets its restart budget after a restart storm).",
@@ -27,7 +27,7 @@ REQUESTS = {
 def supervision_dag(job: str, description: str) -> DAG:
     """A continuous DAG: each run is one reconcile pass, then a watch that reacts within seconds."""
     with DAG(
-        dag_id=f"{SUPERVISE_PREFIX}{job}",
+        dag_id=f"{SUPERVISE_DAG_PREFIX}{job}",
         description=description or f"Supervises streaming job {job}",
         schedule="@continuous",
         start_date=START,
@@ -51,11 +51,17 @@ def request_dag(action: str, jobs: list[str]) -> DAG:
         catchup=False,
         tags=["streamwarden", "operator"],
         params={
-            "job": Param(jobs[0] if jobs else "", type="string", enum=jobs or [""], description="The job to act on."),
-            "reason": Param(type="string", minLength=3, description="Why; quoted in the ledger and in alerts."),
+            "job": Param(
+                jobs[0] if jobs else "", type="string", enum=jobs or [""], description="The job to act on."
+            ),
+            "reason": Param(
+                type="string", minLength=3, description="Why; quoted in the ledger and in alerts."
+            ),
         },
     ) as dag:
-        JobRequestOperator(task_id=action, action=action, job="{{ params.job }}", reason="{{ params.reason }}")
+        JobRequestOperator(
+            task_id=action, action=action, job="{{ params.job }}", reason="{{ params.reason }}"
+        )
     return dag
 
 

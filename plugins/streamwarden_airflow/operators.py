@@ -49,7 +49,9 @@ class ReconcileOperator(SupervisorOperator):
 class WatchJobOperator(SupervisorOperator):
     """Defers to `JobWatchTrigger`; when it fires, records what it saw and reconciles at once."""
 
-    def __init__(self, *, job: str, poll_interval: float = 1.0, max_wait: float = 60.0, **kwargs: Any) -> None:
+    def __init__(
+        self, *, job: str, poll_interval: float = 1.0, max_wait: float = 60.0, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.job = job
         self.poll_interval = poll_interval
@@ -57,7 +59,10 @@ class WatchJobOperator(SupervisorOperator):
 
     def execute(self, context: Context) -> None:
         trigger = JobWatchTrigger(
-            job=self.job, conf_dir=str(self.platform.conf_dir), poll_interval=self.poll_interval, timeout=self.max_wait
+            job=self.job,
+            conf_dir=str(self.platform.conf_dir),
+            poll_interval=self.poll_interval,
+            timeout=self.max_wait,
         )
         self.defer(trigger=trigger, method_name="execute_complete")
 
@@ -82,6 +87,8 @@ class JobRequestOperator(SupervisorOperator):
         self.reason = reason
 
     def execute(self, context: Context) -> str:
-        message = self.supervisor.request(self.job, self.action, f"{self.reason} (via {self.run_url(context)})")
+        message = self.supervisor.request(
+            self.job, self.action, f"{self.reason} (via {self.run_url(context)})"
+        )
         self.log.info("%s", message)
         return message

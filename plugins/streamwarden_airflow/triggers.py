@@ -34,7 +34,12 @@ class JobWatchTrigger(BaseTrigger):
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
-            {"job": self.job, "conf_dir": self.conf_dir, "poll_interval": self.poll_interval, "timeout": self.timeout},
+            {
+                "job": self.job,
+                "conf_dir": self.conf_dir,
+                "poll_interval": self.poll_interval,
+                "timeout": self.timeout,
+            },
         )
 
     @cached_property

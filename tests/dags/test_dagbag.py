@@ -34,9 +34,10 @@ def test_dags_import_without_errors(platform_conf: PlatformConfig) -> None:
 
 def test_invalid_job_file_disables_only_its_dag(platform_conf: PlatformConfig) -> None:
     router = yaml.safe_load((platform_conf.conf_dir / "jobs" / "router.yaml").read_text())
-    (platform_conf.conf_dir / "jobs" / "broken.yaml").write_text(yaml.safe_dump(router | {"name": "broken", "oops": 1}))
+    (platform_conf.conf_dir / "jobs" / "broken.yaml").write_text(
+        yaml.safe_dump(router | {"name": "broken", "oops": 1})
+    )
     bag = dagbag()
     assert bag.import_errors == {}
     assert "warden_supervise_router" in bag.dag_ids
     assert "warden_supervise_broken" not in bag.dag_ids
-

@@ -135,3 +135,4 @@ def test_router_survives_kill_9_under_its_supervision_dag(
     assert ledger.current_run("router") is None
     assert ledger.runs("router")[0].exit_reason == "stopped: suspended"
     assert ledger.job("router").state == "SUSPENDED"
+    assert ledger.job("router").backlog == 0

@@ -37,10 +37,24 @@ def test_repo_conf_validates() -> None:
     ("mutate", "field", "problem"),
     [
         (lambda d: d["operations"].update(colour="red"), "operations.colour", "unknown key"),
-        (lambda d: d["operations"]["trigger"].update(interval_seconds=-1), "operations.trigger.interval_seconds", "-1"),
-        (lambda d: d["pipeline"]["routes"][0].update(columns=["nope"]), "pipeline.router", "unknown columns ['nope']"),
+        (
+            lambda d: d["operations"]["trigger"].update(interval_seconds=-1),
+            "operations.trigger.interval_seconds",
+            "-1",
+        ),
+        (
+            lambda d: d["pipeline"]["routes"][0].update(columns=["nope"]),
+            "pipeline.router",
+            "unknown columns ['nope']",
+        ),
         (lambda d: d["pipeline"].update(kind="teleporter"), "pipeline", "teleporter"),
-        (lambda d: d["pipeline"]["routes"].append({"name": "dead_letter", "filter": "true", "columns": ["event_id"]}), "pipeline.router", "reserved"),
+        (
+            lambda d: d["pipeline"]["routes"].append(
+                {"name": "dead_letter", "filter": "true", "columns": ["event_id"]}
+            ),
+            "pipeline.router",
+            "reserved",
+        ),
         (lambda d: d.pop("operations"), "operations", "Field required"),
     ],
 )
@@ -97,7 +111,9 @@ def test_warden_validate_exits_non_zero_naming_file_and_field(platform_conf: Pla
     document = router_document() | {"name": "broken"}
     document["operations"] = document["operations"] | {"metrics_port": 80}
     path = write_job(platform_conf.conf_dir, "broken", document)
-    result = subprocess.run([sys.executable, "-m", "ops.cli", "validate"], capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "ops.cli", "validate"], capture_output=True, text=True, check=False
+    )
     assert result.returncode == 1
     assert f"INVALID  {path}: field 'operations.metrics_port'" in result.stdout
     assert "ok       router" in result.stdout

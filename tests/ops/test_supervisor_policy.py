@@ -31,7 +31,9 @@ SPEC = find_job("router", DEFAULT_CONF_DIR)
 POLICY = SPEC.operations.restart
 
 
-def job_record(desired: str = "running", state: str = "RUNNING", restart_requested_at: datetime | None = None) -> JobRecord:
+def job_record(
+    desired: str = "running", state: str = "RUNNING", restart_requested_at: datetime | None = None
+) -> JobRecord:
     return JobRecord(
         name="router",
         desired_state=desired,
@@ -49,7 +51,9 @@ def job_record(desired: str = "running", state: str = "RUNNING", restart_request
     )
 
 
-def run(started: float, stopped: float | None = None, exit_reason: str | None = None, batches: int = 0) -> RunRecord:
+def run(
+    started: float, stopped: float | None = None, exit_reason: str | None = None, batches: int = 0
+) -> RunRecord:
     """A run that started `started` seconds before NOW (and stopped `stopped` seconds before NOW)."""
     return RunRecord(
         run_id=f"router-{started}",
@@ -68,7 +72,9 @@ def run(started: float, stopped: float | None = None, exit_reason: str | None = 
     )
 
 
-def heartbeat(open_run: RunRecord, event: str = "progress", age: float = 1.0, error_class: str | None = None, samples=()) -> Heartbeat:
+def heartbeat(
+    open_run: RunRecord, event: str = "progress", age: float = 1.0, error_class: str | None = None, samples=()
+) -> Heartbeat:
     return Heartbeat(
         job="router",
         run_id=open_run.run_id,
@@ -89,7 +95,9 @@ def view(
     closed: tuple[RunRecord, ...] = (),
     open_alerts: frozenset[str] = frozenset(),
 ) -> JobView:
-    observation = Observation(at=NOW, run=open_run, process_alive=alive and open_run is not None, heartbeat=beat)
+    observation = Observation(
+        at=NOW, run=open_run, process_alive=alive and open_run is not None, heartbeat=beat
+    )
     return JobView(job, SPEC, observation, assess(observation, SPEC.operations), closed, open_alerts)
 
 
@@ -125,11 +133,22 @@ def test_dead_driver_is_closed_paged_and_relaunched_after_backoff() -> None:
 
 def test_down_alert_is_not_raised_twice_and_resolves_on_recovery() -> None:
     current = run(started=600)
-    plan = decide(view(job_record(), current, alive=False, beat=heartbeat(current), open_alerts=frozenset({"down"})), NOW)
+    plan = decide(
+        view(job_record(), current, alive=False, beat=heartbeat(current), open_alerts=frozenset({"down"})),
+        NOW,
+    )
     assert RaiseAlert not in kinds(plan)
 
     recovered = run(started=5)
-    plan = decide(view(job_record(state="SUBMITTED"), recovered, beat=heartbeat(recovered), open_alerts=frozenset({"down"})), NOW)
+    plan = decide(
+        view(
+            job_record(state="SUBMITTED"),
+            recovered,
+            beat=heartbeat(recovered),
+            open_alerts=frozenset({"down"}),
+        ),
+        NOW,
+    )
     assert plan.state is Lifecycle.RUNNING
     assert plan.actions == (ResolveAlert("down", plan.actions[0].reason),)
 
@@ -166,7 +185,8 @@ def test_streak_stops_at_a_stable_run_or_an_operator_reset() -> None:
 
 def test_restart_storm_suspends_and_pages() -> None:
     failures = tuple(
-        run(started=10 * i + 5, stopped=10 * i, exit_reason=FAILURE + "boom") for i in range(POLICY.budget + 1)
+        run(started=10 * i + 5, stopped=10 * i, exit_reason=FAILURE + "boom")
+        for i in range(POLICY.budget + 1)
     )
     plan = decide(view(job_record(state="RESTARTING"), closed=failures), NOW)
     assert plan.state is Lifecycle.SUSPENDED
@@ -198,16 +218,30 @@ def test_suspend_stops_gracefully_then_stays_suspended(state: str) -> None:
 
 def test_restart_request_stops_then_launches() -> None:
     current = run(started=600)
-    plan = decide(view(job_record(restart_requested_at=NOW - timedelta(seconds=1)), current, beat=heartbeat(current)), NOW)
+    plan = decide(
+        view(job_record(restart_requested_at=NOW - timedelta(seconds=1)), current, beat=heartbeat(current)),
+        NOW,
+    )
     assert kinds(plan) == [StopDriver, Launch]
     assert plan.actions[0].exit_reason == "stopped: restart requested"
 
 
 def test_falling_behind_degrades_and_warns_once() -> None:
     current = run(started=600)
-    slow = [BatchSample(i, 1000, 500.0, 100.0, 9000) for i in range(SPEC.operations.health.falling_behind_window_batches)]
+    slow = [
+        BatchSample(i, 1000, 500.0, 100.0, 9000)
+        for i in range(SPEC.operations.health.falling_behind_window_batches)
+    ]
     plan = decide(view(job_record(), current, beat=heartbeat(current, samples=slow)), NOW)
     assert plan.state is Lifecycle.DEGRADED
     assert [a.alert_kind for a in plan.actions] == ["falling_behind"]
-    again = decide(view(job_record(), current, beat=heartbeat(current, samples=slow), open_alerts=frozenset({"falling_behind"})), NOW)
+    again = decide(
+        view(
+            job_record(),
+            current,
+            beat=heartbeat(current, samples=slow),
+            open_alerts=frozenset({"falling_behind"}),
+        ),
+        NOW,
+    )
     assert again.actions == ()

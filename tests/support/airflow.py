@@ -34,5 +34,10 @@ sys.path.insert(0, str(REPO / "plugins"))
 @pytest.fixture(scope="session")
 def airflow_db() -> Path:
     """Airflow's metadata database (SQLite in AIRFLOW_HOME), migrated once per test session."""
-    subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True, env=os.environ.copy())
+    subprocess.run(
+        [sys.executable, "-m", "airflow", "db", "migrate"],
+        check=True,
+        capture_output=True,
+        env=os.environ.copy(),
+    )
     return AIRFLOW_HOME

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ops.config import DEFAULT_CONF_DIR, CONF_DIR_ENV, PlatformConfig, load_platform
+from ops.config import CONF_DIR_ENV, DEFAULT_CONF_DIR, PlatformConfig, load_platform
 from ops.ledger import Ledger
 
 

@@ -1,0 +1,1 @@
+"""Benchmarks: commands that print figures with ratios to a baseline measured in the same run."""

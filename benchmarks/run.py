@@ -1,0 +1,102 @@
+"""`make bench`: every benchmark, its figures and ratios, written to benchmarks/RESULTS.md.
+
+python -m benchmarks.run [--only throughput|recovery] [--rounds N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform as host
+import statistics
+import sys
+from datetime import date
+from pathlib import Path
+
+from benchmarks import recovery, throughput
+
+HERE = Path(__file__).resolve().parent
+WORKDIR = HERE / "out"
+RESULTS = HERE / "RESULTS.md"
+
+
+def echo(line: str) -> None:
+    print(line, flush=True)
+
+
+def table(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def throughput_section(rounds: int) -> str:
+    echo("== router throughput: platform vs bare PySpark, same files, same run ==")
+    timings = throughput.benchmark(WORKDIR / "throughput", rounds, echo)
+    by_name: dict[str, list[throughput.Timing]] = {}
+    for timing in timings:
+        by_name.setdefault(timing.name, []).append(timing)
+    bare = statistics.median(t.events_per_second for t in by_name["bare PySpark"])
+    bare_batches = statistics.median(t.batch_seconds for t in by_name["bare PySpark"])
+    rows = []
+    for name, runs in by_name.items():
+        rate = statistics.median(t.events_per_second for t in runs)
+        batches = statistics.median(t.batch_seconds for t in runs)
+        rows.append(
+            (
+                name,
+                f"{runs[0].events:,}",
+                f"{statistics.median(t.wall_seconds for t in runs):.1f} s",
+                f"{rate:,.0f}",
+                f"{rate / bare:.2f}",
+                f"{batches:.1f} s",
+                f"{bare_batches / batches:.2f}",
+            )
+        )
+    return table(
+        ("run", "events", "wall (median)", "events/s", "ratio to bare", "batch time", "batch ratio"), rows
+    )
+
+
+def recovery_section() -> str:
+    echo("== recovery on the embedded platform: kill -9 the router driver ==")
+    cold_start, recoveries = recovery.benchmark(WORKDIR / "recovery", echo)
+    per_kill = table(
+        ("kill", "backoff", "detection", "next committed batch"),
+        [
+            (
+                str(r.kill),
+                f"{r.backoff_seconds:g} s",
+                f"{r.detection_seconds:.1f} s",
+                f"{r.recovery_seconds:.1f} s",
+            )
+            for r in recoveries
+        ],
+    )
+    return (
+        table(("figure", "value", "target", "ratio to cold start"), recovery.summary(cold_start, recoveries))
+        + "\n\n"
+        + per_kill
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=["throughput", "recovery"])
+    parser.add_argument("--rounds", type=int, default=2, help="throughput rounds (each: bare, then platform)")
+    args = parser.parse_args(argv)
+    command = "python -m benchmarks.run" + (f" --only {args.only}" if args.only else "")
+    sections = []
+    if args.only in (None, "throughput"):
+        sections.append(("Router throughput (2 cores, local[2])", throughput_section(args.rounds)))
+    if args.only in (None, "recovery"):
+        sections.append(("Recovery from kill -9 (embedded platform, Airflow scheduler)", recovery_section()))
+    report = f"\n## {date.today()}: `{command}` on {host.machine()}, {host.python_version()}\n"
+    for title, body in sections:
+        report += f"\n### {title}\n\n{body}\n"
+    echo(report)
+    with RESULTS.open("a") as results:
+        results.write(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

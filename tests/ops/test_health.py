@@ -1,0 +1,31 @@
+"""Landing backlog: files landed but not yet in the checkpoint's file-source log."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ops.health import landing_backlog
+
+
+def write_log(log_dir: Path, name: str, paths: list[Path], batch: int) -> None:
+    entries = [json.dumps({"path": f"file://{p}", "timestamp": 0, "batchId": batch}) for p in paths]
+    (log_dir / name).write_text("\n".join(["v1", *entries]))
+
+
+def test_backlog_counts_unread_files_through_compaction(tmp_path: Path) -> None:
+    landing, log_dir = tmp_path / "landing", tmp_path / "sources" / "0"
+    landing.mkdir()
+    assert landing_backlog(landing, log_dir) is None
+    log_dir.mkdir(parents=True)
+    files = [landing / f"events-{i}.json" for i in range(14)]
+    for path in files:
+        path.write_text("{}\n")
+    (landing / ".events-99.json.tmp").write_text("partial")
+    assert landing_backlog(landing, log_dir) == 14
+    for batch in range(9):
+        write_log(log_dir, str(batch), [files[batch]], batch)
+    # Batch 9 compacts: the compact file repeats every entry up to and including batch 9.
+    write_log(log_dir, "9.compact", files[:10], 9)
+    write_log(log_dir, "10", [files[10]], 10)
+    assert landing_backlog(landing, log_dir) == 3
