@@ -8,6 +8,7 @@ import yaml
 from airflow.dag_processing.dagbag import DagBag
 
 from ops.config import PlatformConfig
+from tests.support.slack import SlackReceiver
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
 
