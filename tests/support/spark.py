@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Iterator
@@ -28,3 +29,5 @@ def spark() -> Iterator[SparkSession]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+    # py4j logs at INFO from a finalizer at interpreter exit, after pytest closed the streams.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
