@@ -1,0 +1,30 @@
+"""The installed set is the locked one: pyspark-client must not have overwritten pyspark (FACTS.md)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from importlib.metadata import PackageNotFoundError, distribution, version
+
+import pyspark
+import pytest
+
+
+def test_pyspark_is_the_locked_4_3_0() -> None:
+    assert pyspark.__version__ == "4.3.0"
+    assert version("pyspark") == "4.3.0"
+    with pytest.raises(PackageNotFoundError):
+        version("pyspark-client")
+
+
+def test_no_pyspark_file_was_overwritten() -> None:
+    # pyspark-client installs into the same package directory; pip check does not notice. The
+    # wheel's RECORD holds each file's sha256, so any replaced file shows up here.
+    changed = []
+    for file in distribution("pyspark").files or []:
+        if file.hash is None or not file.name.endswith(".py"):
+            continue
+        digest = base64.urlsafe_b64encode(hashlib.sha256(file.locate().read_bytes()).digest()).rstrip(b"=")
+        if digest.decode() != file.hash.value:
+            changed.append(str(file))
+    assert changed == []
