@@ -33,12 +33,25 @@ def test_dags_import_without_errors(platform_conf: PlatformConfig) -> None:
     assert bag.get_dag("warden_restart").params.get_param("job").schema["enum"] == ["router"]
 
 
-def test_invalid_job_file_disables_only_its_dag(platform_conf: PlatformConfig) -> None:
+def test_invalid_job_file_disables_only_its_dag_and_pages(
+    platform_conf: PlatformConfig, slack_webhook: SlackReceiver
+) -> None:
     router = yaml.safe_load((platform_conf.conf_dir / "jobs" / "router.yaml").read_text())
-    (platform_conf.conf_dir / "jobs" / "broken.yaml").write_text(
-        yaml.safe_dump(router | {"name": "broken", "oops": 1})
-    )
+    broken = platform_conf.conf_dir / "jobs" / "broken.yaml"
+    broken.write_text(yaml.safe_dump(router | {"name": "broken", "oops": 1}))
     bag = dagbag()
     assert bag.import_errors == {}
     assert "warden_supervise_router" in bag.dag_ids
     assert "warden_supervise_broken" not in bag.dag_ids
+
+    # The platform DAG pages once about the broken file, and closes the page once it is fixed.
+    platform_dag = bag.get_dag("warden_platform")
+    assert platform_dag.test().state == "success"
+    assert platform_dag.test().state == "success"
+    texts = [message["text"] for message in slack_webhook.messages]
+    assert len(texts) == 1, texts
+    assert f"{broken}: field 'oops': unknown key" in texts[0]
+    fixed = router | {"name": "broken", "operations": router["operations"] | {"metrics_port": 9499}}
+    broken.write_text(yaml.safe_dump(fixed))
+    assert platform_dag.test().state == "success"
+    assert slack_webhook.messages[-1]["text"].startswith("✅ resolved: broken")

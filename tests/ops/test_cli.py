@@ -1,0 +1,31 @@
+"""`warden` commands against a real ledger (no driver is started: the job is suspended)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ops.cli import main
+from ops.config import PlatformConfig
+
+
+def test_stop_status_and_decisions(platform_conf: PlatformConfig, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["stop", "router", "--reason", "maintenance window"]) == 0
+    out = capsys.readouterr().out
+    assert "router: suspend requested (maintenance window)" in out
+    assert "router: SUSPENDED" in out
+
+    assert main(["status"]) == 0
+    header, row = capsys.readouterr().out.splitlines()[:2]
+    assert header.split()[:4] == ["job", "state", "desired", "last"]
+    assert row.split()[:3] == ["router", "SUSPENDED", "suspended"]
+
+    assert main(["decisions", "router"]) == 0
+    out = capsys.readouterr().out
+    assert "request_suspend" in out and "maintenance window" in out
+
+
+def test_unknown_job_is_a_clear_error(
+    platform_conf: PlatformConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["start", "nosuchjob"]) == 2
+    assert "no job named 'nosuchjob'" in capsys.readouterr().err
