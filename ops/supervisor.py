@@ -474,25 +474,29 @@ class Supervisor:
 
     def _launch(self, spec: JobSpec) -> str:
         run_id = f"{spec.name}-{self.clock():%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
-        started_at = self.clock()
+        run = RunRecord(
+            run_id=run_id,
+            job=spec.name,
+            backend=self.backend.name,
+            pid=None,
+            app_id=None,
+            metrics_port=spec.operations.metrics_port,
+            log_path=None,
+            config_version=spec.config_version,
+            started_at=self.clock(),
+            stopped_at=None,
+            exit_reason=None,
+        )
         try:
             driver = self.backend.launch(spec, run_id)
         except LaunchError as error:
-            return f"launch failed: {error}"
+            # Recorded as a failed run, so it backs off and counts towards a restart storm
+            # like a crash instead of being retried on every watch poll.
+            exit_reason = f"{FAILURE}launch: {error}"
+            self.ledger.start_run(replace(run, stopped_at=self.clock(), exit_reason=exit_reason))
+            return exit_reason
         self.ledger.start_run(
-            RunRecord(
-                run_id=run_id,
-                job=spec.name,
-                backend=self.backend.name,
-                pid=driver.pid,
-                app_id=driver.app_id,
-                metrics_port=spec.operations.metrics_port,
-                log_path=str(driver.log_path),
-                config_version=spec.config_version,
-                started_at=started_at,
-                stopped_at=None,
-                exit_reason=None,
-            )
+            replace(run, pid=driver.pid, app_id=driver.app_id, log_path=str(driver.log_path))
         )
         return f"run {run_id} pid {driver.pid}"
 

@@ -245,3 +245,10 @@ def test_falling_behind_degrades_and_warns_once() -> None:
         NOW,
     )
     assert again.actions == ()
+
+
+def test_failed_launches_back_off_like_crashes() -> None:
+    failed_launch = run(started=1, stopped=1, exit_reason=FAILURE + "launch: cannot start driver")
+    plan = decide(view(job_record(state="SUBMITTED"), closed=(failed_launch,)), NOW)
+    assert plan.state is Lifecycle.RESTARTING
+    assert plan.actions == ()
