@@ -49,6 +49,8 @@ def request_dag(action: str, jobs: list[str]) -> DAG:
         schedule=None,
         start_date=START,
         catchup=False,
+        # Unpaused: a paused DAG would queue the trigger form's run instead of carrying it out.
+        is_paused_upon_creation=False,
         tags=["streamwarden", "operator"],
         params={
             "job": Param(
@@ -74,6 +76,7 @@ def platform_dag() -> DAG:
         start_date=START,
         catchup=False,
         max_active_runs=1,
+        is_paused_upon_creation=False,
         tags=["streamwarden", "platform"],
     ) as dag:
 

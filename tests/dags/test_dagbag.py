@@ -31,6 +31,15 @@ def test_dags_import_without_errors(platform_conf: PlatformConfig) -> None:
     assert [t.task_id for t in supervise.tasks] == ["reconcile", "watch"]
     assert supervise.schedule == "@continuous"
     assert bag.get_dag("warden_restart").params.get_param("job").schema["enum"] == ["router"]
+    # Trigger forms and housekeeping run as soon as they are loaded; `platform up` unpauses supervision.
+    paused = {dag_id: bag.get_dag(dag_id).is_paused_upon_creation for dag_id in bag.dag_ids}
+    assert paused == {
+        "warden_supervise_router": True,
+        "warden_suspend": False,
+        "warden_resume": False,
+        "warden_restart": False,
+        "warden_platform": False,
+    }
 
 
 def test_invalid_job_file_disables_only_its_dag_and_pages(
