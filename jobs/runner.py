@@ -1,7 +1,7 @@
 """`python -m jobs.runner --job NAME --run-id RUN_ID`: the driver process of one streaming job.
 
 Loads `platform.yaml` and the job's spec from the conf directory (`$STREAMWARDEN_CONF_DIR`),
-plans the query for the job's `pipeline.kind` and hands it to `jobs.runtime.run_streaming_job`,
+plans the query from the job's kind in `jobs.catalog` and hands it to `jobs.runtime.run_streaming_job`,
 which serves metrics, writes the heartbeat and maps the outcome to the exit code (0 stopped,
 1 query failed, 2 config error). This is the only module that knows readStream, the sink, the
 trigger and the checkpoint path.
@@ -11,22 +11,20 @@ from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import structlog
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import DataStreamWriter
 
-from jobs.router.transform import PARTITION_COLUMNS, invalid_route_filters, route_events
+from jobs.catalog import kind_of, sink_rows
 from jobs.runtime import (
     EXIT_CONFIG_ERROR,
     QueryPlan,
     ShutdownRequest,
     configure_logging,
-    parse_events,
     read_landing,
     run_streaming_job,
-    with_event_partitions,
 )
 from ops.config import JOB_NAME_PATTERN, JobSpec, PlatformConfig, find_job, load_platform
 from ops.exceptions import ConfigError
@@ -35,31 +33,23 @@ from ops.listener import TelemetryListener
 log = structlog.get_logger("streamwarden.runner")
 
 
-def plan_router(platform: PlatformConfig, spec: JobSpec) -> QueryPlan:
-    """The router's query: landing -> parse -> route -> one Parquet file sink partitioned by route."""
-    pipeline = spec.pipeline
+def plan_job(platform: PlatformConfig, spec: JobSpec) -> QueryPlan:
+    """The job's query: landing -> parse -> the kind's transform -> one partitioned Parquet file sink."""
 
     def plan(spark: SparkSession) -> DataStreamWriter:
-        events = read_landing(spark, platform, spec).transform(parse_events, pipeline.source)
-        problems = invalid_route_filters(events, pipeline.routes)
-        if problems:
-            index = {route.name: i for i, route in enumerate(pipeline.routes)}
-            name, why = next(iter(problems.items()))
-            raise ConfigError(
-                platform.conf_dir / "jobs" / f"{spec.name}.yaml",
-                f"field 'pipeline.routes.{index[name]}.filter': route {name!r} filter "
-                f"{pipeline.routes[index[name]].filter!r} is not a valid boolean expression: {why}",
-            )
-        routed = events.transform(with_event_partitions, pipeline.source).transform(
-            route_events, pipeline.routes
-        )
+        max_files = spec.operations.trigger.max_files_per_trigger
+        raw = {
+            name: read_landing(spark, platform, source, max_files)
+            for name, source in spec.pipeline.inputs.items()
+        }
         return (
-            routed.writeStream.queryName(spec.name)
+            sink_rows(platform, spec, raw)
+            .writeStream.queryName(spec.name)
             .format("parquet")
             .outputMode("append")
-            .partitionBy(*PARTITION_COLUMNS)
+            .partitionBy(*kind_of(spec).partition_columns)
             .option("checkpointLocation", str(platform.checkpoint_root / spec.name))
-            .option("path", str(platform.lake_root / pipeline.sink.path))
+            .option("path", str(platform.lake_root / spec.pipeline.sink.path))
         )
 
     return plan
@@ -75,9 +65,6 @@ def with_trigger(plan: QueryPlan, spec: JobSpec, available_now: bool) -> QueryPl
         return writer.trigger(processingTime=f"{spec.operations.trigger.interval_seconds} seconds")
 
     return triggered
-
-
-PLANNERS: dict[str, Callable[[PlatformConfig, JobSpec], QueryPlan]] = {"router": plan_router}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -112,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         return EXIT_CONFIG_ERROR
     log.info("starting", kind=spec.pipeline.kind, config_version=spec.config_version)
-    plan = with_trigger(PLANNERS[spec.pipeline.kind](platform, spec), spec, args.available_now)
+    plan = with_trigger(plan_job(platform, spec), spec, args.available_now)
     return run_streaming_job(platform, spec, args.run_id, plan, shutdown)
 
 

@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from types import FrameType
 
 import structlog
@@ -55,6 +56,7 @@ SPARK_TYPES: dict[FieldType, T.DataType] = {
     "boolean": T.BooleanType(),
     "timestamp": T.TimestampType(),
 }
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 _CORRUPT_RECORD = "_corrupt_record"
 _JSON = "_json"
 
@@ -95,27 +97,43 @@ def build_session(platform: PlatformConfig, spec: JobSpec) -> SparkSession:
         # Stage progress bars would interleave with the JSON log lines on stderr.
         .config("spark.ui.showConsoleProgress", "false")
     )
-    if spec.operations.stateful:
-        builder = builder.config(
-            "spark.sql.streaming.stateStore.providerClass",
-            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-        ).config("spark.sql.streaming.stateStore.checkpointFormatVersion", "2")
+    for key, value in state_conf(spec).items():
+        builder = builder.config(key, value)
     for key, value in platform.spark.extra_conf.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
 
 
-def read_landing(spark: SparkSession, platform: PlatformConfig, spec: JobSpec) -> DataFrame:
-    """The job's landing directory as a stream of raw lines (one string column `value`)."""
-    source = spec.pipeline.source
+def state_conf(spec: JobSpec) -> dict[str, str]:
+    """SQL confs for a stateful job's state: RocksDB, and the spec's checkpoint format version.
+
+    They are read when a query starts, so they can also be set on a running session (tests do).
+    Readers of the state (`spark.read.format("statestore")`) need the same format version.
+    """
+    if not spec.operations.stateful:
+        return {}
+    return {
+        "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+        "spark.sql.streaming.stateStore.checkpointFormatVersion": str(spec.operations.checkpoint_format),
+    }
+
+
+def read_landing(
+    spark: SparkSession, platform: PlatformConfig, source: FileSource, max_files_per_trigger: int | None
+) -> DataFrame:
+    """A landing directory as a stream of raw lines (one string column `value`)."""
     landing_dir = platform.landing_root / source.path
     # The file source refuses to start on a directory that does not exist yet.
     landing_dir.mkdir(parents=True, exist_ok=True)
     reader = spark.readStream.format("text").option("pathGlobFilter", LANDING_GLOB)
-    max_files = spec.operations.trigger.max_files_per_trigger
-    if max_files is not None:
-        reader = reader.option("maxFilesPerTrigger", max_files)
+    if max_files_per_trigger is not None:
+        reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)
     return reader.load(str(landing_dir))
+
+
+def read_landing_files(spark: SparkSession, landing_dir: Path) -> DataFrame:
+    """The landing files present in a directory, read once (the batch runner's input)."""
+    return spark.read.format("text").option("pathGlobFilter", LANDING_GLOB).load(str(landing_dir))
 
 
 def parse_events(raw: DataFrame, source: FileSource) -> DataFrame:

@@ -176,6 +176,11 @@ class RouterPipeline(Model):
     sink: FileSink
     routes: tuple[Route, ...] = Field(min_length=1)
 
+    @property
+    def inputs(self) -> dict[str, FileSource]:
+        """The job's sources by the name its transform knows them by."""
+        return {"events": self.source}
+
     @model_validator(mode="after")
     def _routes_are_consistent(self) -> RouterPipeline:
         known = {f.name for f in self.source.fields}
@@ -191,6 +196,8 @@ class RouterPipeline(Model):
         return self
 
 
+# Every pipeline kind has `kind`, `sink: FileSink` and an `inputs` property (name -> FileSource);
+# `jobs/catalog.py` maps each kind to its transform.
 Pipeline = Annotated[RouterPipeline, Field(discriminator="kind")]
 
 
@@ -226,6 +233,8 @@ class AlertRouting(Model):
 
 class Operations(Model):
     stateful: bool = False
+    # Stateful jobs keep state in RocksDB; format 2 loads state by the ids in the commit log.
+    checkpoint_format: Literal[1, 2] = 2
     resources: Resources = Field(default_factory=Resources)
     trigger: TriggerConfig = Field(default_factory=TriggerConfig)
     metrics_port: int = Field(ge=1024, le=65535)

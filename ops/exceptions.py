@@ -7,7 +7,9 @@ Hierarchy::
     ├── LedgerError             the ledger database cannot be reached or migrated
     ├── LaunchError             a driver process could not be started or stopped
     ├── ServiceError            an embedded service (S3 server, Airflow) failed to start or answer
-    └── AlertDeliveryError      Slack refused or could not take an alert (it stays in the outbox)
+    ├── AlertDeliveryError      Slack refused or could not take an alert (it stays in the outbox)
+    ├── SavepointError          a savepoint could not be taken, verified or pruned (nothing catalogued)
+    └── JobBusyError            another operation holds the job's lock
 """
 
 from __future__ import annotations
@@ -48,3 +50,16 @@ class AlertDeliveryError(WardenError):
         self.detail = detail
         self.retry_after = retry_after
         super().__init__(f"Slack answered {status}: {detail}")
+
+
+class SavepointError(WardenError):
+    """A savepoint could not be taken, verified or pruned; no ledger row was written for it."""
+
+
+class JobBusyError(WardenError):
+    """Another operation (savepoint, rewind, restate, upgrade, reconcile) holds the job's lock."""
+
+    def __init__(self, job: str, holder: str) -> None:
+        self.job = job
+        self.holder = holder
+        super().__init__(f"job {job!r} is busy: {holder} holds its lock")

@@ -94,6 +94,21 @@ alerts_table = sa.Table(
 )
 
 
+savepoints_table = sa.Table(
+    "savepoints",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("job", sa.String(64), nullable=False, index=True),
+    sa.Column("batch_id", sa.BigInteger, nullable=False),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("manifest_key", sa.Text, nullable=False),
+    sa.Column("total_bytes", sa.BigInteger, nullable=False),
+    sa.Column("uploaded_bytes", sa.BigInteger, nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("config_version", sa.String(32), nullable=False),
+)
+
+
 def utcnow() -> datetime:
     return datetime.now(UTC)
 
@@ -172,6 +187,21 @@ class AlertRecord:
     next_attempt_at: datetime
     last_error: str | None
     sent_at: datetime | None
+
+
+@dataclass(frozen=True)
+class SavepointRecord:
+    """A catalogued savepoint: its manifest is in the object store under `manifest_key`."""
+
+    id: str
+    job: str
+    batch_id: int
+    created_at: datetime
+    manifest_key: str
+    total_bytes: int
+    uploaded_bytes: int
+    status: str
+    config_version: str
 
 
 def _record(cls: type, row: sa.Row[Any]) -> Any:
@@ -432,3 +462,25 @@ class Ledger:
     def update_alert(self, alert_id: int, **values: Any) -> None:
         with self._tx() as tx:
             tx.execute(alerts_table.update().where(alerts_table.c.id == alert_id).values(**values))
+
+    # --- savepoints ------------------------------------------------------------------------------
+
+    def add_savepoint(self, savepoint: SavepointRecord) -> None:
+        """Catalogue a savepoint; call only once its manifest is in the object store."""
+        with self._tx() as tx:
+            tx.execute(savepoints_table.insert().values(**savepoint.__dict__))
+
+    def savepoints(self, job: str) -> list[SavepointRecord]:
+        """The job's catalogued savepoints, newest first."""
+        with self._tx() as tx:
+            rows = tx.execute(
+                sa.select(savepoints_table)
+                .where(savepoints_table.c.job == job)
+                .order_by(savepoints_table.c.created_at.desc(), savepoints_table.c.id.desc())
+            ).all()
+        return [_record(SavepointRecord, row) for row in rows]
+
+    def delete_savepoint_row(self, savepoint_id: str) -> None:
+        """Drop a savepoint from the catalogue (after its manifest is gone)."""
+        with self._tx() as tx:
+            tx.execute(savepoints_table.delete().where(savepoints_table.c.id == savepoint_id))

@@ -12,10 +12,8 @@ differs from what the ledger says, something needs a pass now.
 from __future__ import annotations
 
 import enum
-import fcntl
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -28,6 +26,7 @@ from ops.exceptions import ConfigError, LaunchError, WardenError
 from ops.health import Assessment, Observation, Signal, assess, landing_backlog
 from ops.launcher import LaunchBackend, LocalProcessBackend
 from ops.ledger import JobRecord, Ledger, RunRecord, utcnow
+from ops.locks import job_lock
 from ops.telemetry import heartbeat_path, read_heartbeat
 
 log = structlog.get_logger("streamwarden.supervisor")
@@ -381,7 +380,7 @@ class Supervisor:
 
     def reconcile(self, job: str, run_url: str | None = None) -> PassSummary:
         """One observe -> record -> validate -> decide -> act pass for `job`."""
-        with self._job_lock(job):
+        with job_lock(self.platform, job, "reconcile"):
             try:
                 spec = find_job(job, self.platform.conf_dir)
             except ConfigError as error:
@@ -499,18 +498,6 @@ class Supervisor:
             replace(run, pid=driver.pid, app_id=driver.app_id, log_path=str(driver.log_path))
         )
         return f"run {run_id} pid {driver.pid}"
-
-    @contextmanager
-    def _job_lock(self, job: str) -> Iterator[None]:
-        # One pass per job at a time, across processes (scheduler task, triggerer, CLI).
-        lock_path = self.platform.job_runtime_dir(job) / ".supervisor.lock"
-        lock_path.parent.mkdir(parents=True, exist_ok=True)
-        with lock_path.open("w") as lock_file:
-            fcntl.flock(lock_file, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(lock_file, fcntl.LOCK_UN)
 
     # watching and requests --------------------------------------------------------------------
 

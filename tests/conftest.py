@@ -2,6 +2,7 @@
 
 pytest_plugins = [
     "tests.support.airflow",
+    "tests.support.drivers",
     "tests.support.platform",
     "tests.support.slack",
     "tests.support.s3",

@@ -2,26 +2,21 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
-import time
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
-import yaml
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from jobs.router.transform import read_route
-from ops.config import CONF_DIR_ENV, DEAD_LETTER_ROUTE, PlatformConfig, find_job
+from ops.config import DEAD_LETTER_ROUTE, PlatformConfig, find_job
 from ops.generator import TYPED_FIELDS, GeneratedBatch, MalformedLine, write_batch
-from ops.telemetry import Heartbeat, heartbeat_path, read_heartbeat
+from ops.telemetry import Heartbeat, read_heartbeat
+from tests.support.drivers import Driver, edit_job, fast_trigger
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EU = {"DE", "FR", "ES", "IT", "NL"}
@@ -31,76 +26,6 @@ ROUTE_PREDICATES: dict[str, Callable[[dict[str, Any]], bool]] = {
     "eu_views": lambda e: e["event_type"] == "view" and e.get("country") in EU,
     "mobile_activity": lambda e: e.get("device") in {"ios", "android"},
 }
-
-
-def edit_router(platform: PlatformConfig, edit: Callable[[dict[str, Any]], None]) -> None:
-    path = platform.conf_dir / "jobs" / "router.yaml"
-    spec = yaml.safe_load(path.read_text())
-    edit(spec)
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
-
-
-def fast_trigger(spec: dict[str, Any]) -> None:
-    spec["operations"]["trigger"] = {"interval_seconds": 1, "max_files_per_trigger": 2}
-
-
-class Driver:
-    """A `python -m jobs.runner` process in its own session, like the launcher starts it."""
-
-    def __init__(self, platform: PlatformConfig, run_id: str) -> None:
-        self.platform = platform
-        self.heartbeat_file = heartbeat_path(platform.job_runtime_dir("router"))
-        self.log_path = platform.runtime_root / f"driver-{run_id}.log"
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("wb") as log_file:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "jobs.runner", "--job", "router", "--run-id", run_id],
-                cwd=REPO_ROOT,
-                env={**os.environ, CONF_DIR_ENV: str(platform.conf_dir)},
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-
-    def wait_heartbeat(self, accept: Callable[[Heartbeat], bool], timeout: float = 90) -> Heartbeat:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            heartbeat = read_heartbeat(self.heartbeat_file)
-            if heartbeat is not None and accept(heartbeat):
-                return heartbeat
-            if self.process.poll() is not None and (heartbeat is None or heartbeat.event != "terminated"):
-                break
-            time.sleep(0.2)
-        raise AssertionError(
-            f"no such heartbeat; last {read_heartbeat(self.heartbeat_file)}; log:\n{self.log()}"
-        )
-
-    def wait_exit(self, timeout: float = 60) -> int:
-        try:
-            return self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"driver did not exit; log:\n{self.log()}") from None
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")[-5000:]
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
-
-
-@pytest.fixture
-def start_driver(platform_conf: PlatformConfig) -> Iterator[Callable[[str], Driver]]:
-    drivers: list[Driver] = []
-
-    def start(run_id: str) -> Driver:
-        drivers.append(Driver(platform_conf, run_id))
-        return drivers[-1]
-
-    yield start
-    for driver in drivers:
-        driver.kill()
 
 
 def rows_read(heartbeat: Heartbeat) -> int:
@@ -117,9 +42,9 @@ def expected_reason(line: MalformedLine, field_types: dict[str, str]) -> str:
 
 
 def test_router_routes_every_event_reports_progress_and_stops_on_sigterm(
-    spark: SparkSession, platform_conf: PlatformConfig, start_driver: Callable[[str], Driver]
+    spark: SparkSession, platform_conf: PlatformConfig, start_driver: Callable[..., Driver]
 ) -> None:
-    edit_router(platform_conf, fast_trigger)
+    edit_job(platform_conf, "router", fast_trigger)
     spec = find_job("router", platform_conf.conf_dir)
     landing = platform_conf.landing_root / spec.pipeline.source.path
     batches: list[GeneratedBatch] = [write_batch(landing, 400, 0.05, seed) for seed in (1, 2, 3)]
@@ -167,12 +92,12 @@ def test_router_routes_every_event_reports_progress_and_stops_on_sigterm(
 
 
 def test_unparsable_route_filter_exits_2_with_a_terminated_heartbeat(
-    platform_conf: PlatformConfig, start_driver: Callable[[str], Driver]
+    platform_conf: PlatformConfig, start_driver: Callable[..., Driver]
 ) -> None:
     def break_filter(spec: dict[str, Any]) -> None:
         spec["pipeline"]["routes"][1]["filter"] = "event_type = = 'view'"
 
-    edit_router(platform_conf, break_filter)
+    edit_job(platform_conf, "router", break_filter)
     driver = start_driver("run-bad")
     assert driver.wait_exit() == 2, driver.log()
     heartbeat = read_heartbeat(driver.heartbeat_file)
@@ -184,14 +109,14 @@ def test_unparsable_route_filter_exits_2_with_a_terminated_heartbeat(
 
 
 def test_query_failing_at_runtime_exits_1_and_keeps_the_error(
-    platform_conf: PlatformConfig, start_driver: Callable[[str], Driver]
+    platform_conf: PlatformConfig, start_driver: Callable[..., Driver]
 ) -> None:
     def failing_filter(spec: dict[str, Any]) -> None:
         fast_trigger(spec)
         # Valid to the analyzer, fails on the first routed row.
         spec["pipeline"]["routes"][0]["filter"] = "raise_error(concat('no route for ', event_id)) IS NULL"
 
-    edit_router(platform_conf, failing_filter)
+    edit_job(platform_conf, "router", failing_filter)
     write_batch(platform_conf.landing_root / "events", 10, 0.0, 7)
     driver = start_driver("run-fail")
     assert driver.wait_exit(timeout=90) == 1, driver.log()

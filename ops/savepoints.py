@@ -1,0 +1,522 @@
+"""Savepoints: consistent, online, incremental copies of a streaming job's checkpoint in S3.
+
+Spark has no savepoints (DESIGN.md §5). A savepoint is anchored on the highest committed batch N
+and holds what a restart at N needs: `offsets/` and `commits/` up to N, the source logs and the
+file sink's `_spark_metadata` entries up to N, the state files that rebuild state version N+1
+(with the RocksDB SST and log files they reference) and the checkpoint's `metadata`, copied last.
+The job keeps running while it is copied: every file Spark writes at or below N is immutable, and
+files written for later batches are left out.
+
+Layout in the bucket, under `<savepoint_prefix>/<job>/`:
+
+- `objects/<sha256>`: a content store shared by the job's savepoints, so a file already copied by
+  an earlier savepoint is not uploaded again;
+- `<savepoint_id>/manifest.json`: the savepoint itself, listing every file by relative path, size
+  and sha256. It is written last and only after every listed object is verified in the store: no
+  manifest, no savepoint. The ledger row is written after the manifest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import subprocess
+import uuid
+import zipfile
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pyspark
+from botocore.client import BaseClient
+from botocore.exceptions import BotoCoreError, ClientError
+
+from ops.config import PlatformConfig, find_job
+from ops.exceptions import SavepointError
+from ops.ledger import Ledger, SavepointRecord
+from ops.services import s3_client
+
+MANIFEST_NAME = "manifest.json"
+MANIFEST_FORMAT = 1
+UPLOAD_THREADS = 4
+# Spark purges old log and state files in the background; a file listed and then purged before it
+# was read makes the copy start over on a fresh listing, a few times at most.
+COPY_ATTEMPTS = 3
+STATUS_COMPLETE = "complete"
+
+# Log entries (offsets, commits, source and sink logs) are named by batch id, compacted ones
+# `<id>.compact`.
+_LOG_ENTRY = re.compile(r"^(\d+)(\.compact)?$")
+# State files: HDFS-backed `<version>.delta|snapshot`, RocksDB `<version>.zip|changelog`, and with
+# checkpoint format v2 `<version>_<uuid>.<ext>`.
+_STATE_FILE = re.compile(r"^(\d+)(?:_([0-9a-fA-F-]+))?\.(delta|snapshot|zip|changelog)$")
+_STATE_SNAPSHOTS = frozenset({"snapshot", "zip"})
+# Directories of a RocksDB store that hold files referenced by its zips, not versions themselves.
+_ROCKSDB_FILE_DIRS = {"SSTs", "logs"}
+# Operator and schema metadata beside the state versions; files in them may start with a batch id.
+_STATE_METADATA_DIRS = {"_metadata", "_stateSchema"}
+_LEADING_BATCH = re.compile(r"^(\d+)")
+_REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class SavepointFile:
+    """One file of a savepoint: its path inside the savepoint, size and content hash."""
+
+    path: str
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What to copy for batch N: (savepoint path, local file) pairs, `metadata` last."""
+
+    batch_id: int
+    files: tuple[tuple[str, Path], ...]
+    offsets_text: str
+
+
+class _Vanished(Exception):
+    """A listed checkpoint file was purged by Spark before it was read."""
+
+
+# --- S3 ------------------------------------------------------------------------------------------
+
+
+def _endpoint(platform: PlatformConfig) -> str:
+    return platform.s3.endpoint_url or "Amazon S3"
+
+
+@contextmanager
+def _s3_errors(platform: PlatformConfig, doing: str) -> Iterator[None]:
+    """Turn boto3's errors into a SavepointError that names the endpoint and the step."""
+    try:
+        yield
+    except BotoCoreError as exc:
+        raise SavepointError(f"S3 at {_endpoint(platform)} unreachable while {doing}: {exc}") from exc
+    except ClientError as exc:
+        raise SavepointError(f"S3 at {_endpoint(platform)} refused {doing}: {exc}") from exc
+
+
+def _job_prefix(platform: PlatformConfig, job: str) -> str:
+    return f"{platform.s3.savepoint_prefix.strip('/')}/{job}"
+
+
+def _object_key(platform: PlatformConfig, job: str, sha256: str) -> str:
+    return f"{_job_prefix(platform, job)}/objects/{sha256}"
+
+
+def _manifest_key(platform: PlatformConfig, job: str, savepoint_id: str) -> str:
+    return f"{_job_prefix(platform, job)}/{savepoint_id}/{MANIFEST_NAME}"
+
+
+def _list_objects(client: BaseClient, bucket: str, prefix: str) -> Iterator[dict[str, Any]]:
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        yield from page.get("Contents", [])
+
+
+def _stored_objects(client: BaseClient, platform: PlatformConfig, job: str) -> dict[str, int]:
+    """The job's content store: sha256 -> size."""
+    prefix = f"{_job_prefix(platform, job)}/objects/"
+    return {
+        item["Key"][len(prefix) :]: int(item["Size"])
+        for item in _list_objects(client, platform.s3.bucket, prefix)
+    }
+
+
+# --- planning the copy ---------------------------------------------------------------------------
+
+
+def _log_entries(directory: Path) -> dict[int, list[Path]]:
+    """A log directory's entries by batch id (a compacted entry and its batch share an id)."""
+    entries: dict[int, list[Path]] = {}
+    if not directory.is_dir():
+        return entries
+    for path in directory.iterdir():
+        match = _LOG_ENTRY.match(path.name)
+        if match and path.is_file():
+            entries.setdefault(int(match.group(1)), []).append(path)
+    return entries
+
+
+def _contiguous_to(entries: Iterable[int], last: int, what: str, checkpoint: Path) -> list[int]:
+    """The batch ids min..last, or a SavepointError naming the gap."""
+    ids = sorted(i for i in entries if i <= last)
+    if not ids or ids[-1] != last:
+        raise SavepointError(f"{checkpoint}/{what} has no entry for batch {last}")
+    missing = sorted(set(range(ids[0], last + 1)) - set(ids))
+    if missing:
+        raise SavepointError(f"{checkpoint}/{what} is not contiguous: batches {missing} are missing")
+    return ids
+
+
+def _committed_state_ids(commit_text: str) -> dict[str, list[list[str]]]:
+    """Format v2 commits name the state checkpoint id per operator and partition for version N+1."""
+    lines = commit_text.splitlines()
+    if len(lines) < 2:
+        return {}
+    ids = json.loads(lines[1]).get("stateUniqueIds") or {}
+    return {str(operator): partitions for operator, partitions in ids.items()}
+
+
+def _rocksdb_references(zip_path: Path) -> list[Path]:
+    """The SST and log files a RocksDB checkpoint zip needs, from the `metadata` it carries."""
+    try:
+        with zipfile.ZipFile(zip_path) as archive:
+            text = archive.read("metadata").decode()
+    except FileNotFoundError as exc:
+        raise _Vanished(str(zip_path)) from exc
+    except (KeyError, zipfile.BadZipFile) as exc:
+        raise SavepointError(f"RocksDB checkpoint {zip_path} has no readable metadata: {exc}") from exc
+    store_dir = zip_path.parent
+    lines = text.splitlines()
+    described = json.loads(lines[1] if len(lines) > 1 else lines[0])
+    references = [store_dir / "SSTs" / sst["dfsSstFileName"] for sst in described.get("sstFiles", [])]
+    references += [store_dir / "logs" / log["dfsLogFileName"] for log in described.get("logFiles", [])]
+    return references
+
+
+def _store_files(store_dir: Path, version: int, wanted_ids: set[str] | None) -> list[Path]:
+    """The files that rebuild one state store at `version`: newest snapshot up to it + deltas after.
+
+    `wanted_ids` (checkpoint format v2) restricts the files of `version` itself to the ids the
+    commit log recorded, so a retried task's orphaned checkpoint is not taken instead.
+    """
+    by_version: dict[int, list[tuple[str, str | None, Path]]] = {}
+    for path in store_dir.iterdir():
+        match = _STATE_FILE.match(path.name)
+        if match and path.is_file() and int(match.group(1)) <= version:
+            by_version.setdefault(int(match.group(1)), []).append((match.group(3), match.group(2), path))
+    if wanted_ids is not None and version in by_version:
+        by_version[version] = [entry for entry in by_version[version] if entry[1] in wanted_ids]
+    if not by_version.get(version):
+        raise SavepointError(f"state store {store_dir} cannot be rebuilt: no file for version {version}")
+    snapshots = [
+        v for v, entries in by_version.items() if any(kind in _STATE_SNAPSHOTS for kind, _, _ in entries)
+    ]
+    base = max(snapshots, default=0)
+    chain = range(base + 1, version + 1)
+    gaps = [v for v in chain if v not in by_version]
+    if gaps:
+        raise SavepointError(
+            f"state store {store_dir} cannot be rebuilt at version {version}: versions {gaps} missing"
+        )
+    needed: list[Path] = []
+    if base:
+        needed += [path for kind, _, path in by_version[base] if kind in _STATE_SNAPSHOTS]
+    for v in chain:
+        needed += [path for kind, _, path in by_version[v] if kind not in _STATE_SNAPSHOTS]
+    for path in list(needed):
+        if path.suffix == ".zip":
+            needed += _rocksdb_references(path)
+    return needed
+
+
+def _leading_batch(name: str) -> int:
+    """The batch id a metadata file name starts with; 0 for names that carry none."""
+    match = _LEADING_BATCH.match(name)
+    return int(match.group(1)) if match else 0
+
+
+def _state_files(checkpoint: Path, batch_id: int, commit_text: str) -> list[Path]:
+    """Every state file a restart at `batch_id` needs (state version `batch_id` + 1)."""
+    state_root = checkpoint / "state"
+    if not state_root.is_dir():
+        return []
+    committed_ids = _committed_state_ids(commit_text)
+    needed: list[Path] = []
+    for directory in sorted(p for p in state_root.rglob("*") if p.is_dir()):
+        relative = directory.relative_to(state_root).parts
+        if _ROCKSDB_FILE_DIRS & set(relative):
+            continue
+        if _STATE_METADATA_DIRS & set(relative):
+            # Metadata written for batches after N describes state the savepoint does not hold.
+            needed += [
+                path
+                for path in directory.iterdir()
+                if path.is_file()
+                and not path.name.startswith(".")
+                and not path.name.endswith(".crc")
+                and _leading_batch(path.name) <= batch_id
+            ]
+            continue
+        if not any(_STATE_FILE.match(path.name) for path in directory.iterdir()):
+            continue
+        wanted: set[str] | None = None
+        partitions = committed_ids.get(relative[0], [])
+        if len(relative) > 1 and relative[1].isdigit():
+            if int(relative[1]) >= len(partitions) > 0:
+                raise SavepointError(
+                    f"commits/{batch_id} records state ids for {len(partitions)} partitions of operator "
+                    f"{relative[0]}, but {directory} exists"
+                )
+            if partitions:
+                wanted = set(partitions[int(relative[1])])
+        needed += _store_files(directory, batch_id + 1, wanted)
+    return needed
+
+
+def _plan(checkpoint: Path, sink_log: Path) -> _Plan:
+    """Choose N (the highest commit) and list what a savepoint at N holds."""
+    commits = _log_entries(checkpoint / "commits")
+    if not commits:
+        raise SavepointError(f"{checkpoint} has no committed batch to save")
+    batch_id = max(commits)
+    offsets = _log_entries(checkpoint / "offsets")
+    commit_ids = _contiguous_to(commits, batch_id, "commits", checkpoint)
+    offset_ids = _contiguous_to(offsets, batch_id, "offsets", checkpoint)
+    try:
+        commit_text = commits[batch_id][0].read_text()
+        offsets_text = offsets[batch_id][0].read_text()
+    except FileNotFoundError as exc:
+        raise _Vanished(str(exc)) from exc
+
+    files: list[tuple[str, Path]] = []
+    for ids, name, entries in ((offset_ids, "offsets", offsets), (commit_ids, "commits", commits)):
+        files += [(f"checkpoint/{name}/{i}", entries[i][0]) for i in ids]
+    sources = checkpoint / "sources"
+    if sources.is_dir():
+        for source_dir in sorted(p for p in sources.iterdir() if p.is_dir()):
+            for i, paths in sorted(_log_entries(source_dir).items()):
+                if i <= batch_id:
+                    files += [(f"checkpoint/sources/{source_dir.name}/{p.name}", p) for p in paths]
+    for i, paths in sorted(_log_entries(sink_log).items()):
+        if i <= batch_id:
+            files += [(f"sink/_spark_metadata/{p.name}", p) for p in paths]
+    files += [
+        (f"checkpoint/{p.relative_to(checkpoint)}", p)
+        for p in _state_files(checkpoint, batch_id, commit_text)
+    ]
+    metadata = checkpoint / "metadata"
+    if not metadata.is_file():
+        raise SavepointError(f"{checkpoint} has no metadata file")
+    files.append(("checkpoint/metadata", metadata))
+    return _Plan(batch_id=batch_id, files=tuple(dict.fromkeys(files)), offsets_text=offsets_text)
+
+
+# --- copying -------------------------------------------------------------------------------------
+
+
+def _copy_file(
+    client: BaseClient,
+    platform: PlatformConfig,
+    job: str,
+    relative: str,
+    local: Path,
+    stored: dict[str, int],
+) -> tuple[SavepointFile, int]:
+    """Hash one file and upload it unless the content store has it; (entry, bytes uploaded)."""
+    try:
+        content = local.read_bytes()
+    except FileNotFoundError as exc:
+        raise _Vanished(str(local)) from exc
+    entry = SavepointFile(path=relative, size=len(content), sha256=hashlib.sha256(content).hexdigest())
+    if stored.get(entry.sha256) == entry.size:
+        return entry, 0
+    client.put_object(Bucket=platform.s3.bucket, Key=_object_key(platform, job, entry.sha256), Body=content)
+    return entry, entry.size
+
+
+def _copy(
+    client: BaseClient, platform: PlatformConfig, job: str, plan: _Plan
+) -> tuple[list[SavepointFile], int]:
+    """Upload the plan's files, `metadata` after all the others; (manifest entries, bytes uploaded)."""
+    stored = _stored_objects(client, platform, job)
+    *data_files, (metadata_path, metadata_file) = plan.files
+    with ThreadPoolExecutor(max_workers=UPLOAD_THREADS) as pool:
+        copied = list(
+            pool.map(lambda item: _copy_file(client, platform, job, item[0], item[1], stored), data_files)
+        )
+    copied.append(_copy_file(client, platform, job, metadata_path, metadata_file, stored))
+    return [entry for entry, _ in copied], sum(uploaded for _, uploaded in copied)
+
+
+def _verify(client: BaseClient, platform: PlatformConfig, job: str, entries: list[SavepointFile]) -> None:
+    """Every file the manifest will list is in the content store with its size."""
+    stored = _stored_objects(client, platform, job)
+    missing = [e.path for e in entries if stored.get(e.sha256) != e.size]
+    if missing:
+        raise SavepointError(
+            f"savepoint of {job!r} is incomplete: {len(missing)} objects missing or of the wrong size "
+            f"in s3://{platform.s3.bucket}/{_job_prefix(platform, job)}/objects/, e.g. {missing[:3]}"
+        )
+
+
+# --- manifest ------------------------------------------------------------------------------------
+
+
+def _code_version() -> str:
+    """The git commit of the platform code, or "unknown" outside a git checkout."""
+    try:
+        result = subprocess.run(
+            ["git", "-C", str(_REPO_ROOT), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return result.stdout.strip() if result.returncode == 0 and result.stdout.strip() else "unknown"
+
+
+def _offsets_summary(offsets_text: str) -> tuple[int | None, list[Any]]:
+    """The batch watermark (ms) and the per-source offsets of an `offsets/N` entry."""
+    lines = offsets_text.splitlines()
+    batch_metadata = json.loads(lines[1]) if len(lines) > 1 else {}
+    sources: list[Any] = []
+    for line in lines[2:]:
+        try:
+            sources.append(json.loads(line))
+        except json.JSONDecodeError:
+            # Spark writes "-" for a source that had no offset yet.
+            sources.append(line)
+    return batch_metadata.get("batchWatermarkMs"), sources
+
+
+def read_manifest(
+    platform: PlatformConfig, savepoint: SavepointRecord, *, s3: BaseClient | None = None
+) -> dict[str, Any]:
+    """The manifest of a catalogued savepoint."""
+    client = s3 or s3_client(platform)
+    with _s3_errors(platform, f"reading {savepoint.manifest_key}"):
+        body = client.get_object(Bucket=platform.s3.bucket, Key=savepoint.manifest_key)["Body"].read()
+    manifest: dict[str, Any] = json.loads(body)
+    return manifest
+
+
+def take_savepoint(
+    platform: PlatformConfig, ledger: Ledger, job: str, *, s3: BaseClient | None = None
+) -> SavepointRecord:
+    """Copy the running (or stopped) job's checkpoint at its last committed batch into S3.
+
+    Never stops the job. Returns the ledger record, written only after the manifest is stored; on
+    any failure nothing is catalogued and a later attempt starts afresh (objects already copied
+    are reused).
+    """
+    spec = find_job(job, platform.conf_dir)
+    checkpoint = platform.checkpoint_root / job
+    sink_log = platform.lake_root / spec.pipeline.sink.path / "_spark_metadata"
+    if not checkpoint.is_dir():
+        raise SavepointError(f"job {job!r} has no checkpoint at {checkpoint}")
+    client = s3 or s3_client(platform)
+    with _s3_errors(platform, f"checking bucket {platform.s3.bucket!r}"):
+        client.head_bucket(Bucket=platform.s3.bucket)
+
+    for attempt in range(1, COPY_ATTEMPTS + 1):
+        try:
+            plan = _plan(checkpoint, sink_log)
+            with _s3_errors(platform, f"copying the savepoint of {job!r}"):
+                entries, uploaded_bytes = _copy(client, platform, job, plan)
+            break
+        except _Vanished as exc:
+            if attempt == COPY_ATTEMPTS:
+                raise SavepointError(
+                    f"checkpoint of {job!r} kept changing under the copy ({exc} was purged); try again"
+                ) from exc
+    with _s3_errors(platform, f"verifying the savepoint of {job!r}"):
+        _verify(client, platform, job, entries)
+
+    created_at = datetime.now(UTC)
+    savepoint_id = f"{created_at:%Y%m%dT%H%M%S%fZ}-b{plan.batch_id}-{uuid.uuid4().hex[:6]}"
+    watermark_ms, source_offsets = _offsets_summary(plan.offsets_text)
+    manifest = {
+        "format": MANIFEST_FORMAT,
+        "job": job,
+        "savepoint_id": savepoint_id,
+        "created_at": created_at.isoformat(),
+        "code_version": _code_version(),
+        "config_version": spec.config_version,
+        "spark_version": pyspark.__version__,
+        "batch_id": plan.batch_id,
+        "watermark_ms": watermark_ms,
+        "source_offsets": source_offsets,
+        "files": [entry.__dict__ for entry in entries],
+    }
+    manifest_key = _manifest_key(platform, job, savepoint_id)
+    with _s3_errors(platform, f"writing {manifest_key}"):
+        client.put_object(
+            Bucket=platform.s3.bucket,
+            Key=manifest_key,
+            Body=json.dumps(manifest, indent=1).encode(),
+            ContentType="application/json",
+        )
+    record = SavepointRecord(
+        id=savepoint_id,
+        job=job,
+        batch_id=plan.batch_id,
+        created_at=created_at,
+        manifest_key=manifest_key,
+        total_bytes=sum(entry.size for entry in entries),
+        uploaded_bytes=uploaded_bytes,
+        status=STATUS_COMPLETE,
+        config_version=spec.config_version,
+    )
+    ledger.add_savepoint(record)
+    return record
+
+
+# --- retention -----------------------------------------------------------------------------------
+
+
+def apply_retention(
+    platform: PlatformConfig,
+    ledger: Ledger,
+    job: str,
+    keep_count: int,
+    max_age: timedelta,
+    *,
+    s3: BaseClient | None = None,
+    orphan_grace: timedelta = timedelta(hours=1),
+) -> list[str]:
+    """Delete the job's savepoints beyond `keep_count` or older than `max_age`; the ids deleted.
+
+    The newest complete savepoint is always kept. Manifests go first, so a savepoint half deleted
+    by a crash never looks valid; then the ledger rows; then content objects no remaining manifest
+    references. Objects younger than `orphan_grace` are spared, since a savepoint being taken right
+    now may have uploaded them without having written its manifest yet. Needs no Spark.
+    """
+    if keep_count < 1:
+        raise SavepointError(f"keep_count must be at least 1, got {keep_count}")
+    now = datetime.now(UTC)
+    savepoints = ledger.savepoints(job)
+    newest_complete = next((sp.id for sp in savepoints if sp.status == STATUS_COMPLETE), None)
+    doomed = [
+        sp
+        for index, sp in enumerate(savepoints)
+        if sp.id != newest_complete and (index >= keep_count or now - sp.created_at > max_age)
+    ]
+    if not doomed:
+        return []
+    client = s3 or s3_client(platform)
+    bucket = platform.s3.bucket
+    for savepoint in doomed:
+        with _s3_errors(platform, f"deleting {savepoint.manifest_key}"):
+            client.delete_object(Bucket=bucket, Key=savepoint.manifest_key)
+        ledger.delete_savepoint_row(savepoint.id)
+
+    job_prefix = _job_prefix(platform, job)
+    with _s3_errors(platform, f"collecting unreferenced objects of {job!r}"):
+        keys = list(_list_objects(client, bucket, f"{job_prefix}/"))
+        referenced: set[str] = set()
+        for item in keys:
+            if item["Key"].endswith(f"/{MANIFEST_NAME}"):
+                manifest = json.loads(client.get_object(Bucket=bucket, Key=item["Key"])["Body"].read())
+                referenced.update(entry["sha256"] for entry in manifest["files"])
+        objects_prefix = f"{job_prefix}/objects/"
+        unreferenced = [
+            item["Key"]
+            for item in keys
+            if item["Key"].startswith(objects_prefix)
+            and item["Key"][len(objects_prefix) :] not in referenced
+            and now - item["LastModified"] >= orphan_grace
+        ]
+        with ThreadPoolExecutor(max_workers=UPLOAD_THREADS) as pool:
+            list(pool.map(lambda key: client.delete_object(Bucket=bucket, Key=key), unreferenced))
+    return [savepoint.id for savepoint in doomed]

@@ -1,0 +1,93 @@
+"""Real job drivers (`python -m jobs.runner`) started the way the launcher starts them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from ops.config import CONF_DIR_ENV, PlatformConfig
+from ops.telemetry import Heartbeat, heartbeat_path, read_heartbeat
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def edit_job(platform: PlatformConfig, job: str, edit: Callable[[dict[str, Any]], None]) -> None:
+    """Rewrite `conf/jobs/<job>.yaml` of the throwaway platform through `edit`."""
+    path = platform.conf_dir / "jobs" / f"{job}.yaml"
+    spec = yaml.safe_load(path.read_text())
+    edit(spec)
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+
+
+def fast_trigger(spec: dict[str, Any]) -> None:
+    """A 1 s trigger reading at most 2 landing files per batch."""
+    spec["operations"]["trigger"] = {"interval_seconds": 1, "max_files_per_trigger": 2}
+
+
+class Driver:
+    """A `python -m jobs.runner` process in its own session, like the launcher starts it."""
+
+    def __init__(self, platform: PlatformConfig, run_id: str, job: str = "router") -> None:
+        self.platform = platform
+        self.heartbeat_file = heartbeat_path(platform.job_runtime_dir(job))
+        self.log_path = platform.runtime_root / f"driver-{run_id}.log"
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("wb") as log_file:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "jobs.runner", "--job", job, "--run-id", run_id],
+                cwd=REPO_ROOT,
+                env={**os.environ, CONF_DIR_ENV: str(platform.conf_dir)},
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def wait_heartbeat(self, accept: Callable[[Heartbeat], bool], timeout: float = 90) -> Heartbeat:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            heartbeat = read_heartbeat(self.heartbeat_file)
+            if heartbeat is not None and accept(heartbeat):
+                return heartbeat
+            if self.process.poll() is not None and (heartbeat is None or heartbeat.event != "terminated"):
+                break
+            time.sleep(0.2)
+        raise AssertionError(
+            f"no such heartbeat; last {read_heartbeat(self.heartbeat_file)}; log:\n{self.log()}"
+        )
+
+    def wait_exit(self, timeout: float = 60) -> int:
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"driver did not exit; log:\n{self.log()}") from None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-5000:]
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+
+@pytest.fixture
+def start_driver(platform_conf: PlatformConfig) -> Iterator[Callable[..., Driver]]:
+    """Start drivers of the throwaway platform: `start_driver(run_id, job="router")`; killed at the end."""
+    drivers: list[Driver] = []
+
+    def start(run_id: str, job: str = "router") -> Driver:
+        drivers.append(Driver(platform_conf, run_id, job))
+        return drivers[-1]
+
+    yield start
+    for driver in drivers:
+        driver.kill()
