@@ -55,27 +55,26 @@ def plan_job(platform: PlatformConfig, spec: JobSpec) -> QueryPlan:
     return plan
 
 
-def with_trigger(plan: QueryPlan, spec: JobSpec, available_now: bool) -> QueryPlan:
-    """The job's plan with its trigger: the spec's processing-time interval, or available-now."""
-
-    def triggered(spark: SparkSession) -> DataStreamWriter:
-        writer = plan(spark)
-        if available_now:
-            return writer.trigger(availableNow=True)
-        return writer.trigger(processingTime=f"{spec.operations.trigger.interval_seconds} seconds")
-
-    return triggered
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one job's driver until it is stopped or fails; returns the exit code."""
     parser = argparse.ArgumentParser(prog="python -m jobs.runner", description=__doc__.splitlines()[0])
     parser.add_argument("--job", required=True, help="job name (conf/jobs/<name>.yaml)")
     parser.add_argument("--run-id", required=True, help="the run id the supervisor recorded")
-    parser.add_argument(
+    until = parser.add_mutually_exclusive_group()
+    until.add_argument(
         "--available-now",
-        action="store_true",
+        dest="mode",
+        action="store_const",
+        const="available_now",
+        default="continuous",
         help="process the input present at start (in maxFilesPerTrigger batches), then exit 0",
+    )
+    until.add_argument(
+        "--replay-only",
+        dest="mode",
+        action="store_const",
+        const="replay_only",
+        help="replay the batches a rewind queued, then exit 0 without starting the trigger",
     )
     args = parser.parse_args(argv)
     configure_logging(job=args.job, run_id=args.run_id)
@@ -99,8 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         return EXIT_CONFIG_ERROR
     log.info("starting", kind=spec.pipeline.kind, config_version=spec.config_version)
-    plan = with_trigger(plan_job(platform, spec), spec, args.available_now)
-    return run_streaming_job(platform, spec, args.run_id, plan, shutdown)
+    return run_streaming_job(platform, spec, args.run_id, plan_job(platform, spec), shutdown, args.mode)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 A job contributes one thing, a `QueryPlan`: given the session, it returns the configured
 `DataStreamWriter` (or raises `ConfigError` when its config cannot be planned, such as a route
 filter Spark cannot parse). `run_streaming_job` does the rest: session, telemetry listener,
-Prometheus endpoint, graceful shutdown, and the process exit code:
+Prometheus endpoint, the replay of batches a rewind queued (one trigger-once query per batch,
+before the normal trigger starts), graceful shutdown, and the process exit code:
 
 * 0 (`EXIT_STOPPED`): the query was stopped on SIGTERM/SIGINT after its current batch, or ended.
 * 1 (`EXIT_QUERY_FAILED`): the query died with an exception; the terminated heartbeat keeps the
@@ -26,6 +27,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
+from typing import Literal
 
 import structlog
 from pyspark.errors import StreamingQueryException
@@ -37,6 +39,7 @@ from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 from ops.config import FieldType, FileSource, JobSpec, PlatformConfig
 from ops.exceptions import ConfigError
 from ops.listener import TelemetryListener, describe_failure, serve_metrics
+from ops.rewind import finish_replay_batch, pending_replay, stage_replay_batch
 
 EXIT_STOPPED = 0
 EXIT_QUERY_FAILED = 1
@@ -61,6 +64,9 @@ _CORRUPT_RECORD = "_corrupt_record"
 _JSON = "_json"
 
 QueryPlan = Callable[[SparkSession], DataStreamWriter]
+# How long a driver runs: until stopped, until the input present at start is read, or only to
+# replay the batches a rewind queued.
+RunMode = Literal["continuous", "available_now", "replay_only"]
 
 log = structlog.get_logger("streamwarden.job")
 
@@ -236,10 +242,61 @@ def _await_query(query: StreamingQuery, shutdown: ShutdownRequest, stop_timeout:
     query.awaitTermination()
 
 
+def with_trigger(plan: QueryPlan, spec: JobSpec, available_now: bool) -> QueryPlan:
+    """The job's plan with its trigger: the spec's processing-time interval, or available-now."""
+
+    def triggered(spark: SparkSession) -> DataStreamWriter:
+        writer = plan(spark)
+        if available_now:
+            return writer.trigger(availableNow=True)
+        return writer.trigger(processingTime=f"{spec.operations.trigger.interval_seconds} seconds")
+
+    return triggered
+
+
+def replay_pending(
+    spark: SparkSession,
+    platform: PlatformConfig,
+    spec: JobSpec,
+    plan: QueryPlan,
+    listener: TelemetryListener,
+    shutdown: ShutdownRequest,
+) -> int:
+    """Replay the batches a rewind queued, one trigger-once query per batch; how many ran.
+
+    Each batch runs with its original offsets (see `ops.rewind`), so it reads the same files under
+    the same watermark as in the original run. A failing batch raises `StreamingQueryException`
+    and stays queued; a stop request is honoured between batches and the rest stay queued.
+    """
+    queued = pending_replay(platform, spec.name)
+    if queued:
+        log.info("replaying rewound batches", first=queued[0], last=queued[-1], batches=len(queued))
+    replayed = 0
+    for batch_id in queued:
+        if shutdown.requested:
+            break
+        if stage_replay_batch(platform, spec.name, batch_id):
+            query = plan(spark).trigger(once=True).start()
+            listener.replay_runs.add(str(query.runId))
+            query.awaitTermination()
+            replayed += 1
+        finish_replay_batch(platform, spec.name, batch_id)
+    return replayed
+
+
 def run_streaming_job(
-    platform: PlatformConfig, spec: JobSpec, run_id: str, plan: QueryPlan, shutdown: ShutdownRequest
+    platform: PlatformConfig,
+    spec: JobSpec,
+    run_id: str,
+    plan: QueryPlan,
+    shutdown: ShutdownRequest,
+    mode: RunMode = "continuous",
 ) -> int:
     """Run a job's query with telemetry until it stops, and return the process exit code.
+
+    `plan` is the untriggered query: batches a rewind queued are replayed first, then the query
+    runs with the spec's trigger (`continuous`), reads what input there is and ends
+    (`available_now`), or does not start at all (`replay_only`).
 
     This is the driver's outermost loop, so it is where an unexpected error is caught: it is
     recorded in a terminated heartbeat (class and message) and the driver exits 1.
@@ -249,7 +306,7 @@ def run_streaming_job(
         with serve_metrics(listener.registry, spec.operations.metrics_port):
             spark = build_session(platform, spec)
             try:
-                return _run_query(spark, spec, plan, listener, shutdown)
+                return _run_query(spark, platform, spec, plan, mode, listener, shutdown)
             finally:
                 spark.stop()
     except Exception as exc:
@@ -258,21 +315,28 @@ def run_streaming_job(
 
 def _run_query(
     spark: SparkSession,
+    platform: PlatformConfig,
     spec: JobSpec,
     plan: QueryPlan,
+    mode: RunMode,
     listener: TelemetryListener,
     shutdown: ShutdownRequest,
 ) -> int:
     spark.streams.addListener(listener)
     try:
-        writer = plan(spark)
+        plan(spark)
     except ConfigError as exc:
         log.error("cannot plan query", error=str(exc))
         listener.record_termination(type(exc).__name__, str(exc))
         return EXIT_CONFIG_ERROR
-    query = writer.start()
-    log.info("query started", query_id=str(query.id), metrics_port=spec.operations.metrics_port)
     try:
+        replay_pending(spark, platform, spec, plan, listener, shutdown)
+        if shutdown.requested or mode == "replay_only":
+            log.info("replay ended", signal=shutdown.signal_name, mode=mode)
+            listener.record_termination(None, None)
+            return EXIT_STOPPED
+        query = with_trigger(plan, spec, mode == "available_now")(spark).start()
+        log.info("query started", query_id=str(query.id), metrics_port=spec.operations.metrics_port)
         _await_query(query, shutdown, spec.operations.shutdown_timeout_seconds)
     except StreamingQueryException as exc:
         # The listener bus delivers the termination event asynchronously; write our own record

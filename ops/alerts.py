@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -47,6 +48,8 @@ from ops.ledger import AlertRecord, Ledger, utcnow
 log = structlog.get_logger("streamwarden.alerts")
 
 RESOLVED_KIND = "resolved"
+# Outbox rows of notices (`AlertCenter.notify`) have dedup keys under this prefix.
+NOTICE_KEY_PREFIX = "notice/"
 SEVERITY_EMOJI = {"critical": "🔴", "warning": "🟠", "info": "🔵"}
 # Far longer than one send can take (SEND_TIMEOUT_SECONDS), so a live sender never loses its claim.
 CLAIM_LEASE = timedelta(minutes=5)
@@ -323,7 +326,7 @@ class AlertCenter:
                 delivery=record.status,
             )
             for record in self.ledger.newest_alerts(job)
-            if record.kind != RESOLVED_KIND
+            if record.kind != RESOLVED_KIND and not record.dedup_key.startswith(NOTICE_KEY_PREFIX)
         ]
 
     def _open_incident(self, job: str, kind: str) -> Incident | None:
@@ -344,6 +347,17 @@ class AlertCenter:
             alert.job, alert.kind, alert.dedup_key, alert.severity, payload, at=now
         )
         log.info("alert queued", job=alert.job, kind=alert.kind, severity=alert.severity, alert_id=alert_id)
+        return alert_id
+
+    def notify(self, alert: Alert) -> int:
+        """Queue a one-off message (a restatement's summary, say): never deduplicated, never an incident."""
+        now = self.clock()
+        payload = {"alert": alert.to_payload(), "opened_at": now.isoformat()}
+        dedup_key = f"{NOTICE_KEY_PREFIX}{alert.dedup_key}/{uuid.uuid4().hex}"
+        alert_id = self.ledger.enqueue_alert(
+            alert.job, alert.kind, dedup_key, alert.severity, payload, at=now
+        )
+        log.info("notice queued", job=alert.job, kind=alert.kind, alert_id=alert_id)
         return alert_id
 
     def resolve(self, job: str, kind: str, detail: str) -> int | None:

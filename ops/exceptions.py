@@ -9,6 +9,8 @@ Hierarchy::
     ├── ServiceError            an embedded service (S3 server, Airflow) failed to start or answer
     ├── AlertDeliveryError      Slack refused or could not take an alert (it stays in the outbox)
     ├── SavepointError          a savepoint could not be taken, verified or pruned (nothing catalogued)
+    ├── RewindError             a rewind was refused (nothing touched) or a replay went wrong
+    ├── UpgradeError            an upgrade was refused before the running version was touched
     └── JobBusyError            another operation holds the job's lock
 """
 
@@ -54,6 +56,14 @@ class AlertDeliveryError(WardenError):
 
 class SavepointError(WardenError):
     """A savepoint could not be taken, verified or pruned; no ledger row was written for it."""
+
+
+class RewindError(WardenError):
+    """A rewind was refused before anything was touched, or a queued replay could not proceed."""
+
+
+class UpgradeError(WardenError):
+    """An upgrade was refused (invalid candidate, or it cannot take over the job's state)."""
 
 
 class JobBusyError(WardenError):

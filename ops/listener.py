@@ -160,6 +160,9 @@ class TelemetryListener(StreamingQueryListener):
         self._lock = threading.Lock()
         self._terminated = threading.Event()
         self.last_error: str | None = None
+        # Run ids of the trigger-once queries that replay a rewound job's batches: their normal
+        # end is a step of the replay, not the end of the job.
+        self.replay_runs: set[str] = set()
 
     def onQueryStarted(self, event: QueryStartedEvent) -> None:
         self._write("started")
@@ -193,6 +196,8 @@ class TelemetryListener(StreamingQueryListener):
         self._write("idle")
 
     def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
+        if str(event.runId) in self.replay_runs and not event.exception:
+            return
         if event.exception:
             self.record_termination(*describe_failure(event.exception, event.errorClassOnException))
         else:

@@ -520,3 +520,33 @@ def apply_retention(
         with ThreadPoolExecutor(max_workers=UPLOAD_THREADS) as pool:
             list(pool.map(lambda key: client.delete_object(Bucket=bucket, Key=key), unreferenced))
     return [savepoint.id for savepoint in doomed]
+
+
+# --- restoring -----------------------------------------------------------------------------------
+
+
+def fetch_savepoint(
+    platform: PlatformConfig, savepoint: SavepointRecord, destination: Path, *, s3: BaseClient | None = None
+) -> dict[str, Any]:
+    """Download a savepoint's files under `destination` (`checkpoint/...`, `sink/...`); its manifest.
+
+    Every file is checked against the manifest's sha256, so a damaged object is never restored.
+    """
+    client = s3 or s3_client(platform)
+    manifest = read_manifest(platform, savepoint, s3=client)
+
+    def fetch(entry: dict[str, Any]) -> None:
+        key = _object_key(platform, savepoint.job, entry["sha256"])
+        with _s3_errors(platform, f"reading {key}"):
+            content = client.get_object(Bucket=platform.s3.bucket, Key=key)["Body"].read()
+        if hashlib.sha256(content).hexdigest() != entry["sha256"]:
+            raise SavepointError(
+                f"savepoint {savepoint.id}: object for {entry['path']} does not match its checksum"
+            )
+        target = destination / entry["path"]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(content)
+
+    with ThreadPoolExecutor(max_workers=UPLOAD_THREADS) as pool:
+        list(pool.map(fetch, manifest["files"]))
+    return manifest

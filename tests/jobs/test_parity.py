@@ -16,8 +16,8 @@ from pyspark.sql import SparkSession
 from pyspark.testing import assertDataFrameEqual
 
 from jobs.batch import batch_rows
-from jobs.runner import plan_job, with_trigger
-from jobs.runtime import state_conf
+from jobs.runner import plan_job
+from jobs.runtime import state_conf, with_trigger
 from ops.config import PlatformConfig, find_job
 from ops.generator import write_batch
 

@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
+from ops.checkpoint import log_entries, source_files
 from ops.config import CONF_DIR_ENV, PlatformConfig
+from ops.rewind import pending_replay
 from ops.telemetry import Heartbeat, heartbeat_path, read_heartbeat
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -91,3 +93,19 @@ def start_driver(platform_conf: PlatformConfig) -> Iterator[Callable[..., Driver
     yield start
     for driver in drivers:
         driver.kill()
+
+
+def caught_up(platform: PlatformConfig, job: str, files: int) -> bool:
+    """Whether the job's checkpoint shows `files` input files read and every planned batch committed.
+
+    Reads the first source's log; nothing is queued for replay.
+    """
+    checkpoint = platform.checkpoint_root / job
+    commits, offsets = log_entries(checkpoint / "commits"), log_entries(checkpoint / "offsets")
+    read = set(source_files(checkpoint / "sources" / "0"))
+    return (
+        bool(commits)
+        and max(commits) == max(offsets)
+        and len(read) == files
+        and not pending_replay(platform, job)
+    )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import socket
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -104,3 +105,10 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def platform_with_s3(platform_conf: PlatformConfig, s3_server: S3Server) -> PlatformConfig:
+    """The throwaway platform pointed at the session's S3 server, under a savepoint prefix of its own."""
+    s3 = s3_server.platform.s3.model_copy(update={"savepoint_prefix": f"sp-{uuid.uuid4().hex[:8]}"})
+    return platform_conf.model_copy(update={"s3": s3})

@@ -1,0 +1,107 @@
+"""Reading Spark's streaming checkpoint and file-sink logs (Spark 4.x layout, DESIGN.md §5).
+
+A checkpoint holds `offsets/<N>` (written before batch N runs: a `v1` line, the batch metadata
+with its watermark, then one offset per source), `commits/<N>` (written after the sink committed
+N), `sources/<i>/` (the file source's log: which files each source batch read) and `state/`. The
+file sink keeps its own log in `<sink>/_spark_metadata/`. Both file logs compact every tenth entry
+into `<id>.compact`, which repeats every earlier entry, and Spark may delete entries older than
+the newest compact one. Log files are never rewritten, which is what makes online copies safe.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+# Log entries (offsets, commits, source and sink logs) are named by id, compacted ones `<id>.compact`.
+LOG_ENTRY = re.compile(r"^(\d+)(\.compact)?$")
+
+
+def log_entries(directory: Path) -> dict[int, list[Path]]:
+    """A log directory's entry files by id (a compacted entry and a plain one may share an id)."""
+    entries: dict[int, list[Path]] = {}
+    if not directory.is_dir():
+        return entries
+    for path in directory.iterdir():
+        match = LOG_ENTRY.match(path.name)
+        if match and path.is_file():
+            entries.setdefault(int(match.group(1)), []).append(path)
+    return entries
+
+
+def _entry_lines(path: Path) -> list[dict[str, Any]]:
+    """The JSON records of one file-log entry (after its version line)."""
+    return [json.loads(line) for line in path.read_text().splitlines()[1:] if line.strip()]
+
+
+def _log_view(directory: Path, upto: int | None) -> list[dict[str, Any]]:
+    """The records of a compacting file log as of entry `upto` (all entries when None).
+
+    Starts from the newest compact entry at or below `upto` and adds the entries after it.
+    """
+    entries = {i: paths for i, paths in log_entries(directory).items() if upto is None or i <= upto}
+    compacts = [i for i, paths in entries.items() if any(p.name.endswith(".compact") for p in paths)]
+    start = max(compacts, default=-1)
+    records: list[dict[str, Any]] = []
+    for i in sorted(entries):
+        if i < start:
+            continue
+        path = next((p for p in entries[i] if p.name.endswith(".compact")), entries[i][0])
+        records += _entry_lines(path)
+    return records
+
+
+def local_path(uri: str) -> Path:
+    """A `file:` URI (as Spark logs paths) as a local path."""
+    return Path(uri.removeprefix("file://").removeprefix("file:"))
+
+
+def sink_files(sink_log: Path, upto: int | None = None) -> set[Path]:
+    """The data files a file sink's log lists as committed (as of batch `upto`)."""
+    files: set[Path] = set()
+    for record in _log_view(sink_log, upto):
+        path = local_path(record["path"])
+        if record.get("action", "add") == "delete":
+            files.discard(path)
+        else:
+            files.add(path)
+    return files
+
+
+def source_files(source_log: Path, after: int = -1, upto: int | None = None) -> list[Path]:
+    """The files a file source read in its batches `after` < id <= `upto` (source log ids; all by default)."""
+    return [
+        local_path(record["path"])
+        for record in _log_view(source_log, upto)
+        if after < int(record["batchId"]) and (upto is None or int(record["batchId"]) <= upto)
+    ]
+
+
+def read_offsets(content: bytes) -> tuple[dict[str, Any], list[Any]]:
+    """An `offsets/<N>` entry's content: (batch metadata, one offset per source; "-" for none yet)."""
+    lines = content.decode().splitlines()
+    metadata: dict[str, Any] = json.loads(lines[1]) if len(lines) > 1 else {}
+    offsets: list[Any] = []
+    for line in lines[2:]:
+        try:
+            offsets.append(json.loads(line))
+        except json.JSONDecodeError:
+            offsets.append(line)
+    return metadata, offsets
+
+
+def source_log_offset(offset: Any) -> int:
+    """The file source's log id an offset points at (-1 before its first file)."""
+    return int(offset["logOffset"]) if isinstance(offset, dict) and "logOffset" in offset else -1
+
+
+def write_atomically(path: Path, content: bytes) -> None:
+    """Write a log file the way Spark expects to find it: complete, with no stale checksum beside it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    (path.parent / f".{path.name}.crc").unlink(missing_ok=True)
+    temporary = path.parent / f".{path.name}.writing"
+    temporary.write_bytes(content)
+    os.replace(temporary, path)

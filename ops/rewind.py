@@ -1,0 +1,465 @@
+"""Rewind a stopped job to a savepoint, and leave its later batches queued for an exact replay.
+
+Rewinding job J to savepoint S (anchored on batch N) when J's checkpoint has run up to batch M:
+
+1. Plan, touching nothing: the batches N+1..M to recompute, the sink files those batches wrote
+   (and their rows), the input files the replay must read again. Refuse, before anything changes,
+   when the offsets of a batch to replay were purged or an input file is gone: the replay would
+   not reproduce the original batches.
+2. With the job stopped, under the job's lock: keep the original `offsets/N+1..M` in the job's
+   replay queue (`<runtime>/jobs/<job>/replay/`), switch the sink log back to the savepoint's (so
+   readers stop seeing the later batches), delete the files those batches wrote, and swap in a
+   checkpoint rebuilt from the savepoint (its state, offsets, commits and sink log) plus the live
+   file-source logs (which record what each original batch read).
+3. The driver replays the queue before it starts its normal trigger (`jobs.runtime`): offsets
+   entry by entry, one trigger-once query per batch, so batch boundaries, watermarks and
+   late-data decisions are those of the original run while the current code computes them.
+
+Spark alone would get this wrong in three ways (FACTS.md): deleting only offsets and commits makes
+the file sink skip the replayed batches; stale state files above N+1 win on load with checkpoint
+format v1; and replaying all the remaining input as one catch-up batch changes the watermark. Each
+step is safe to run again after a crash: the queue is written before the swap, and a second
+rewind to the same savepoint rebuilds the same checkpoint from the same files.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+from botocore.client import BaseClient
+
+from ops.alerts import Alert
+from ops.checkpoint import (
+    log_entries,
+    read_offsets,
+    sink_files,
+    source_files,
+    source_log_offset,
+    write_atomically,
+)
+from ops.config import PlatformConfig, find_job
+from ops.exceptions import RewindError
+from ops.ledger import Ledger, SavepointRecord
+from ops.locks import job_lock
+from ops.savepoints import STATUS_COMPLETE, fetch_savepoint
+from ops.supervisor import Supervisor
+
+REPLAY_POLL_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class RewindPlan:
+    """What a rewind to `savepoint` removes and what the replay recomputes."""
+
+    job: str
+    savepoint: SavepointRecord
+    last_batch: int
+    replay_offsets: dict[int, bytes] = field(repr=False)
+    sink_files: tuple[Path, ...]
+    sink_rows: int
+    input_files: tuple[Path, ...]
+    input_bytes: int
+
+    @property
+    def batch_id(self) -> int:
+        """N: the savepoint's batch, the last one kept as it is."""
+        return self.savepoint.batch_id
+
+    @property
+    def replay_batches(self) -> range:
+        return range(self.batch_id + 1, self.last_batch + 1)
+
+    def describe(self) -> str:
+        """The dry-run report: what would be removed, recomputed and read again."""
+        batches = self.replay_batches
+        span = f"batches {batches.start}..{batches.stop - 1}" if batches else "no batches"
+        return "\n".join(
+            [
+                f"rewind {self.job} to savepoint {self.savepoint.id} (batch {self.batch_id}, "
+                f"taken {self.savepoint.created_at:%Y-%m-%d %H:%M:%S} UTC)",
+                f"  recompute  {span} ({len(batches)}), one batch at a time with their original offsets",
+                f"  remove     {len(self.sink_files)} sink files holding {self.sink_rows:,} rows",
+                f"  replay     {len(self.input_files)} input files, {self.input_bytes:,} bytes",
+            ]
+        )
+
+
+def replay_dir(platform: PlatformConfig, job: str) -> Path:
+    """The job's replay queue: the original `offsets/<k>` entries still to be replayed."""
+    return platform.job_runtime_dir(job) / "replay"
+
+
+def pending_replay(platform: PlatformConfig, job: str) -> list[int]:
+    """The batch ids queued for replay, oldest first."""
+    return sorted(log_entries(replay_dir(platform, job)))
+
+
+def stage_replay_batch(platform: PlatformConfig, job: str, batch_id: int) -> bool:
+    """Put a queued batch's original offsets into the checkpoint; False if it is already committed.
+
+    Spark re-runs the newest batch that has offsets but no commit, with exactly those offsets.
+    """
+    checkpoint = platform.checkpoint_root / job
+    if (checkpoint / "commits" / str(batch_id)).is_file():
+        return False
+    queued = replay_dir(platform, job) / str(batch_id)
+    write_atomically(checkpoint / "offsets" / str(batch_id), queued.read_bytes())
+    return True
+
+
+def finish_replay_batch(platform: PlatformConfig, job: str, batch_id: int) -> None:
+    """Drop a replayed batch from the queue once its commit is in the checkpoint."""
+    if not (platform.checkpoint_root / job / "commits" / str(batch_id)).is_file():
+        raise RewindError(f"replay of batch {batch_id} of {job!r} ended without a commit")
+    (replay_dir(platform, job) / str(batch_id)).unlink()
+
+
+def choose_savepoint(
+    ledger: Ledger, job: str, *, savepoint_id: str | None = None, before: datetime | None = None
+) -> SavepointRecord:
+    """The savepoint named by id, or the newest complete one taken before `before`."""
+    savepoints = [sp for sp in ledger.savepoints(job) if sp.status == STATUS_COMPLETE]
+    if savepoint_id is not None:
+        match = next((sp for sp in savepoints if sp.id == savepoint_id), None)
+        if match is None:
+            raise RewindError(
+                f"job {job!r} has no savepoint {savepoint_id!r} (see `warden savepoints {job}`)"
+            )
+        return match
+    if before is None:
+        raise RewindError("name a savepoint id or a time to rewind to")
+    match = next((sp for sp in savepoints if sp.created_at < before), None)
+    if match is None:
+        raise RewindError(f"job {job!r} has no savepoint taken before {before.isoformat()}")
+    return match
+
+
+def _queued_offsets(platform: PlatformConfig, job: str, after: int) -> dict[int, bytes]:
+    """Every original offsets entry above `after`: the live checkpoint's and those still queued."""
+    live = log_entries(platform.checkpoint_root / job / "offsets")
+    queued = log_entries(replay_dir(platform, job))
+    offsets = {i: paths[0].read_bytes() for i, paths in queued.items() if i > after}
+    offsets.update({i: paths[0].read_bytes() for i, paths in live.items() if i > after})
+    return offsets
+
+
+def plan_rewind(
+    platform: PlatformConfig,
+    job: str,
+    savepoint: SavepointRecord,
+    *,
+    saved_source_offsets: list[Any],
+    saved_sink_files: set[Path],
+) -> RewindPlan:
+    """Work out a rewind to `savepoint` without changing anything; refuse if it cannot be exact.
+
+    `saved_source_offsets` and `saved_sink_files` describe the savepoint: its sources' offsets at
+    batch N (from the manifest) and the sink files its sink log lists.
+    """
+    spec = find_job(job, platform.conf_dir)
+    n = savepoint.batch_id
+    offsets = _queued_offsets(platform, job, n)
+    last = max(offsets, default=n)
+    missing = sorted(set(range(n + 1, last + 1)) - set(offsets))
+    if missing:
+        raise RewindError(
+            f"cannot replay {job!r} from batch {n}: the offsets of batches {missing[0]}..{missing[-1]} "
+            "are no longer retained (Spark keeps the last spark.sql.streaming.minBatchesToRetain); "
+            "rewind to a newer savepoint"
+        )
+    inputs: list[Path] = []
+    if last > n:
+        _, last_offsets = read_offsets(offsets[last])
+        for index, offset in enumerate(last_offsets):
+            saved = saved_source_offsets[index] if index < len(saved_source_offsets) else None
+            source_log = platform.checkpoint_root / job / "sources" / str(index)
+            inputs += source_files(source_log, source_log_offset(saved), source_log_offset(offset))
+    gone = [path for path in inputs if not path.is_file()]
+    if gone:
+        raise RewindError(
+            f"cannot replay {job!r} from batch {n}: {len(gone)} input files of the batches to replay "
+            f"are no longer retained, e.g. {gone[0]}"
+        )
+    sink_log = platform.lake_root / spec.pipeline.sink.path / "_spark_metadata"
+    later_files = sorted(path for path in sink_files(sink_log) - saved_sink_files if path.is_file())
+    return RewindPlan(
+        job=job,
+        savepoint=savepoint,
+        last_batch=last,
+        replay_offsets=offsets,
+        sink_files=tuple(later_files),
+        sink_rows=sum(pq.ParquetFile(path).metadata.num_rows for path in later_files),
+        input_files=tuple(inputs),
+        input_bytes=sum(path.stat().st_size for path in inputs),
+    )
+
+
+def _staging_dir(platform: PlatformConfig, job: str) -> Path:
+    """A rewind's scratch area beside the checkpoints, removed when the rewind completes."""
+    return platform.checkpoint_root / f".rewind-{job}"
+
+
+def prepare_rewind(
+    platform: PlatformConfig,
+    ledger: Ledger,
+    job: str,
+    *,
+    savepoint_id: str | None = None,
+    before: datetime | None = None,
+    s3: BaseClient | None = None,
+) -> RewindPlan:
+    """Choose the savepoint, download it to the staging area and plan the rewind.
+
+    Nothing live changes. `execute_rewind` carries the plan out; `discard_rewind` drops the
+    download (after a dry run).
+    """
+    savepoint = choose_savepoint(ledger, job, savepoint_id=savepoint_id, before=before)
+    _recover_interrupted(platform, job)
+    staging = _staging_dir(platform, job)
+    manifest = fetch_savepoint(platform, savepoint, staging, s3=s3)
+    try:
+        return plan_rewind(
+            platform,
+            job,
+            savepoint,
+            saved_source_offsets=list(manifest["source_offsets"]),
+            saved_sink_files=sink_files(staging / "sink" / "_spark_metadata"),
+        )
+    except Exception:
+        discard_rewind(platform, job)
+        raise
+
+
+def _recover_interrupted(platform: PlatformConfig, job: str) -> None:
+    """Undo the half of a swap an interrupted rewind left, then drop its staging area.
+
+    A rewind that died between moving a live directory aside and moving its replacement in left
+    the live one only under `retired/`; it goes back, so the new rewind plans from it.
+    """
+    retired = _staging_dir(platform, job) / "retired"
+    sink_log = platform.lake_root / find_job(job, platform.conf_dir).pipeline.sink.path / "_spark_metadata"
+    for moved, live in (
+        (retired / "checkpoint", platform.checkpoint_root / job),
+        (retired / "sink-log", sink_log),
+    ):
+        if moved.exists() and not live.exists():
+            moved.rename(live)
+    discard_rewind(platform, job)
+
+
+def discard_rewind(platform: PlatformConfig, job: str) -> None:
+    """Remove a prepared rewind's download."""
+    shutil.rmtree(_staging_dir(platform, job), ignore_errors=True)
+
+
+def execute_rewind(platform: PlatformConfig, plan: RewindPlan) -> None:
+    """Carry out a prepared rewind. The job must be stopped and its lock held by the caller."""
+    job = plan.job
+    staging = _staging_dir(platform, job)
+    spec = find_job(job, platform.conf_dir)
+    checkpoint = platform.checkpoint_root / job
+    sink_log = platform.lake_root / spec.pipeline.sink.path / "_spark_metadata"
+    retired = staging / "retired"
+    retired.mkdir(parents=True, exist_ok=True)
+
+    # 1. The replay queue first: from here on every step can be redone from the savepoint.
+    queue = replay_dir(platform, job)
+    for batch_id, content in plan.replay_offsets.items():
+        write_atomically(queue / str(batch_id), content)
+    for batch_id, paths in log_entries(queue).items():
+        if batch_id not in plan.replay_offsets:
+            paths[0].unlink()
+
+    # 2. The savepoint's sink log replaces the live one, so readers stop seeing the later
+    #    batches; then the files those batches wrote go.
+    _swap(staging / "sink" / "_spark_metadata", sink_log, retired / "sink-log")
+    for path in plan.sink_files:
+        path.unlink(missing_ok=True)
+
+    # 3. The checkpoint: the savepoint's, plus the live source logs that record what each
+    #    original batch read (the replay reads the same files).
+    rebuilt = staging / "checkpoint"
+    for live_entry in _files(checkpoint / "sources"):
+        target = rebuilt / live_entry.relative_to(checkpoint)
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(live_entry, target)
+    _swap(rebuilt, checkpoint, retired / "checkpoint")
+    discard_rewind(platform, job)
+
+
+def _files(directory: Path) -> Iterator[Path]:
+    if directory.is_dir():
+        yield from (p for p in directory.rglob("*") if p.is_file() and not p.name.startswith("."))
+
+
+def _swap(replacement: Path, live: Path, retired: Path) -> None:
+    """Move `live` aside to `retired` and `replacement` into its place."""
+    shutil.rmtree(retired, ignore_errors=True)
+    if live.exists():
+        live.rename(retired)
+    live.parent.mkdir(parents=True, exist_ok=True)
+    if replacement.exists():
+        replacement.rename(live)
+    else:
+        live.mkdir()
+
+
+def rewind_job(
+    supervisor: Supervisor,
+    job: str,
+    *,
+    reason: str,
+    savepoint_id: str | None = None,
+    before: datetime | None = None,
+    dry_run: bool = False,
+    s3: BaseClient | None = None,
+) -> RewindPlan:
+    """Rewind a stopped job to a savepoint under its lock; a dry run only reports the plan.
+
+    Refuses (RewindError, nothing touched) while a driver of the job runs. The rewind is a
+    decision row in the ledger, written before acting, with the plan as its inputs. The replay
+    happens when the job is next started.
+    """
+    platform, ledger = supervisor.platform, supervisor.ledger
+    with job_lock(platform, job, "rewind"):
+        run = ledger.current_run(job)
+        if run is not None and supervisor.backend.is_alive(run):
+            raise RewindError(
+                f"job {job!r} is running (run {run.run_id}); suspend it first: warden stop {job}"
+            )
+        plan = prepare_rewind(platform, ledger, job, savepoint_id=savepoint_id, before=before, s3=s3)
+        if dry_run:
+            discard_rewind(platform, job)
+            return plan
+        decision = ledger.record_decision(
+            job,
+            "rewind",
+            reason,
+            {
+                "savepoint": plan.savepoint.id,
+                "batch_id": plan.batch_id,
+                "last_batch": plan.last_batch,
+                "sink_files_removed": len(plan.sink_files),
+                "sink_rows_removed": plan.sink_rows,
+                "input_files": len(plan.input_files),
+                "input_bytes": plan.input_bytes,
+            },
+        )
+        try:
+            execute_rewind(platform, plan)
+        except Exception as exc:
+            ledger.set_outcome(decision, f"failed: {exc}")
+            raise
+        batches = plan.replay_batches
+        queued = (
+            f"batches {batches.start}..{batches.stop - 1} queued for replay"
+            if batches
+            else "nothing to replay"
+        )
+        ledger.set_outcome(decision, f"rewound to batch {plan.batch_id}; {queued}")
+        return plan
+
+
+@dataclass(frozen=True)
+class Restatement:
+    """What a restatement changed: the batches recomputed and the rows they hold before and after."""
+
+    plan: RewindPlan
+    rows_after: int
+
+    def summary(self) -> str:
+        batches = self.plan.replay_batches
+        span = f"batches {batches.start}..{batches.stop - 1}" if batches else "no batches"
+        return (
+            f"restated {self.plan.job} from savepoint {self.plan.savepoint.id} (batch {self.plan.batch_id}): "
+            f"{span} recomputed; rows {self.plan.sink_rows:,} before, {self.rows_after:,} after"
+        )
+
+
+def last_commit(platform: PlatformConfig, job: str) -> int:
+    """The job's highest committed batch, -1 before the first."""
+    return max(log_entries(platform.checkpoint_root / job / "commits"), default=-1)
+
+
+def rows_written(platform: PlatformConfig, job: str, after: int, upto: int) -> int:
+    """Rows in the sink files the job's batches `after` < id <= `upto` committed."""
+    sink_log = platform.lake_root / find_job(job, platform.conf_dir).pipeline.sink.path / "_spark_metadata"
+    files = sink_files(sink_log, upto) - sink_files(sink_log, after)
+    return sum(pq.ParquetFile(path).metadata.num_rows for path in files)
+
+
+def await_replay(supervisor: Supervisor, job: str, last_batch: int, timeout: float) -> None:
+    """Reconcile the job until its replay queue is empty and batch `last_batch` is committed.
+
+    The supervisor launches the driver and restarts it if the replay fails; a replay that does not
+    finish within `timeout` seconds raises RewindError and leaves the job to its supervisor.
+    """
+    platform = supervisor.platform
+    deadline = time.monotonic() + timeout
+    while pending_replay(platform, job) or last_commit(platform, job) < last_batch:
+        if time.monotonic() > deadline:
+            raise RewindError(
+                f"replay of {job!r} did not reach batch {last_batch} within {timeout:g}s "
+                f"({len(pending_replay(platform, job))} batches still queued); the supervisor keeps at it"
+            )
+        supervisor.reconcile(job)
+        time.sleep(REPLAY_POLL_SECONDS)
+
+
+def restate(
+    supervisor: Supervisor,
+    job: str,
+    *,
+    reason: str,
+    savepoint_id: str | None = None,
+    before: datetime | None = None,
+    timeout: float = 1800.0,
+    s3: BaseClient | None = None,
+) -> Restatement:
+    """Suspend -> rewind -> resume (the driver replays with the current code) -> summary.
+
+    The summary goes to the ledger (a `restate` decision) and to Slack. The job is resumed even if
+    it was suspended before: a restatement ends with the job running its replayed output.
+    """
+    why = f"restate: {reason}"
+    supervisor.request(job, "suspend", why)
+    supervisor.reconcile(job)
+    plan = rewind_job(supervisor, job, reason=why, savepoint_id=savepoint_id, before=before, s3=s3)
+    decision = supervisor.ledger.record_decision(
+        job,
+        "restate",
+        reason,
+        {"savepoint": plan.savepoint.id, "batch_id": plan.batch_id, "last_batch": plan.last_batch},
+    )
+    supervisor.request(job, "resume", why)
+    try:
+        await_replay(supervisor, job, plan.last_batch, timeout)
+    except RewindError as exc:
+        supervisor.ledger.set_outcome(decision, f"failed: {exc}")
+        raise
+    restatement = Restatement(plan, rows_written(supervisor.platform, job, plan.batch_id, plan.last_batch))
+    supervisor.ledger.set_outcome(decision, restatement.summary())
+    spec = find_job(job, supervisor.platform.conf_dir)
+    supervisor.alerts.notify(
+        Alert(
+            job=job,
+            kind="restated",
+            severity="info",
+            state="RUNNING",
+            reason=f"{restatement.summary()}. Why: {reason}",
+            last_batch=last_commit(supervisor.platform, job),
+            run_url=None,
+            runbook=spec.operations.alerts.runbook,
+            channel=spec.operations.alerts.channel,
+        )
+    )
+    supervisor.alerts.deliver_due()
+    return restatement

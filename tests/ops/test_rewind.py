@@ -1,0 +1,172 @@
+"""Rewind and replay against real drivers, a real S3 server and real Spark checkpoints.
+
+The differential check: a job runs with savepoints, a wrong version of it runs for a while, the
+job is rewound to the savepoint taken before the switch and replayed with the right version;
+its sink must then equal, row for row, one clean run of the right version over the same input.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.testing import assertDataFrameEqual
+
+from jobs.batch import batch_rows
+from jobs.router.transform import read_route
+from ops.config import PlatformConfig, find_job
+from ops.exceptions import RewindError
+from ops.generator import write_batch
+from ops.ledger import Ledger
+from ops.locks import job_lock
+from ops.rewind import last_commit, pending_replay, replay_dir, rewind_job
+from ops.savepoints import take_savepoint
+from ops.supervisor import Supervisor
+from tests.support.drivers import Driver, caught_up, edit_job, fast_trigger
+
+JOB = "router"
+RIGHT_FILTER = "event_type = 'purchase' AND amount > 0"
+# The wrong version's bug: zero-amount purchases are routed too.
+WRONG_FILTER = "event_type = 'purchase'"
+
+
+def set_purchase_filter(expression: str) -> Callable[[dict[str, Any]], None]:
+    def edit(spec: dict[str, Any]) -> None:
+        fast_trigger(spec)
+        spec["pipeline"]["routes"][0]["filter"] = expression
+
+    return edit
+
+
+def run_until_read(driver: Driver, platform: PlatformConfig, files: int) -> None:
+    """Wait until the driver has committed every batch it planned and read all `files`, then stop it."""
+    driver.wait_heartbeat(lambda _: caught_up(platform, JOB, files), timeout=120)
+    driver.process.send_signal(signal.SIGTERM)
+    assert driver.wait_exit() == 0, driver.log()
+
+
+def snapshot(directory: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()
+    }
+
+
+@pytest.fixture
+def platform(platform_with_s3: PlatformConfig) -> PlatformConfig:
+    edit_job(platform_with_s3, JOB, set_purchase_filter(RIGHT_FILTER))
+    return platform_with_s3
+
+
+def test_restating_the_router_from_a_savepoint_equals_a_clean_run(
+    spark: SparkSession, platform: PlatformConfig, ledger: Ledger, start_driver: Callable[..., Driver]
+) -> None:
+    landing = platform.landing_root / find_job(JOB, platform.conf_dir).pipeline.source.path
+    for seed in range(6):
+        write_batch(landing, 60, 0.05, seed)
+    run_until_read(start_driver("right-1"), platform, files=6)
+    savepoint = take_savepoint(platform, ledger, JOB)
+
+    edit_job(platform, JOB, set_purchase_filter(WRONG_FILTER))
+    for seed in range(6, 12):
+        write_batch(landing, 60, 0.05, seed)
+    run_until_read(start_driver("wrong-1"), platform, files=12)
+    checkpoint = platform.checkpoint_root / JOB
+    last_batch = last_commit(platform, JOB)
+    original_offsets = {
+        k: (checkpoint / "offsets" / str(k)).read_bytes()
+        for k in range(savepoint.batch_id + 1, last_batch + 1)
+    }
+
+    spec = find_job(JOB, platform.conf_dir)
+    sink = platform.lake_root / spec.pipeline.sink.path
+    wrong_rows = read_route(spark, sink, "purchases", ["amount"]).where("amount = 0").count()
+    assert wrong_rows > 0, "the wrong version routed zero-amount purchases"
+
+    edit_job(platform, JOB, set_purchase_filter(RIGHT_FILTER))
+    supervisor = Supervisor.for_platform(platform)
+    dry = rewind_job(supervisor, JOB, reason="test dry run", savepoint_id=savepoint.id, dry_run=True)
+    assert dry.replay_batches == range(savepoint.batch_id + 1, last_batch + 1)
+    assert len(dry.input_files) == 6 and dry.sink_rows > 0
+    assert not replay_dir(platform, JOB).exists(), "a dry run touches nothing"
+
+    plan = rewind_job(supervisor, JOB, reason="wrong purchase filter", savepoint_id=savepoint.id)
+    assert plan.replay_batches == dry.replay_batches and plan.sink_rows == dry.sink_rows
+    assert pending_replay(platform, JOB) == list(plan.replay_batches)
+    assert not any(path.exists() for path in plan.sink_files)
+    assert (
+        max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit()) == savepoint.batch_id
+    )
+
+    for seed in range(12, 14):
+        write_batch(landing, 60, 0.05, seed)
+    run_until_read(start_driver("right-2"), platform, files=14)
+    replayed = {k: (checkpoint / "offsets" / str(k)).read_bytes() for k in original_offsets}
+    assert replayed == original_offsets, "each replayed batch ran with its original offsets"
+
+    spec = find_job(JOB, platform.conf_dir)
+    clean = batch_rows(spark, platform, spec, platform.landing_root)
+    restated = spark.read.parquet(str(sink))
+    assertDataFrameEqual(restated.select(*clean.columns), clean)
+    decision = ledger.decisions(JOB, action="rewind")[0]
+    assert decision.outcome is not None and decision.outcome.startswith(
+        f"rewound to batch {savepoint.batch_id}"
+    )
+
+
+def test_rewind_past_input_retention_is_refused_before_anything_is_touched(
+    platform: PlatformConfig, ledger: Ledger, start_driver: Callable[..., Driver]
+) -> None:
+    landing = platform.landing_root / "events"
+    for seed in range(2):
+        write_batch(landing, 40, 0.0, seed)
+    run_until_read(start_driver("r-1"), platform, files=2)
+    savepoint = take_savepoint(platform, ledger, JOB)
+    later = [write_batch(landing, 40, 0.0, seed) for seed in range(2, 4)]
+    run_until_read(start_driver("r-2"), platform, files=4)
+    later[0].path.unlink()
+    before = snapshot(platform.checkpoint_root / JOB), snapshot(platform.lake_root / "router")
+
+    with pytest.raises(RewindError, match="no longer retained") as refused:
+        rewind_job(Supervisor.for_platform(platform), JOB, reason="test", savepoint_id=savepoint.id)
+    assert str(later[0].path) in str(refused.value)
+    assert (snapshot(platform.checkpoint_root / JOB), snapshot(platform.lake_root / "router")) == before
+    assert not replay_dir(platform, JOB).exists()
+    assert not ledger.decisions(JOB, action="rewind")
+
+
+def test_two_rewinds_at_once_run_one_after_the_other(
+    platform: PlatformConfig, ledger: Ledger, start_driver: Callable[..., Driver]
+) -> None:
+    landing = platform.landing_root / "events"
+    write_batch(landing, 40, 0.0, 1)
+    run_until_read(start_driver("r-1"), platform, files=1)
+    savepoint = take_savepoint(platform, ledger, JOB)
+    supervisor = Supervisor.for_platform(platform)
+    errors: list[BaseException] = []
+
+    def rewind() -> None:
+        try:
+            rewind_job(supervisor, JOB, reason="concurrent", savepoint_id=savepoint.id)
+        except BaseException as exc:  # reported to the test thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=rewind) for _ in range(2)]
+    with job_lock(platform, JOB, "a savepoint"):
+        for thread in threads:
+            thread.start()
+        time.sleep(1.0)
+        assert all(thread.is_alive() for thread in threads), "both rewinds wait for the lock"
+        assert not ledger.decisions(JOB, action="rewind")
+    for thread in threads:
+        thread.join(60)
+    assert not errors
+    outcomes = [d.outcome for d in ledger.decisions(JOB, action="rewind")]
+    assert len(outcomes) == 2 and all(
+        o and o.startswith(f"rewound to batch {savepoint.batch_id}") for o in outcomes
+    )
