@@ -5,6 +5,12 @@ warden status                   one row per job: state, last batch, rates, backl
 warden decisions JOB            the supervisor's recent decisions for a job, newest first
 warden start JOB / stop JOB     resume or suspend a job and reconcile it now
 warden reconcile JOB            run one supervisor pass now
+warden rewind JOB --savepoint ID|--before T --reason R [--dry-run]
+                                rewind a stopped job to a savepoint; later batches replay on start
+warden restate JOB --savepoint ID|--before T --reason R [--dry-run]
+                                suspend, rewind, replay with the current code, resume, Slack summary
+warden upgrade JOB --spec FILE --reason R
+                                deploy a new spec from a fresh savepoint; roll back if not ready
 warden platform up|down|status  the embedded platform (S3 server, Airflow, generator, drivers)
 """
 
@@ -13,13 +19,16 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from ops import platform as embedded
 from ops.config import load_jobs, load_platform
 from ops.exceptions import WardenError
 from ops.ledger import utcnow
+from ops.rewind import restate, rewind_job
 from ops.supervisor import FAILURE, Supervisor
+from ops.upgrade import upgrade
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -147,6 +156,58 @@ def cmd_platform(args: argparse.Namespace) -> int:
     return 0
 
 
+def _moment(text: str) -> datetime:
+    """An ISO 8601 time from the command line; UTC when it names no zone."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text!r}") from exc
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def cmd_rewind(args: argparse.Namespace) -> int:
+    supervisor = Supervisor.for_platform(load_platform())
+    plan = rewind_job(
+        supervisor,
+        args.job,
+        reason=args.reason,
+        savepoint_id=args.savepoint,
+        before=args.before,
+        dry_run=args.dry_run,
+    )
+    print(plan.describe())
+    if args.dry_run:
+        print("dry run: nothing changed")
+    else:
+        print(f"rewound; the batches replay when the job next runs (warden start {args.job})")
+    return 0
+
+
+def cmd_restate(args: argparse.Namespace) -> int:
+    supervisor = Supervisor.for_platform(load_platform())
+    if args.dry_run:
+        return cmd_rewind(args)
+    restatement = restate(
+        supervisor,
+        args.job,
+        reason=args.reason,
+        savepoint_id=args.savepoint,
+        before=args.before,
+        timeout=args.timeout,
+    )
+    print(restatement.summary())
+    return 0
+
+
+def cmd_upgrade(args: argparse.Namespace) -> int:
+    supervisor = Supervisor.for_platform(load_platform())
+    result = upgrade(
+        supervisor, args.job, args.spec, reason=args.reason, readiness_timeout=args.readiness_timeout
+    )
+    print(result.line())
+    return 0 if result.outcome == "upgraded" else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="warden", description="Operate Streamwarden's streaming jobs.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -166,6 +227,28 @@ def build_parser() -> argparse.ArgumentParser:
     reconcile = commands.add_parser("reconcile", help="run one supervisor pass for a job")
     reconcile.add_argument("job")
     reconcile.set_defaults(run=cmd_reconcile)
+    for name, run, summary in (
+        ("rewind", cmd_rewind, "rewind a stopped job to a savepoint; its later batches replay on start"),
+        ("restate", cmd_restate, "suspend, rewind, replay with the current code, resume, report"),
+    ):
+        command = commands.add_parser(name, help=summary)
+        command.add_argument("job")
+        target = command.add_mutually_exclusive_group(required=True)
+        target.add_argument("--savepoint", help="the savepoint id (see `warden savepoints JOB`)")
+        target.add_argument("--before", type=_moment, help="the newest savepoint taken before this time")
+        command.add_argument("--reason", required=True, help="why, for the ledger and Slack")
+        command.add_argument("--dry-run", action="store_true", help="only report what would change")
+        if name == "restate":
+            command.add_argument(
+                "--timeout", type=float, default=1800.0, help="seconds to wait for the replay"
+            )
+        command.set_defaults(run=run)
+    upgrade_command = commands.add_parser("upgrade", help="deploy a new spec from a fresh savepoint")
+    upgrade_command.add_argument("job")
+    upgrade_command.add_argument("--spec", type=Path, required=True, help="the candidate job file")
+    upgrade_command.add_argument("--reason", required=True)
+    upgrade_command.add_argument("--readiness-timeout", type=float, default=300.0)
+    upgrade_command.set_defaults(run=cmd_upgrade)
     platform = commands.add_parser("platform", help="the embedded platform")
     platform.add_argument("action", choices=["up", "down", "status"])
     platform.set_defaults(run=cmd_platform)

@@ -19,6 +19,7 @@ Layout in the bucket, under `<savepoint_prefix>/<job>/`:
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import re
 import subprocess
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import pyspark
+from boto3.s3.transfer import TransferConfig
 from botocore.client import BaseClient
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -43,7 +45,11 @@ from ops.services import s3_client
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = 1
-UPLOAD_THREADS = 4
+UPLOAD_THREADS = 8
+MULTIPART_THRESHOLD = 8 * 1024 * 1024
+_TRANSFER = TransferConfig(
+    multipart_threshold=MULTIPART_THRESHOLD, multipart_chunksize=MULTIPART_THRESHOLD, max_concurrency=4
+)
 # Spark purges old log and state files in the background; a file listed and then purged before it
 # was read makes the copy start over on a fresh listing, a few times at most.
 COPY_ATTEMPTS = 3
@@ -319,7 +325,12 @@ def _copy_file(
     entry = SavepointFile(path=relative, size=len(content), sha256=hashlib.sha256(content).hexdigest())
     if stored.get(entry.sha256) == entry.size:
         return entry, 0
-    client.put_object(Bucket=platform.s3.bucket, Key=_object_key(platform, job, entry.sha256), Body=content)
+    key = _object_key(platform, job, entry.sha256)
+    if entry.size >= MULTIPART_THRESHOLD:
+        # A large SST file goes up in parts at once instead of one long stream.
+        client.upload_fileobj(io.BytesIO(content), platform.s3.bucket, key, Config=_TRANSFER)
+    else:
+        client.put_object(Bucket=platform.s3.bucket, Key=key, Body=content)
     return entry, entry.size
 
 

@@ -11,7 +11,9 @@ boto3 client every part of the platform uses, embedded or Amazon S3 alike.
 from __future__ import annotations
 
 import os
+import random
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -268,6 +270,23 @@ def embedded_s3_port(s3: S3Config) -> int | None:
     return endpoint.port or (443 if endpoint.scheme == "https" else 80)
 
 
+def port_is_free(port: int) -> bool:
+    """Whether nothing listens on 127.0.0.1:`port` right now."""
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_loopback_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now (the kernel's choice)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 @dataclass(frozen=True)
 class SeaweedPorts:
     """Every port `weed mini` listens on, so two instances on one machine never clash.
@@ -417,3 +436,14 @@ class SeaweedS3:
     def stop(self, timeout: float = 30.0) -> str:
         """Stop the server (graceful SIGTERM first); how it ended."""
         return self.process.stop(timeout)
+
+
+def free_seaweed_ports() -> SeaweedPorts:
+    """A `SeaweedPorts` block whose every port is free on 127.0.0.1 right now."""
+    # Below the kernel's ephemeral range (32768+), so a client socket cannot take a port between
+    # this check and the server's bind; high enough to stay clear of well-known services.
+    for _ in range(200):
+        ports = SeaweedPorts.for_s3(random.randrange(20000, 32768 - SEAWEED_GRPC_OFFSET - 16))
+        if all(port_is_free(port) for port in ports.all()):
+            return ports
+    raise ServiceError("no free block of loopback ports for SeaweedFS")

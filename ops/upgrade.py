@@ -22,7 +22,6 @@ The whole sequence is one `upgrade` decision in the ledger; the previous spec is
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -41,6 +40,7 @@ from ops.ledger import SavepointRecord
 from ops.locks import job_lock
 from ops.rewind import replay_dir, rewind_job
 from ops.savepoints import fetch_savepoint, take_savepoint
+from ops.services import free_loopback_port
 from ops.supervisor import Supervisor
 from ops.telemetry import heartbeat_path, read_heartbeat
 
@@ -94,15 +94,9 @@ def _scratch_conf(platform: PlatformConfig, job: str, candidate: bytes, root: Pa
     (conf_dir / "platform.yaml").write_text(yaml.safe_dump(settings))
     spec = yaml.safe_load(candidate)
     # The running version holds the metrics port; the dry run serves its metrics elsewhere.
-    spec["operations"]["metrics_port"] = _free_port()
+    spec["operations"]["metrics_port"] = free_loopback_port()
     (conf_dir / "jobs" / f"{job}.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     return conf_dir
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def dry_run(

@@ -12,8 +12,8 @@ from pyspark.sql import SparkSession
 
 from ops.config import PlatformConfig
 from ops.listener import TelemetryListener, batch_sample, describe_failure, serve_metrics, state_rows
+from ops.services import free_loopback_port
 from ops.telemetry import Heartbeat, read_heartbeat
-from tests.support.platform import free_port
 
 
 def test_batch_sample_reads_a_progress_record() -> None:
@@ -83,7 +83,7 @@ def test_listener_writes_heartbeats_and_serves_metrics(
         .trigger(processingTime="200 milliseconds")
         .start()
     )
-    port = free_port()
+    port = free_loopback_port()
     try:
         wait_for(listener, lambda hb: hb.event in ("started", "progress", "idle"))
         first = wait_for(listener, lambda hb: hb.batch_id == 0)

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from ops.exceptions import ServiceError
-from ops.services import ManagedProcess, SeaweedS3
-from tests.support.s3 import S3Server, free_seaweed_ports, s3_platform
+from ops.services import ManagedProcess, SeaweedS3, free_seaweed_ports
+from tests.support.s3 import S3Server, s3_platform
 
 
 def listening_addresses(port: int) -> set[str]:

@@ -7,8 +7,6 @@ a test that stops the server by hand must start it again.
 
 from __future__ import annotations
 
-import random
-import socket
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,29 +18,9 @@ import pytest
 from botocore.client import BaseClient
 
 from ops.config import PlatformConfig
-from ops.services import SEAWEED_GRPC_OFFSET, SeaweedPorts, SeaweedS3, s3_client
+from ops.services import SeaweedPorts, SeaweedS3, free_seaweed_ports, s3_client
 
 TEST_BUCKET = "warden-test"
-
-
-def _port_is_free(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
-def free_seaweed_ports() -> SeaweedPorts:
-    """A `SeaweedPorts` block whose every port is free on 127.0.0.1 right now."""
-    # Below the kernel's ephemeral range (32768+), so a client socket cannot take a port between
-    # this check and the server's bind; high enough to stay clear of well-known services.
-    for _ in range(200):
-        ports = SeaweedPorts.for_s3(random.randrange(20000, 32768 - SEAWEED_GRPC_OFFSET - 16))
-        if all(_port_is_free(port) for port in ports.all()):
-            return ports
-    raise RuntimeError("no free block of loopback ports for SeaweedFS")
 
 
 def s3_platform(runtime_root: Path, ports: SeaweedPorts, bucket: str = TEST_BUCKET) -> PlatformConfig:
