@@ -19,14 +19,14 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from ops import platform as embedded
 from ops.config import load_jobs, load_platform
 from ops.exceptions import WardenError
 from ops.ledger import utcnow
-from ops.rewind import restate, rewind_job
+from ops.rewind import parse_moment, restate, rewind_job
 from ops.supervisor import FAILURE, Supervisor
 from ops.upgrade import upgrade
 
@@ -156,13 +156,11 @@ def cmd_platform(args: argparse.Namespace) -> int:
     return 0
 
 
-def _moment(text: str) -> datetime:
-    """An ISO 8601 time from the command line; UTC when it names no zone."""
+def _moment_argument(text: str) -> datetime:
     try:
-        moment = datetime.fromisoformat(text)
+        return parse_moment(text)
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text!r}") from exc
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def cmd_rewind(args: argparse.Namespace) -> int:
@@ -235,7 +233,9 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("job")
         target = command.add_mutually_exclusive_group(required=True)
         target.add_argument("--savepoint", help="the savepoint id (see `warden savepoints JOB`)")
-        target.add_argument("--before", type=_moment, help="the newest savepoint taken before this time")
+        target.add_argument(
+            "--before", type=_moment_argument, help="the newest savepoint taken before this time"
+        )
         command.add_argument("--reason", required=True, help="why, for the ledger and Slack")
         command.add_argument("--dry-run", action="store_true", help="only report what would change")
         if name == "restate":

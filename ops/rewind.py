@@ -28,7 +28,7 @@ import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +119,15 @@ def finish_replay_batch(platform: PlatformConfig, job: str, batch_id: int) -> No
     if not (platform.checkpoint_root / job / "commits" / str(batch_id)).is_file():
         raise RewindError(f"replay of batch {batch_id} of {job!r} ended without a commit")
     (replay_dir(platform, job) / str(batch_id)).unlink()
+
+
+def parse_moment(text: str) -> datetime:
+    """An ISO 8601 time as given by an operator; UTC when it names no zone."""
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError as exc:
+        raise ValueError(f"not an ISO 8601 time: {text!r}") from exc
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def choose_savepoint(
@@ -324,14 +333,15 @@ def rewind_job(
 ) -> RewindPlan:
     """Rewind a stopped job to a savepoint under its lock; a dry run only reports the plan.
 
-    Refuses (RewindError, nothing touched) while a driver of the job runs. The rewind is a
+    Refuses (RewindError, nothing touched) while a driver of the job runs; a dry run may look at a
+    running job (its plan is as of now: the job keeps adding batches). The rewind is a
     decision row in the ledger, written before acting, with the plan as its inputs. The replay
     happens when the job is next started.
     """
     platform, ledger = supervisor.platform, supervisor.ledger
     with job_lock(platform, job, "rewind"):
         run = ledger.current_run(job)
-        if run is not None and supervisor.backend.is_alive(run):
+        if not dry_run and run is not None and supervisor.backend.is_alive(run):
             raise RewindError(
                 f"job {job!r} is running (run {run.run_id}); suspend it first: warden stop {job}"
             )

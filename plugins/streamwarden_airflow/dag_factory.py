@@ -14,7 +14,12 @@ from airflow.sdk import DAG, Param, task
 from ops.config import load_jobs, load_platform
 from ops.platform import SUPERVISE_DAG_PREFIX
 from ops.supervisor import Supervisor
-from streamwarden_airflow.operators import JobRequestOperator, ReconcileOperator, WatchJobOperator
+from streamwarden_airflow.operators import (
+    JobRequestOperator,
+    ReconcileOperator,
+    RestateOperator,
+    WatchJobOperator,
+)
 
 START = datetime(2026, 1, 1)
 REQUESTS = {
@@ -67,6 +72,46 @@ def request_dag(action: str, jobs: list[str]) -> DAG:
     return dag
 
 
+def restate_dag(jobs: list[str]) -> DAG:
+    """Restate a job from a savepoint: the trigger form asks which job, from where and why."""
+    with DAG(
+        dag_id="warden_restate",
+        description="Rewind a job to a savepoint and recompute its later output with the current code",
+        schedule=None,
+        start_date=START,
+        catchup=False,
+        is_paused_upon_creation=False,
+        max_active_runs=1,
+        tags=["streamwarden", "operator", "restate"],
+        params={
+            "job": Param(
+                jobs[0] if jobs else "", type="string", enum=jobs or [""], description="The job to restate."
+            ),
+            "savepoint": Param(
+                "", type="string", description="A savepoint id (`warden savepoints JOB`); or leave empty."
+            ),
+            "before": Param(
+                "",
+                type="string",
+                description="Or: restate from the newest savepoint taken before this ISO 8601 time (UTC).",
+            ),
+            "reason": Param(type="string", minLength=3, description="Why; quoted in the ledger and Slack."),
+            "dry_run": Param(
+                True, type="boolean", description="Only report the batches, files and rows it would redo."
+            ),
+        },
+    ) as dag:
+        RestateOperator(
+            task_id="restate",
+            job="{{ params.job }}",
+            savepoint="{{ params.savepoint }}",
+            before="{{ params.before }}",
+            reason="{{ params.reason }}",
+            dry_run="{{ params.dry_run }}",
+        )
+    return dag
+
+
 def platform_dag() -> DAG:
     """Housekeeping every minute: page about invalid job files, deliver alerts still in the outbox."""
     with DAG(
@@ -94,5 +139,6 @@ def build_dags() -> list[DAG]:
     jobs = sorted(loaded.specs)
     dags = [supervision_dag(name, loaded.specs[name].description) for name in jobs]
     dags += [request_dag(action, jobs) for action in REQUESTS]
+    dags.append(restate_dag(jobs))
     dags.append(platform_dag())
     return dags

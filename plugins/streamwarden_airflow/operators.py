@@ -9,6 +9,8 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 
 from ops.config import PlatformConfig, load_platform
+from ops.exceptions import WardenError
+from ops.rewind import parse_moment, restate, rewind_job
 from ops.supervisor import PassSummary, Supervisor
 from streamwarden_airflow.triggers import JobWatchTrigger
 
@@ -92,3 +94,46 @@ class JobRequestOperator(SupervisorOperator):
         )
         self.log.info("%s", message)
         return message
+
+
+class RestateOperator(SupervisorOperator):
+    """Restates a job from a savepoint (by id, or the newest before a time); a dry run only reports.
+
+    The real run is `ops.rewind.restate`: suspend, rewind, resume (the driver replays the later
+    batches with the current code), wait for the replay, then a ledger entry and a Slack summary.
+    """
+
+    template_fields: Sequence[str] = ("job", "savepoint", "before", "reason", "dry_run")
+
+    def __init__(
+        self, *, job: str, savepoint: str, before: str, reason: str, dry_run: Any, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        self.job = job
+        self.savepoint = savepoint
+        self.before = before
+        self.reason = reason
+        self.dry_run = dry_run
+
+    def execute(self, context: Context) -> str:
+        savepoint_id = self.savepoint.strip() or None
+        before = parse_moment(self.before) if self.before.strip() else None
+        if (savepoint_id is None) == (before is None):
+            raise WardenError("give exactly one of `savepoint` (an id) or `before` (an ISO 8601 time)")
+        reason = f"{self.reason} (via {self.run_url(context)})"
+        if str(self.dry_run).lower() in ("true", "1"):
+            plan = rewind_job(
+                self.supervisor,
+                self.job,
+                reason=reason,
+                savepoint_id=savepoint_id,
+                before=before,
+                dry_run=True,
+            )
+            self.log.info("dry run, nothing changed:\n%s", plan.describe())
+            return plan.describe()
+        summary = restate(
+            self.supervisor, self.job, reason=reason, savepoint_id=savepoint_id, before=before
+        ).summary()
+        self.log.info("%s", summary)
+        return summary

@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 from airflow.dag_processing.dagbag import DagBag
 
-from ops.config import PlatformConfig
+from ops.config import PlatformConfig, load_jobs
 from tests.support.slack import SlackReceiver
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
@@ -20,11 +20,13 @@ def dagbag() -> DagBag:
 def test_dags_import_without_errors(platform_conf: PlatformConfig) -> None:
     bag = dagbag()
     assert bag.import_errors == {}
-    assert set(bag.dag_ids) == {
-        "warden_supervise_router",
+    supervision = {f"warden_supervise_{job}" for job in load_jobs(platform_conf.conf_dir).specs}
+    assert "warden_supervise_router" in supervision
+    assert set(bag.dag_ids) == supervision | {
         "warden_suspend",
         "warden_resume",
         "warden_restart",
+        "warden_restate",
         "warden_platform",
     }
     supervise = bag.get_dag("warden_supervise_router")
@@ -33,13 +35,7 @@ def test_dags_import_without_errors(platform_conf: PlatformConfig) -> None:
     assert bag.get_dag("warden_restart").params.get_param("job").schema["enum"] == ["router"]
     # Trigger forms and housekeeping run as soon as they are loaded; `platform up` unpauses supervision.
     paused = {dag_id: bag.get_dag(dag_id).is_paused_upon_creation for dag_id in bag.dag_ids}
-    assert paused == {
-        "warden_supervise_router": True,
-        "warden_suspend": False,
-        "warden_resume": False,
-        "warden_restart": False,
-        "warden_platform": False,
-    }
+    assert paused == {dag_id: dag_id in supervision for dag_id in bag.dag_ids}
 
 
 def test_invalid_job_file_disables_only_its_dag_and_pages(

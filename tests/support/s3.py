@@ -15,9 +15,10 @@ from functools import cached_property
 from pathlib import Path
 
 import pytest
+import yaml
 from botocore.client import BaseClient
 
-from ops.config import PlatformConfig
+from ops.config import PlatformConfig, load_platform
 from ops.services import SeaweedPorts, SeaweedS3, free_seaweed_ports, s3_client
 
 TEST_BUCKET = "warden-test"
@@ -87,6 +88,15 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
 
 @pytest.fixture
 def platform_with_s3(platform_conf: PlatformConfig, s3_server: S3Server) -> PlatformConfig:
-    """The throwaway platform pointed at the session's S3 server, under a savepoint prefix of its own."""
-    s3 = s3_server.platform.s3.model_copy(update={"savepoint_prefix": f"sp-{uuid.uuid4().hex[:8]}"})
-    return platform_conf.model_copy(update={"s3": s3})
+    """The throwaway platform pointed at the session's S3 server, under a savepoint prefix of its own.
+
+    Written into its platform.yaml, so drivers, the CLI and DAGs started from it use the same S3.
+    """
+    settings = yaml.safe_load((platform_conf.conf_dir / "platform.yaml").read_text())
+    settings["s3"] = {
+        "endpoint_url": s3_server.endpoint_url,
+        "bucket": s3_server.bucket,
+        "savepoint_prefix": f"sp-{uuid.uuid4().hex[:8]}",
+    }
+    (platform_conf.conf_dir / "platform.yaml").write_text(yaml.safe_dump(settings))
+    return load_platform(platform_conf.conf_dir)

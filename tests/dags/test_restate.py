@@ -1,0 +1,91 @@
+"""The `warden_restate` trigger form end to end: Airflow's dag.test(), real drivers launched by the
+supervisor, a real S3 server and a real Slack stand-in."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from airflow.dag_processing.dagbag import DagBag
+from pyspark.sql import SparkSession
+from pyspark.testing import assertDataFrameEqual
+
+from jobs.batch import batch_rows
+from ops.config import PlatformConfig, find_job
+from ops.generator import write_batch
+from ops.ledger import Ledger
+from ops.rewind import replay_dir
+from ops.savepoints import take_savepoint
+from ops.supervisor import Supervisor, stop_all_jobs
+from tests.support.drivers import caught_up, edit_job, fast_trigger
+from tests.support.slack import SlackReceiver
+
+DAGS = Path(__file__).resolve().parents[2] / "dags"
+RIGHT = "event_type = 'purchase' AND amount > 0"
+WRONG = "event_type = 'purchase'"
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+
+
+def purchase_filter(expression: str) -> Callable[[dict[str, Any]], None]:
+    def edit(spec: dict[str, Any]) -> None:
+        fast_trigger(spec)
+        spec["operations"]["restart"]["initial_backoff_seconds"] = 1
+        spec["pipeline"]["routes"][0]["filter"] = expression
+
+    return edit
+
+
+@pytest.fixture
+def platform(platform_with_s3: PlatformConfig) -> Iterator[PlatformConfig]:
+    edit_job(platform_with_s3, "router", purchase_filter(RIGHT))
+    yield platform_with_s3
+    stop_all_jobs(platform_with_s3)
+
+
+def test_restate_form_dry_run_then_restate_replaces_a_wrong_versions_output(
+    platform: PlatformConfig, ledger: Ledger, slack_webhook: SlackReceiver, spark: SparkSession
+) -> None:
+    supervisor = Supervisor.for_platform(platform)
+    landing = platform.landing_root / "events"
+    for seed in range(4):
+        write_batch(landing, 60, 0.05, seed)
+    supervisor.request("router", "resume", "test")
+    supervisor.reconcile("router")
+    wait_for(lambda: caught_up(platform, "router", files=4), 120, "the right version")
+    savepoint = take_savepoint(platform, ledger, "router")
+
+    edit_job(platform, "router", purchase_filter(WRONG))
+    supervisor.request("router", "restart", "deploy the wrong version")
+    supervisor.reconcile("router")
+    for seed in range(4, 8):
+        write_batch(landing, 60, 0.05, seed)
+    wait_for(lambda: caught_up(platform, "router", files=8), 120, "the wrong version")
+    edit_job(platform, "router", purchase_filter(RIGHT))
+
+    restate = DagBag(dag_folder=str(DAGS)).get_dag("warden_restate")
+    form = {"job": "router", "savepoint": savepoint.id, "reason": "zero-amount purchases routed"}
+    assert restate.test(run_conf={**form, "dry_run": True}).state == "success"
+    assert not replay_dir(platform, "router").exists() and ledger.current_run("router") is not None
+
+    assert restate.test(run_conf={**form, "dry_run": False}).state == "success"
+    spec = find_job("router", platform.conf_dir)
+    sink = spark.read.parquet(str(platform.lake_root / spec.pipeline.sink.path))
+    clean = batch_rows(spark, platform, spec, platform.landing_root)
+    assertDataFrameEqual(sink.select(*clean.columns), clean)
+    assert ledger.job("router").desired_state == "running" and ledger.current_run("router") is not None
+
+    decision = ledger.decisions("router", action="restate")[0]
+    assert decision.outcome is not None and decision.outcome.startswith("restated router from savepoint")
+    summaries = [m["text"] for m in slack_webhook.messages if "restated" in m["text"]]
+    assert len(summaries) == 1 and "rows" in summaries[0] and "before" in summaries[0]
