@@ -480,6 +480,14 @@ class Ledger:
             ).all()
         return [_record(SavepointRecord, row) for row in rows]
 
+    def set_savepoint_status(self, savepoint_ids: list[str], status: str) -> None:
+        with self._tx() as tx:
+            tx.execute(
+                savepoints_table.update()
+                .where(savepoints_table.c.id.in_(savepoint_ids))
+                .values(status=status)
+            )
+
     def delete_savepoint_row(self, savepoint_id: str) -> None:
         """Drop a savepoint from the catalogue (after its manifest is gone)."""
         with self._tx() as tx:

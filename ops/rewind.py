@@ -48,7 +48,7 @@ from ops.config import PlatformConfig, find_job
 from ops.exceptions import RewindError
 from ops.ledger import Ledger, SavepointRecord
 from ops.locks import job_lock
-from ops.savepoints import STATUS_COMPLETE, fetch_savepoint
+from ops.savepoints import STATUS_COMPLETE, STATUS_SUPERSEDED, fetch_savepoint
 from ops.supervisor import Supervisor
 
 REPLAY_POLL_SECONDS = 2.0
@@ -134,14 +134,20 @@ def choose_savepoint(
     ledger: Ledger, job: str, *, savepoint_id: str | None = None, before: datetime | None = None
 ) -> SavepointRecord:
     """The savepoint named by id, or the newest complete one taken before `before`."""
-    savepoints = [sp for sp in ledger.savepoints(job) if sp.status == STATUS_COMPLETE]
+    catalogue = ledger.savepoints(job)
+    savepoints = [sp for sp in catalogue if sp.status == STATUS_COMPLETE]
     if savepoint_id is not None:
-        match = next((sp for sp in savepoints if sp.id == savepoint_id), None)
-        if match is None:
+        named = next((sp for sp in catalogue if sp.id == savepoint_id), None)
+        if named is None:
             raise RewindError(
                 f"job {job!r} has no savepoint {savepoint_id!r} (see `warden savepoints {job}`)"
             )
-        return match
+        if named.status != STATUS_COMPLETE:
+            raise RewindError(
+                f"savepoint {savepoint_id!r} is {named.status}: a rewind went back before it, and the "
+                "output it lists is gone"
+            )
+        return named
     if before is None:
         raise RewindError("name a savepoint id or a time to rewind to")
     match = next((sp for sp in savepoints if sp.created_at < before), None)
@@ -335,8 +341,9 @@ def rewind_job(
 
     Refuses (RewindError, nothing touched) while a driver of the job runs; a dry run may look at a
     running job (its plan is as of now: the job keeps adding batches). The rewind is a
-    decision row in the ledger, written before acting, with the plan as its inputs. The replay
-    happens when the job is next started.
+    decision row in the ledger, written before acting, with the plan as its inputs. Savepoints
+    taken after the chosen one are marked superseded: they list sink files the rewind deleted. The
+    replay happens when the job is next started.
     """
     platform, ledger = supervisor.platform, supervisor.ledger
     with job_lock(platform, job, "rewind"):
@@ -368,6 +375,8 @@ def rewind_job(
         except Exception as exc:
             ledger.set_outcome(decision, f"failed: {exc}")
             raise
+        newer = [sp.id for sp in ledger.savepoints(job) if sp.created_at > plan.savepoint.created_at]
+        ledger.set_savepoint_status(newer, STATUS_SUPERSEDED)
         batches = plan.replay_batches
         queued = (
             f"batches {batches.start}..{batches.stop - 1} queued for replay"

@@ -54,6 +54,9 @@ _TRANSFER = TransferConfig(
 # was read makes the copy start over on a fresh listing, a few times at most.
 COPY_ATTEMPTS = 3
 STATUS_COMPLETE = "complete"
+# A savepoint newer than the one a rewind went back to: it lists sink files the rewind deleted, so
+# it can no longer be restored (the rewound job continues on another timeline).
+STATUS_SUPERSEDED = "superseded"
 
 # Log entries (offsets, commits, source and sink logs) are named by batch id, compacted ones
 # `<id>.compact`.

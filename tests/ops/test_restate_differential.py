@@ -9,6 +9,7 @@ real driver processes.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,13 +21,14 @@ from pyspark.testing import assertDataFrameEqual
 from jobs.runner import plan_job
 from jobs.runtime import ShutdownRequest, replay_pending, state_conf, with_trigger
 from ops.config import PlatformConfig, find_job
+from ops.exceptions import RewindError
 from ops.generator import write_batch
 from ops.ledger import Ledger
 from ops.listener import TelemetryListener
 from ops.rewind import rewind_job
 from ops.savepoints import take_savepoint
 from ops.supervisor import Supervisor
-from tests.support.drivers import edit_job
+from tests.support.drivers import caught_up, edit_job
 from tests.support.platform import write_conf
 
 
@@ -119,3 +121,47 @@ def test_restated_sink_equals_a_clean_run_of_the_right_version(
     expected = spark.read.parquet(str(clean.lake_root / sink))
     assert expected.count() > 0
     assertDataFrameEqual(restated.select(*expected.columns), expected)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.job}-v{c.checkpoint_format or 'default'}")
+def test_savepoints_taken_during_a_backlog_each_restore_the_same_output(
+    case: Case, spark: SparkSession, platform_with_s3: PlatformConfig, ledger: Ledger
+) -> None:
+    platform, job = platform_with_s3, case.job
+    edit_job(platform, job, one_file_per_batch(case.checkpoint_format))
+    for seed in range(12):
+        case.write_input(platform, seed)
+    spec = find_job(job, platform.conf_dir)
+    for key, value in state_conf(spec).items():
+        spark.conf.set(key, value)
+    query = with_trigger(plan_job(platform, spec), spec, available_now=False)(spark).start()
+    savepoints = []
+    try:
+        while len(savepoints) < 3:
+            progress = query.lastProgress
+            if progress and progress["batchId"] >= 2 * (len(savepoints) + 1):
+                savepoints.append(take_savepoint(platform, ledger, job))
+                assert query.isActive, "the job never stops for a savepoint"
+            time.sleep(0.2)
+        while not caught_up(platform, job, files=12):
+            time.sleep(0.5)
+    finally:
+        query.stop()
+    assert len({sp.batch_id for sp in savepoints}) == 3 and savepoints[-1].batch_id < 11
+    sink = platform.lake_root / spec.pipeline.sink.path
+    original = spark.read.parquet(str(sink)).collect()
+
+    # Newest first: rewinding to a savepoint supersedes the newer ones (they list deleted files).
+    supervisor = Supervisor.for_platform(platform)
+    for savepoint in reversed(savepoints):
+        plan = rewind_job(supervisor, job, reason="consistency", savepoint_id=savepoint.id)
+        assert plan.replay_batches.start == savepoint.batch_id + 1
+        run_available(spark, platform, job)
+        assertDataFrameEqual(spark.read.parquet(str(sink)), original)
+    assert {sp.id: sp.status for sp in ledger.savepoints(job)} == {
+        savepoints[0].id: "complete",
+        savepoints[1].id: "superseded",
+        savepoints[2].id: "superseded",
+    }
+    with pytest.raises(RewindError, match="is superseded"):
+        rewind_job(supervisor, job, reason="superseded", savepoint_id=savepoints[2].id)
