@@ -10,11 +10,12 @@ landing files that the checkpoint's file-source log has not yet recorded as read
 from __future__ import annotations
 
 import enum
-import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from ops.checkpoint import source_files
 from ops.config import Operations
 from ops.ledger import RunRecord
 from ops.telemetry import Heartbeat
@@ -99,27 +100,16 @@ def assess(observation: Observation, operations: Operations) -> Assessment:
     return Assessment(frozenset({Signal.HEALTHY}), f"{heartbeat.event} at batch {heartbeat.batch_id}")
 
 
-def landing_backlog(landing_dir: Path, source_log_dir: Path) -> int | None:
-    """Landing files (`*.json`) the query has not read yet; None before its first batch.
+def landing_backlog(landing_dirs: Iterable[Path], sources_dir: Path) -> int | None:
+    """Landing files (`*.json`) the query has not read yet, over all its sources; None before its
+    first batch.
 
-    The file-source log holds one JSON line per file read (after a `v1` header); every tenth batch
-    is a `.compact` file that repeats all earlier entries, so only the newest compact file and
-    the batches after it need reading.
+    What was read comes from the query's file-source logs (Spark's file source reports no backlog).
     """
-    if not source_log_dir.is_dir():
+    if not sources_dir.is_dir():
         return None
-    logs = sorted(
-        source_log_dir.iterdir(), key=lambda p: int(p.name.split(".")[0]) if p.name[0].isdigit() else -1
-    )
-    compacts = [i for i, p in enumerate(logs) if p.name.endswith(".compact")]
-    read: set[str] = set()
-    for log_file in logs[compacts[-1] if compacts else 0 :]:
-        if not log_file.name[0].isdigit():
-            continue
-        for line in log_file.read_text().splitlines()[1:]:
-            read.add(json.loads(line)["path"].removeprefix("file://"))
-    landed = {str(path) for path in landing_dir.glob("*.json")}
-    return len(landed - read)
+    read = {path for source_log in sources_dir.iterdir() for path in source_files(source_log)}
+    return sum(1 for landing in landing_dirs for path in landing.glob("*.json") if path not in read)
 
 
 def _falling_behind(heartbeat: Heartbeat, operations: Operations) -> str | None:

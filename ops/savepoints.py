@@ -38,6 +38,7 @@ from boto3.s3.transfer import TransferConfig
 from botocore.client import BaseClient
 from botocore.exceptions import BotoCoreError, ClientError
 
+from ops.checkpoint import log_entries, read_offsets, source_log_offset
 from ops.config import PlatformConfig, find_job
 from ops.exceptions import SavepointError
 from ops.ledger import Ledger, SavepointRecord
@@ -58,9 +59,6 @@ STATUS_COMPLETE = "complete"
 # it can no longer be restored (the rewound job continues on another timeline).
 STATUS_SUPERSEDED = "superseded"
 
-# Log entries (offsets, commits, source and sink logs) are named by batch id, compacted ones
-# `<id>.compact`.
-_LOG_ENTRY = re.compile(r"^(\d+)(\.compact)?$")
 # State files: HDFS-backed `<version>.delta|snapshot`, RocksDB `<version>.zip|changelog`, and with
 # checkpoint format v2 `<version>_<uuid>.<ext>`.
 _STATE_FILE = re.compile(r"^(\d+)(?:_([0-9a-fA-F-]+))?\.(delta|snapshot|zip|changelog)$")
@@ -88,7 +86,7 @@ class _Plan:
 
     batch_id: int
     files: tuple[tuple[str, Path], ...]
-    offsets_text: str
+    offsets: bytes
 
 
 class _Vanished(Exception):
@@ -140,18 +138,6 @@ def _stored_objects(client: BaseClient, platform: PlatformConfig, job: str) -> d
 
 
 # --- planning the copy ---------------------------------------------------------------------------
-
-
-def _log_entries(directory: Path) -> dict[int, list[Path]]:
-    """A log directory's entries by batch id (a compacted entry and its batch share an id)."""
-    entries: dict[int, list[Path]] = {}
-    if not directory.is_dir():
-        return entries
-    for path in directory.iterdir():
-        match = _LOG_ENTRY.match(path.name)
-        if match and path.is_file():
-            entries.setdefault(int(match.group(1)), []).append(path)
-    return entries
 
 
 def _contiguous_to(entries: Iterable[int], last: int, what: str, checkpoint: Path) -> list[int]:
@@ -273,29 +259,29 @@ def _state_files(checkpoint: Path, batch_id: int, commit_text: str) -> list[Path
 
 def _plan(checkpoint: Path, sink_log: Path) -> _Plan:
     """Choose N (the highest commit) and list what a savepoint at N holds."""
-    commits = _log_entries(checkpoint / "commits")
+    commits = log_entries(checkpoint / "commits")
     if not commits:
         raise SavepointError(f"{checkpoint} has no committed batch to save")
     batch_id = max(commits)
-    offsets = _log_entries(checkpoint / "offsets")
+    offsets = log_entries(checkpoint / "offsets")
     commit_ids = _contiguous_to(commits, batch_id, "commits", checkpoint)
     offset_ids = _contiguous_to(offsets, batch_id, "offsets", checkpoint)
     try:
         commit_text = commits[batch_id][0].read_text()
-        offsets_text = offsets[batch_id][0].read_text()
+        offsets_entry = offsets[batch_id][0].read_bytes()
     except FileNotFoundError as exc:
         raise _Vanished(str(exc)) from exc
 
     files: list[tuple[str, Path]] = []
     for ids, name, entries in ((offset_ids, "offsets", offsets), (commit_ids, "commits", commits)):
         files += [(f"checkpoint/{name}/{i}", entries[i][0]) for i in ids]
-    sources = checkpoint / "sources"
-    if sources.is_dir():
-        for source_dir in sorted(p for p in sources.iterdir() if p.is_dir()):
-            for i, paths in sorted(_log_entries(source_dir).items()):
-                if i <= batch_id:
-                    files += [(f"checkpoint/sources/{source_dir.name}/{p.name}", p) for p in paths]
-    for i, paths in sorted(_log_entries(sink_log).items()):
+    # Each source's log up to the entry batch N's offset points at (source logs count their own ids).
+    for index, offset in enumerate(read_offsets(offsets_entry)[1]):
+        source_dir = checkpoint / "sources" / str(index)
+        for i, paths in sorted(log_entries(source_dir).items()):
+            if i <= source_log_offset(offset):
+                files += [(f"checkpoint/sources/{index}/{p.name}", p) for p in paths]
+    for i, paths in sorted(log_entries(sink_log).items()):
         if i <= batch_id:
             files += [(f"sink/_spark_metadata/{p.name}", p) for p in paths]
     files += [
@@ -306,7 +292,7 @@ def _plan(checkpoint: Path, sink_log: Path) -> _Plan:
     if not metadata.is_file():
         raise SavepointError(f"{checkpoint} has no metadata file")
     files.append(("checkpoint/metadata", metadata))
-    return _Plan(batch_id=batch_id, files=tuple(dict.fromkeys(files)), offsets_text=offsets_text)
+    return _Plan(batch_id=batch_id, files=tuple(dict.fromkeys(files)), offsets=offsets_entry)
 
 
 # --- copying -------------------------------------------------------------------------------------
@@ -380,20 +366,6 @@ def _code_version() -> str:
     return result.stdout.strip() if result.returncode == 0 and result.stdout.strip() else "unknown"
 
 
-def _offsets_summary(offsets_text: str) -> tuple[int | None, list[Any]]:
-    """The batch watermark (ms) and the per-source offsets of an `offsets/N` entry."""
-    lines = offsets_text.splitlines()
-    batch_metadata = json.loads(lines[1]) if len(lines) > 1 else {}
-    sources: list[Any] = []
-    for line in lines[2:]:
-        try:
-            sources.append(json.loads(line))
-        except json.JSONDecodeError:
-            # Spark writes "-" for a source that had no offset yet.
-            sources.append(line)
-    return batch_metadata.get("batchWatermarkMs"), sources
-
-
 def read_manifest(
     platform: PlatformConfig, savepoint: SavepointRecord, *, s3: BaseClient | None = None
 ) -> dict[str, Any]:
@@ -439,7 +411,8 @@ def take_savepoint(
 
     created_at = datetime.now(UTC)
     savepoint_id = f"{created_at:%Y%m%dT%H%M%S%fZ}-b{plan.batch_id}-{uuid.uuid4().hex[:6]}"
-    watermark_ms, source_offsets = _offsets_summary(plan.offsets_text)
+    batch_metadata, source_offsets = read_offsets(plan.offsets)
+    watermark_ms = batch_metadata.get("batchWatermarkMs")
     manifest = {
         "format": MANIFEST_FORMAT,
         "job": job,

@@ -324,8 +324,8 @@ class Supervisor:
         job = spec.name
         run = self.ledger.current_run(job)
         backlog = landing_backlog(
-            self.platform.landing_root / spec.pipeline.source.path,
-            self.platform.checkpoint_root / job / "sources" / "0",
+            [self.platform.landing_root / source.path for source in spec.pipeline.inputs.values()],
+            self.platform.checkpoint_root / job / "sources",
         )
         heartbeat = read_heartbeat(heartbeat_path(self.platform.job_runtime_dir(job)))
         if heartbeat is not None and (run is None or heartbeat.run_id != run.run_id):
