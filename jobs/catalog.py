@@ -26,8 +26,9 @@ from pyspark.sql import DataFrame
 from jobs.router.transform import PARTITION_COLUMNS as ROUTER_PARTITIONS
 from jobs.router.transform import invalid_route_filters, route_events
 from jobs.runtime import parse_events, with_event_partitions
-from ops.config import JobSpec, PlatformConfig, RouterPipeline
+from ops.config import JobSpec, PlatformConfig
 from ops.exceptions import ConfigError
+from ops.pipelines import RouterPipeline
 
 Transform = Callable[[Mapping[str, DataFrame], Any], DataFrame]
 # Problems the analyzer finds in a pipeline's expressions, by dotted field of the job file.

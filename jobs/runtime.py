@@ -36,9 +36,10 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
-from ops.config import FieldType, FileSource, JobSpec, PlatformConfig
+from ops.config import JobSpec, PlatformConfig
 from ops.exceptions import ConfigError
 from ops.listener import TelemetryListener, describe_failure, serve_metrics
+from ops.pipelines import FieldType, FileSource
 from ops.rewind import finish_replay_batch, pending_replay, stage_replay_batch
 
 EXIT_STOPPED = 0

@@ -35,7 +35,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from jobs.runtime import DEAD_LETTER_REASON, EVENT_DATE, EVENT_HOUR, RAW
-from ops.config import DEAD_LETTER_ROUTE, Route
+from ops.pipelines import DEAD_LETTER_ROUTE, Route
 
 ROUTE = "route"
 PARTITION_COLUMNS = (ROUTE, EVENT_DATE, EVENT_HOUR)

@@ -17,9 +17,10 @@ from airflow.dag_processing.dagbag import DagBag
 from pyspark.sql import SparkSession
 
 from jobs.router.transform import read_route
-from ops.config import DEAD_LETTER_ROUTE, PlatformConfig, find_job
+from ops.config import PlatformConfig, find_job
 from ops.generator import GeneratedBatch, write_batch
 from ops.ledger import Ledger
+from ops.pipelines import DEAD_LETTER_ROUTE
 from ops.supervisor import stop_all_jobs
 from ops.telemetry import heartbeat_path, read_heartbeat
 from tests.support.slack import SlackReceiver

@@ -13,8 +13,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from jobs.router.transform import read_route
-from ops.config import DEAD_LETTER_ROUTE, PlatformConfig, find_job
+from ops.config import PlatformConfig, find_job
 from ops.generator import TYPED_FIELDS, GeneratedBatch, MalformedLine, write_batch
+from ops.pipelines import DEAD_LETTER_ROUTE
 from ops.telemetry import Heartbeat, read_heartbeat
 from tests.support.drivers import Driver, edit_job, fast_trigger
 

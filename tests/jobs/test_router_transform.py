@@ -12,7 +12,7 @@ from pyspark.testing import assertDataFrameEqual
 
 from jobs.router.transform import invalid_route_filters, read_route, route_events
 from jobs.runtime import parse_events, with_event_partitions
-from ops.config import FileSource, Route
+from ops.pipelines import FileSource, Route
 
 SOURCE = FileSource.model_validate(
     {

@@ -1,0 +1,89 @@
+"""The `pipeline` section of a job file: one frozen model per job kind.
+
+Every pipeline kind has `kind` (the discriminator), `sink: FileSink` and an `inputs` property
+(the name its transform knows each source by -> `FileSource`); `jobs/catalog.py` maps each kind to
+its transform. A new kind adds its model here and to the `Pipeline` union at the bottom.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+# Malformed events land in the job's sink under this route, beside the real routes.
+DEAD_LETTER_ROUTE = "dead_letter"
+
+FieldType = Literal["string", "long", "double", "boolean", "timestamp"]
+
+
+class Model(BaseModel):
+    """Base for every config model: immutable, unknown keys rejected."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SourceField(Model):
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    type: FieldType
+    required: bool = False
+
+
+class FileSource(Model):
+    """A landing-zone directory of newline-delimited JSON files, read with an explicit schema."""
+
+    path: str
+    fields: tuple[SourceField, ...] = Field(min_length=1)
+    event_time_field: str = "event_time"
+
+    @model_validator(mode="after")
+    def _event_time_is_a_timestamp_field(self) -> FileSource:
+        types = {f.name: f.type for f in self.fields}
+        if types.get(self.event_time_field) != "timestamp":
+            raise ValueError(
+                f"event_time_field {self.event_time_field!r} must name a field of type timestamp"
+            )
+        if len(types) != len(self.fields):
+            raise ValueError("field names must be unique")
+        return self
+
+
+class FileSink(Model):
+    """A Parquet directory in the lake written by Spark's file sink."""
+
+    path: str
+
+
+class Route(Model):
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    filter: str = Field(min_length=1, description="A Spark SQL boolean expression over the source fields.")
+    columns: tuple[str, ...] = Field(min_length=1)
+
+
+class RouterPipeline(Model):
+    kind: Literal["router"]
+    source: FileSource
+    sink: FileSink
+    routes: tuple[Route, ...] = Field(min_length=1)
+
+    @property
+    def inputs(self) -> dict[str, FileSource]:
+        """The job's sources by the name its transform knows them by."""
+        return {"events": self.source}
+
+    @model_validator(mode="after")
+    def _routes_are_consistent(self) -> RouterPipeline:
+        known = {f.name for f in self.source.fields}
+        names = [r.name for r in self.routes]
+        if DEAD_LETTER_ROUTE in names:
+            raise ValueError(f"route name {DEAD_LETTER_ROUTE!r} is reserved for malformed events")
+        if len(set(names)) != len(names):
+            raise ValueError(f"route names must be unique, got {names}")
+        for route in self.routes:
+            unknown = [c for c in route.columns if c not in known]
+            if unknown:
+                raise ValueError(f"route {route.name!r} projects unknown columns {unknown}")
+        return self
+
+
+Pipeline = Annotated[RouterPipeline, Field(discriminator="kind")]
