@@ -5,6 +5,9 @@ warden status                   one row per job: state, last batch, rates, backl
 warden decisions JOB            the supervisor's recent decisions for a job, newest first
 warden start JOB / stop JOB     resume or suspend a job and reconcile it now
 warden reconcile JOB            run one supervisor pass now
+warden savepoint JOB [--reason R]
+                                take a savepoint now (the job keeps running), then apply retention
+warden savepoints JOB           the job's savepoint catalogue, newest first
 warden rewind JOB --savepoint ID|--before T --reason R [--dry-run]
                                 rewind a stopped job to a savepoint; later batches replay on start
 warden restate JOB --savepoint ID|--before T --reason R [--dry-run]
@@ -120,6 +123,34 @@ def cmd_decisions(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_savepoint(args: argparse.Namespace) -> int:
+    supervisor = Supervisor.for_platform(load_platform())
+    print(f"taking a savepoint of {args.job} (the job keeps running)...", flush=True)
+    print(supervisor.savepoint(args.job, args.reason).line())
+    return 0
+
+
+def cmd_savepoints(args: argparse.Namespace) -> int:
+    supervisor = Supervisor.for_platform(load_platform())
+    rows = [
+        [
+            sp.id,
+            sp.batch_id,
+            f"{sp.created_at:%Y-%m-%d %H:%M:%S}",
+            f"{sp.total_bytes / 1e6:.1f} MB",
+            f"{sp.uploaded_bytes / 1e6:.1f} MB",
+            sp.status,
+            sp.config_version,
+        ]
+        for sp in supervisor.ledger.savepoints(args.job)
+    ]
+    if not rows:
+        print(f"no savepoints of {args.job} yet (warden savepoint {args.job})")
+        return 0
+    print(_table(["id", "batch", "created (UTC)", "size", "uploaded", "status", "config"], rows))
+    return 0
+
+
 def _request_and_reconcile(job: str, action: str, reason: str) -> int:
     supervisor = Supervisor.for_platform(load_platform())
     print(supervisor.request(job, action, reason))
@@ -225,6 +256,13 @@ def build_parser() -> argparse.ArgumentParser:
     reconcile = commands.add_parser("reconcile", help="run one supervisor pass for a job")
     reconcile.add_argument("job")
     reconcile.set_defaults(run=cmd_reconcile)
+    savepoint = commands.add_parser("savepoint", help="take a savepoint of a job now")
+    savepoint.add_argument("job")
+    savepoint.add_argument("--reason", default="savepoint from the warden CLI")
+    savepoint.set_defaults(run=cmd_savepoint)
+    savepoints = commands.add_parser("savepoints", help="a job's savepoint catalogue")
+    savepoints.add_argument("job")
+    savepoints.set_defaults(run=cmd_savepoints)
     for name, run, summary in (
         ("rewind", cmd_rewind, "rewind a stopped job to a savepoint; its later batches replay on start"),
         ("restate", cmd_restate, "suspend, rewind, replay with the current code, resume, report"),

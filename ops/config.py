@@ -153,6 +153,16 @@ class AlertRouting(Model):
     runbook: str = "ops/runbooks/README.md"
 
 
+class SavepointPolicy(Model):
+    """Periodic savepoints taken by the supervisor while the job runs, and how many to keep."""
+
+    interval_minutes: float | None = Field(
+        60.0, gt=0, description="Minutes between periodic savepoints; null turns them off."
+    )
+    keep_count: int = Field(5, ge=1, description="Savepoints kept; the newest good one always is.")
+    max_age_hours: float = Field(7 * 24.0, gt=0, description="Older savepoints are deleted.")
+
+
 class Operations(Model):
     stateful: bool = False
     # Stateful jobs keep state in RocksDB; format 2 loads state by the ids in the commit log.
@@ -163,6 +173,7 @@ class Operations(Model):
     health: HealthThresholds = Field(default_factory=HealthThresholds)
     restart: RestartPolicy = Field(default_factory=RestartPolicy)
     alerts: AlertRouting = Field(default_factory=AlertRouting)
+    savepoints: SavepointPolicy = Field(default_factory=SavepointPolicy)
     shutdown_timeout_seconds: float = Field(60.0, gt=0)
 
 

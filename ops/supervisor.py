@@ -7,6 +7,11 @@ trail the next pass can read; every automated action is a decision row with reas
 
 The same observe + decide, run without acting, is what the Airflow watcher polls: when the plan
 differs from what the ledger says, something needs a pass now.
+
+Periodic savepoints are one of those actions: a running job whose last savepoint attempt is older
+than `operations.savepoints.interval_minutes` gets one, taken while it keeps running. A failed
+savepoint opens a `savepoint_failed` alert (the job is not touched) and the next good one
+resolves it; each good one is followed by the spec's retention.
 """
 
 from __future__ import annotations
@@ -22,11 +27,12 @@ import structlog
 
 from ops.alerts import Alert, AlertCenter
 from ops.config import JobSpec, PlatformConfig, RestartPolicy, find_job, load_jobs
-from ops.exceptions import ConfigError, LaunchError, WardenError
+from ops.exceptions import ConfigError, JobBusyError, LaunchError, SavepointError, WardenError
 from ops.health import Assessment, Observation, Signal, assess, landing_backlog
 from ops.launcher import LaunchBackend, LocalProcessBackend
-from ops.ledger import JobRecord, Ledger, RunRecord, utcnow
+from ops.ledger import JobRecord, Ledger, RunRecord, SavepointRecord, utcnow
 from ops.locks import job_lock
+from ops.savepoints import apply_retention, take_savepoint
 from ops.telemetry import heartbeat_path, read_heartbeat
 
 log = structlog.get_logger("streamwarden.supervisor")
@@ -106,7 +112,15 @@ class ResolveAlert:
     kind: str = "resolve_alert"
 
 
-Action = Launch | StopDriver | CloseRun | SuspendJob | RaiseAlert | ResolveAlert
+@dataclass(frozen=True)
+class TakeSavepoint:
+    """Copy the running job's checkpoint to the savepoint store, then apply retention."""
+
+    reason: str
+    kind: str = "savepoint"
+
+
+Action = Launch | StopDriver | CloseRun | SuspendJob | RaiseAlert | ResolveAlert | TakeSavepoint
 
 
 @dataclass(frozen=True)
@@ -119,6 +133,8 @@ class JobView:
     assessment: Assessment
     closed_runs: tuple[RunRecord, ...]
     open_alert_kinds: frozenset[str]
+    # When the newest savepoint decision was made (periodic or requested), None if never.
+    last_savepoint_attempt: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -192,7 +208,7 @@ def decide(view: JobView, now: datetime) -> Plan:
         return _after_failure(view, now, inputs)
 
     if run is not None:
-        return _while_running(view, inputs)
+        return _while_running(view, now, inputs)
 
     return _without_run(view, view.closed_runs, now, inputs, ())
 
@@ -260,7 +276,24 @@ def _without_run(
     )
 
 
-def _while_running(view: JobView, inputs: dict[str, Any]) -> Plan:
+def savepoint_due(view: JobView, now: datetime) -> str | None:
+    """Why the running job needs a periodic savepoint now, or None.
+
+    Due one interval after the later of the run's start and the last attempt, good or failed: a
+    fresh run has its checkpoint and is busy catching up, and a failing store is retried once per
+    interval rather than on every pass. A job with no committed batch has nothing to save.
+    """
+    policy, heartbeat, run = view.spec.operations.savepoints, view.observation.heartbeat, view.observation.run
+    if policy.interval_minutes is None or heartbeat is None or heartbeat.batch_id is None or run is None:
+        return None
+    last = view.last_savepoint_attempt
+    since, label = (last, "last attempt") if last and last > run.started_at else (run.started_at, "run start")
+    if now - since < timedelta(minutes=policy.interval_minutes):
+        return None
+    return f"periodic savepoint every {policy.interval_minutes:g} min ({label} {since:%Y-%m-%d %H:%M:%S})"
+
+
+def _while_running(view: JobView, now: datetime, inputs: dict[str, Any]) -> Plan:
     assessment = view.assessment
     if assessment.has(Signal.STARTING):
         return Plan(Lifecycle.SUBMITTED, assessment.detail, (), inputs)
@@ -268,6 +301,9 @@ def _while_running(view: JobView, inputs: dict[str, Any]) -> Plan:
     for kind in ("down", "spec_rejected", "restart_storm"):
         if kind in view.open_alert_kinds:
             actions.append(ResolveAlert(kind, f"running again: {assessment.detail}"))
+    due = savepoint_due(view, now)
+    if due is not None:
+        actions.append(TakeSavepoint(due))
     if assessment.has(Signal.FALLING_BEHIND):
         if "falling_behind" not in view.open_alert_kinds:
             actions.append(RaiseAlert("falling_behind", "warning", assessment.detail))
@@ -278,6 +314,22 @@ def _while_running(view: JobView, inputs: dict[str, Any]) -> Plan:
 
 
 # --- the loop ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SavepointOutcome:
+    """A savepoint taken, and what retention deleted after it."""
+
+    savepoint: SavepointRecord
+    pruned: list[str]
+
+    def line(self) -> str:
+        sp = self.savepoint
+        pruned = f"; retention deleted {len(self.pruned)}" if self.pruned else ""
+        return (
+            f"savepoint {sp.id} at batch {sp.batch_id}: {sp.total_bytes / 1e6:.1f} MB, "
+            f"{sp.uploaded_bytes / 1e6:.1f} MB uploaded{pruned}"
+        )
 
 
 @dataclass(frozen=True)
@@ -355,6 +407,9 @@ class Supervisor:
             assessment=assess(observation, spec.operations),
             closed_runs=closed,
             open_alert_kinds=frozenset(a.kind for a in self.alerts.open_incidents(spec.name)),
+            last_savepoint_attempt=next(
+                (d.at for d in self.ledger.decisions(spec.name, limit=1, action=TakeSavepoint.kind)), None
+            ),
         )
 
     # record ---------------------------------------------------------------------------------
@@ -469,7 +524,81 @@ class Supervisor:
             case ResolveAlert(alert_kind=kind, reason=reason):
                 self.alerts.resolve(spec.name, kind, reason)
                 return "resolved"
+            case TakeSavepoint():
+                return self._save(spec, plan.state.name, run_url).line()
         raise AssertionError(f"unhandled action {action!r}")
+
+    # savepoints -------------------------------------------------------------------------------
+
+    def savepoint(self, job: str, reason: str) -> SavepointOutcome:
+        """Take a savepoint of `job` now (running or not) under its lock, as a decision row."""
+        with job_lock(self.platform, job, "savepoint"):
+            spec = find_job(job, self.platform.conf_dir)
+            record = self.ledger.job(job)
+            run = self.ledger.current_run(job)
+            decision = self.ledger.record_decision(
+                job, TakeSavepoint.kind, reason, {"requested": True}, run.run_id if run else None
+            )
+            try:
+                outcome = self._save(spec, record.state if record else "UNKNOWN", None)
+            except SavepointError as error:
+                self.ledger.set_outcome(decision, f"error: {error}")
+                raise
+            self.ledger.set_outcome(decision, outcome.line())
+        return outcome
+
+    def _save(self, spec: JobSpec, state: str, run_url: str | None) -> SavepointOutcome:
+        """Take a savepoint and apply retention; a failure pages (`savepoint_failed`) and raises."""
+        try:
+            record = take_savepoint(self.platform, self.ledger, spec.name)
+        except SavepointError as error:
+            job = self.ledger.job(spec.name)
+            self.alerts.raise_alert(
+                Alert(
+                    job=spec.name,
+                    kind="savepoint_failed",
+                    severity="warning",
+                    state=state,
+                    reason=f"savepoint failed, the job keeps running: {error}",
+                    last_batch=job.last_batch_id if job else None,
+                    run_url=run_url,
+                    runbook=spec.operations.alerts.runbook,
+                    channel=spec.operations.alerts.channel,
+                )
+            )
+            self.alerts.deliver_due()
+            raise
+        self.alerts.resolve(
+            spec.name, "savepoint_failed", f"savepoint {record.id} taken at batch {record.batch_id}"
+        )
+        return SavepointOutcome(record, self.prune_savepoints(spec))
+
+    def prune_savepoints(self, spec: JobSpec) -> list[str]:
+        """Apply the spec's savepoint retention; the ids deleted."""
+        policy = spec.operations.savepoints
+        return apply_retention(
+            self.platform, self.ledger, spec.name, policy.keep_count, timedelta(hours=policy.max_age_hours)
+        )
+
+    def prune_all_savepoints(self) -> list[str]:
+        """Retention for every valid job, running or not; one line per job that had something to say.
+
+        A job whose lock is held (a savepoint or rewind in progress) is skipped until the next run.
+        """
+        lines = []
+        for name, spec in load_jobs(self.platform.conf_dir).specs.items():
+            try:
+                with job_lock(self.platform, name, "retention", timeout=0):
+                    deleted = self.prune_savepoints(spec)
+            except JobBusyError as busy:
+                lines.append(f"{name}: skipped, {busy}")
+                continue
+            except SavepointError as error:
+                lines.append(f"{name}: retention failed: {error}")
+                continue
+            if deleted:
+                lines.append(f"{name}: deleted savepoints {', '.join(deleted)}")
+        return lines
 
     def _launch(self, spec: JobSpec) -> str:
         run_id = f"{spec.name}-{self.clock():%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"

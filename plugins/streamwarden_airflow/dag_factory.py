@@ -18,6 +18,7 @@ from streamwarden_airflow.operators import (
     JobRequestOperator,
     ReconcileOperator,
     RestateOperator,
+    SavepointOperator,
     WatchJobOperator,
 )
 
@@ -46,6 +47,16 @@ def supervision_dag(job: str, description: str) -> DAG:
     return dag
 
 
+def _job_and_reason(jobs: list[str]) -> dict[str, Param]:
+    """The trigger-form fields every operator DAG asks for."""
+    return {
+        "job": Param(
+            jobs[0] if jobs else "", type="string", enum=jobs or [""], description="The job to act on."
+        ),
+        "reason": Param(type="string", minLength=3, description="Why; quoted in the ledger and in alerts."),
+    }
+
+
 def request_dag(action: str, jobs: list[str]) -> DAG:
     """A manual DAG whose trigger form asks for the job and a reason."""
     with DAG(
@@ -57,18 +68,27 @@ def request_dag(action: str, jobs: list[str]) -> DAG:
         # Unpaused: a paused DAG would queue the trigger form's run instead of carrying it out.
         is_paused_upon_creation=False,
         tags=["streamwarden", "operator"],
-        params={
-            "job": Param(
-                jobs[0] if jobs else "", type="string", enum=jobs or [""], description="The job to act on."
-            ),
-            "reason": Param(
-                type="string", minLength=3, description="Why; quoted in the ledger and in alerts."
-            ),
-        },
+        params=_job_and_reason(jobs),
     ) as dag:
         JobRequestOperator(
             task_id=action, action=action, job="{{ params.job }}", reason="{{ params.reason }}"
         )
+    return dag
+
+
+def savepoint_dag(jobs: list[str]) -> DAG:
+    """Take a savepoint of a job now, from the trigger form."""
+    with DAG(
+        dag_id="warden_savepoint",
+        description="Copy a job's checkpoint to the savepoint store now; the job keeps running",
+        schedule=None,
+        start_date=START,
+        catchup=False,
+        is_paused_upon_creation=False,
+        tags=["streamwarden", "operator", "savepoint"],
+        params=_job_and_reason(jobs),
+    ) as dag:
+        SavepointOperator(task_id="savepoint", job="{{ params.job }}", reason="{{ params.reason }}")
     return dag
 
 
@@ -113,10 +133,11 @@ def restate_dag(jobs: list[str]) -> DAG:
 
 
 def platform_dag() -> DAG:
-    """Housekeeping every minute: page about invalid job files, deliver alerts still in the outbox."""
+    """Housekeeping every minute: page about invalid job files, deliver alerts still in the outbox,
+    apply savepoint retention (also for jobs that are down)."""
     with DAG(
         dag_id="warden_platform",
-        description="Validates job files and delivers alerts left in the outbox",
+        description="Validates job files, delivers alerts left in the outbox, prunes old savepoints",
         schedule=timedelta(minutes=1),
         start_date=START,
         catchup=False,
@@ -129,7 +150,12 @@ def platform_dag() -> DAG:
         def check_job_files() -> list[str]:
             return Supervisor.for_platform(load_platform()).check_job_files()
 
+        @task
+        def prune_savepoints() -> list[str]:
+            return Supervisor.for_platform(load_platform()).prune_all_savepoints()
+
         check_job_files()
+        prune_savepoints()
     return dag
 
 
@@ -139,6 +165,7 @@ def build_dags() -> list[DAG]:
     jobs = sorted(loaded.specs)
     dags = [supervision_dag(name, loaded.specs[name].description) for name in jobs]
     dags += [request_dag(action, jobs) for action in REQUESTS]
+    dags.append(savepoint_dag(jobs))
     dags.append(restate_dag(jobs))
     dags.append(platform_dag())
     return dags

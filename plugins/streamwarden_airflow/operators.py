@@ -96,6 +96,22 @@ class JobRequestOperator(SupervisorOperator):
         return message
 
 
+class SavepointOperator(SupervisorOperator):
+    """Takes a savepoint of a job now (it keeps running) and applies its retention."""
+
+    template_fields: Sequence[str] = ("job", "reason")
+
+    def __init__(self, *, job: str, reason: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.job = job
+        self.reason = reason
+
+    def execute(self, context: Context) -> str:
+        line = self.supervisor.savepoint(self.job, f"{self.reason} (via {self.run_url(context)})").line()
+        self.log.info("%s", line)
+        return line
+
+
 class RestateOperator(SupervisorOperator):
     """Restates a job from a savepoint (by id, or the newest before a time); a dry run only reports.
 

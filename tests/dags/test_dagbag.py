@@ -26,6 +26,7 @@ def test_dags_import_without_errors(platform_conf: PlatformConfig) -> None:
         "warden_suspend",
         "warden_resume",
         "warden_restart",
+        "warden_savepoint",
         "warden_restate",
         "warden_platform",
     }

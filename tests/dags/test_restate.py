@@ -1,5 +1,5 @@
-"""The `warden_restate` trigger form end to end: Airflow's dag.test(), real drivers launched by the
-supervisor, a real S3 server and a real Slack stand-in."""
+"""The `warden_savepoint` and `warden_restate` trigger forms end to end: Airflow's dag.test(), real
+drivers launched by the supervisor, a real S3 server and a real Slack stand-in."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from ops.config import PlatformConfig, find_job
 from ops.generator import write_batch
 from ops.ledger import Ledger
 from ops.rewind import replay_dir
-from ops.savepoints import take_savepoint
 from ops.supervisor import Supervisor, stop_all_jobs
 from tests.support.drivers import caught_up, edit_job, fast_trigger
 from tests.support.slack import SlackReceiver
@@ -63,7 +62,11 @@ def test_restate_form_dry_run_then_restate_replaces_a_wrong_versions_output(
     supervisor.request("router", "resume", "test")
     supervisor.reconcile("router")
     wait_for(lambda: caught_up(platform, "router", files=4), 120, "the right version")
-    savepoint = take_savepoint(platform, ledger, "router")
+    dags = DagBag(dag_folder=str(DAGS))
+    form = {"job": "router", "reason": "before the deploy"}
+    assert dags.get_dag("warden_savepoint").test(run_conf=form).state == "success"
+    (savepoint,) = ledger.savepoints("router")
+    assert ledger.current_run("router") is not None, "the job keeps running through a savepoint"
 
     edit_job(platform, "router", purchase_filter(WRONG))
     supervisor.request("router", "restart", "deploy the wrong version")
@@ -73,7 +76,7 @@ def test_restate_form_dry_run_then_restate_replaces_a_wrong_versions_output(
     wait_for(lambda: caught_up(platform, "router", files=8), 120, "the wrong version")
     edit_job(platform, "router", purchase_filter(RIGHT))
 
-    restate = DagBag(dag_folder=str(DAGS)).get_dag("warden_restate")
+    restate = dags.get_dag("warden_restate")
     form = {"job": "router", "savepoint": savepoint.id, "reason": "zero-amount purchases routed"}
     assert restate.test(run_conf={**form, "dry_run": True}).state == "success"
     assert not replay_dir(platform, "router").exists() and ledger.current_run("router") is not None

@@ -1,10 +1,16 @@
-"""Savepoints against a real SeaweedFS and real Spark checkpoints (a running router, a RocksDB query)."""
+"""Savepoints against a real SeaweedFS and real Spark checkpoints (a running router, a RocksDB query),
+taken directly, by the `warden savepoint` command and periodically by the supervisor."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
 import uuid
 import zipfile
 from collections.abc import Callable, Iterator
@@ -19,13 +25,15 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from jobs.runtime import ROCKSDB_PROVIDER
-from ops.config import PlatformConfig, find_job
+from ops.config import CONF_DIR_ENV, PlatformConfig, find_job
 from ops.exceptions import SavepointError
 from ops.generator import write_batch
 from ops.ledger import Ledger, SavepointRecord
 from ops.savepoints import apply_retention, read_manifest, take_savepoint
-from tests.support.drivers import Driver, edit_job, fast_trigger
-from tests.support.s3 import S3Server
+from ops.supervisor import Supervisor, stop_all_jobs
+from tests.support.drivers import REPO_ROOT, Driver, caught_up, edit_job, fast_trigger
+from tests.support.s3 import S3Server, SlowLink, point_at_s3
+from tests.support.slack import SlackReceiver
 
 
 @pytest.fixture
@@ -162,6 +170,113 @@ def test_s3_outage_raises_savepoint_error_naming_the_endpoint(
         take_savepoint(platform, ledger, "router")
     assert f"S3 at {s3_server.endpoint_url} unreachable" in str(raised.value)
     assert ledger.savepoints("router") == []
+
+
+def stored_keys(s3_server: S3Server, prefix: str) -> list[str]:
+    listing = s3_server.client.list_objects_v2(Bucket=s3_server.bucket, Prefix=prefix)
+    return [item["Key"] for item in listing.get("Contents", [])]
+
+
+def test_savepoint_command_killed_mid_copy_lists_nothing_and_the_next_attempt_succeeds(
+    platform_with_s3: PlatformConfig, ledger: Ledger, s3_server: S3Server
+) -> None:
+    platform = platform_with_s3
+    for batch_id in range(40):
+        write_checkpoint_batch(platform, "router", batch_id)
+    prefix = platform.s3.savepoint_prefix
+    link = SlowLink(s3_server.service.ports.s3, delay=0.05)
+    try:
+        point_at_s3(platform, link.endpoint_url, s3_server.bucket, prefix)
+        output = platform.runtime_root / "savepoint-command.log"
+        with output.open("wb") as log_file:
+            command = subprocess.Popen(
+                [sys.executable, "-m", "ops.cli", "savepoint", "router", "--reason", "kill test"],
+                cwd=REPO_ROOT,
+                env={**os.environ, CONF_DIR_ENV: str(platform.conf_dir)},
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + 60
+        while not any("/objects/" in key for key in stored_keys(s3_server, prefix)):
+            assert command.poll() is None, output.read_text()
+            assert time.monotonic() < deadline, "the copy never started"
+            time.sleep(0.05)
+        os.killpg(command.pid, signal.SIGKILL)
+        command.wait()
+    finally:
+        link.close()
+
+    keys = stored_keys(s3_server, prefix)
+    assert any("/objects/" in key for key in keys)
+    assert not [key for key in keys if key.endswith("/manifest.json")], "a killed copy must list nothing"
+    assert ledger.savepoints("router") == []
+
+    point_at_s3(platform, s3_server.endpoint_url, s3_server.bucket, prefix)
+    retried = subprocess.run(
+        [sys.executable, "-m", "ops.cli", "savepoint", "router", "--reason", "after the kill"],
+        cwd=REPO_ROOT,
+        env={**os.environ, CONF_DIR_ENV: str(platform.conf_dir)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert retried.returncode == 0, retried.stderr
+    (savepoint,) = ledger.savepoints("router")
+    assert savepoint.batch_id == 39 and savepoint.uploaded_bytes < savepoint.total_bytes
+    assert f"savepoint {savepoint.id} at batch 39" in retried.stdout
+    decision = ledger.decisions("router", action="savepoint")[0]
+    assert (
+        decision.reason == "after the kill" and decision.outcome and decision.outcome.startswith("savepoint ")
+    )
+
+
+def periodic_savepoints(spec: dict[str, Any]) -> None:
+    fast_trigger(spec)
+    spec["operations"]["savepoints"] = {"interval_minutes": 0.02, "keep_count": 2, "max_age_hours": 1}
+
+
+def test_supervisor_takes_periodic_savepoints_and_an_s3_outage_pages_while_the_job_runs(
+    platform_with_s3: PlatformConfig, ledger: Ledger, s3_server: S3Server, slack_webhook: SlackReceiver
+) -> None:
+    platform = platform_with_s3
+    edit_job(platform, "router", periodic_savepoints)
+    interval = 0.02 * 60
+    for seed in range(4):
+        write_batch(platform.landing_root / "events", 40, 0.05, seed)
+    supervisor = Supervisor.for_platform(platform)
+    try:
+        supervisor.reconcile("router")
+        deadline = time.monotonic() + 120
+        while not caught_up(platform, "router", files=4):
+            assert time.monotonic() < deadline, "the router never caught up"
+            time.sleep(0.5)
+        run = ledger.current_run("router")
+        assert run is not None
+
+        time.sleep(interval)
+        taken = supervisor.reconcile("router")
+        assert [a for a in taken.actions if a.startswith("savepoint: savepoint ")], taken.line()
+        assert len(ledger.savepoints("router")) == 1
+
+        with s3_server.outage():
+            time.sleep(interval)
+            failed = supervisor.reconcile("router")
+            assert [a for a in failed.actions if "unreachable" in a], failed.line()
+            assert supervisor.backend.is_alive(run), "a failed savepoint must not touch the job"
+        pages = [m["text"] for m in slack_webhook.messages if "savepoint failed" in m["text"]]
+        assert len(pages) == 1 and "unreachable" in pages[0]
+        assert ledger.current_run("router").run_id == run.run_id
+
+        for _ in range(2):
+            time.sleep(interval)
+            supervisor.reconcile("router")
+        resolved = [m["text"] for m in slack_webhook.messages if "resolved" in m["text"].lower()]
+        assert len(resolved) == 1 and "savepoint" in resolved[0]
+        assert len(ledger.savepoints("router")) == 2, "retention keeps keep_count savepoints"
+        assert ledger.current_run("router").run_id == run.run_id
+    finally:
+        stop_all_jobs(platform)
 
 
 def test_retention_keeps_the_newest_and_deletes_older_manifests_and_unreferenced_objects(

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from ops.config import DEFAULT_CONF_DIR, find_job
+from ops.config import DEFAULT_CONF_DIR, JobSpec, SavepointPolicy, find_job
 from ops.health import Observation, assess
 from ops.ledger import JobRecord, RunRecord
 from ops.supervisor import (
@@ -20,6 +20,7 @@ from ops.supervisor import (
     ResolveAlert,
     StopDriver,
     SuspendJob,
+    TakeSavepoint,
     backoff_seconds,
     decide,
     restart_streak,
@@ -94,11 +95,15 @@ def view(
     beat: Heartbeat | None = None,
     closed: tuple[RunRecord, ...] = (),
     open_alerts: frozenset[str] = frozenset(),
+    last_savepoint: datetime | None = None,
+    spec: JobSpec = SPEC,
 ) -> JobView:
     observation = Observation(
         at=NOW, run=open_run, process_alive=alive and open_run is not None, heartbeat=beat
     )
-    return JobView(job, SPEC, observation, assess(observation, SPEC.operations), closed, open_alerts)
+    return JobView(
+        job, spec, observation, assess(observation, spec.operations), closed, open_alerts, last_savepoint
+    )
 
 
 def kinds(plan) -> list[type]:
@@ -252,3 +257,30 @@ def test_failed_launches_back_off_like_crashes() -> None:
     plan = decide(view(job_record(state="SUBMITTED"), closed=(failed_launch,)), NOW)
     assert plan.state is Lifecycle.RESTARTING
     assert plan.actions == ()
+
+
+def test_periodic_savepoint_is_due_one_interval_after_run_start_or_the_last_attempt() -> None:
+    interval = timedelta(minutes=SPEC.operations.savepoints.interval_minutes or 0)
+    young = run(started=interval.total_seconds() - 5)
+    assert decide(view(job_record(), young, beat=heartbeat(young)), NOW).actions == ()
+
+    old = run(started=2 * interval.total_seconds())
+    plan = decide(view(job_record(), old, beat=heartbeat(old)), NOW)
+    assert (plan.state, kinds(plan)) == (Lifecycle.RUNNING, [TakeSavepoint])
+    assert "run start" in plan.actions[0].reason
+
+    # A recent attempt (good or failed) postpones the next one by a whole interval.
+    recent = NOW - interval + timedelta(seconds=5)
+    assert decide(view(job_record(), old, beat=heartbeat(old), last_savepoint=recent), NOW).actions == ()
+    stale = NOW - interval - timedelta(seconds=5)
+    plan = decide(view(job_record(), old, beat=heartbeat(old), last_savepoint=stale), NOW)
+    assert kinds(plan) == [TakeSavepoint] and "last attempt" in plan.actions[0].reason
+
+    off = SPEC.model_copy(
+        update={
+            "operations": SPEC.operations.model_copy(
+                update={"savepoints": SavepointPolicy(interval_minutes=None)}
+            )
+        }
+    )
+    assert decide(view(job_record(), old, beat=heartbeat(old), spec=off), NOW).actions == ()

@@ -2,11 +2,15 @@
 
 `s3_server` yields an `S3Server` handle with the endpoint, the bucket and a boto3 client. Tests of
 S3 outages use `with s3_server.outage(): ...`, which stops the server and always starts it again;
-a test that stops the server by hand must start it again.
+a test that stops the server by hand must start it again. `SlowLink` puts a slow loopback TCP hop
+in front of it, for tests that must catch an upload halfway.
 """
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +24,8 @@ from botocore.client import BaseClient
 
 from ops.config import PlatformConfig, load_platform
 from ops.services import SeaweedPorts, SeaweedS3, free_seaweed_ports, s3_client
+
+CHUNK = 4096
 
 TEST_BUCKET = "warden-test"
 
@@ -75,6 +81,49 @@ class S3Server:
             self.start()
 
 
+class SlowLink:
+    """A TCP proxy on a free loopback port that forwards to `target_port`, pausing `delay` seconds
+    before each chunk it sends upstream (so an upload of many files takes seconds)."""
+
+    def __init__(self, target_port: int, delay: float) -> None:
+        self.target_port = target_port
+        self.delay = delay
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self._listener.getsockname()[1])
+        self._closed = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            threading.Thread(target=self._pump, args=(client, upstream, self.delay), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, 0.0), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, target: socket.socket, delay: float) -> None:
+        try:
+            while chunk := source.recv(CHUNK):
+                time.sleep(delay)
+                target.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            source.close()
+            target.close()
+
+    def close(self) -> None:
+        self._closed.set()
+        self._listener.close()
+
+
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     """A SeaweedFS S3 server on free loopback ports for the whole session, stopped at its end."""
@@ -86,17 +135,16 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
         server.stop()
 
 
+def point_at_s3(platform: PlatformConfig, endpoint_url: str, bucket: str, prefix: str) -> PlatformConfig:
+    """Write the S3 settings into the platform's platform.yaml (drivers, the CLI and DAGs read it)."""
+    path = platform.conf_dir / "platform.yaml"
+    settings = yaml.safe_load(path.read_text())
+    settings["s3"] = {"endpoint_url": endpoint_url, "bucket": bucket, "savepoint_prefix": prefix}
+    path.write_text(yaml.safe_dump(settings))
+    return load_platform(platform.conf_dir)
+
+
 @pytest.fixture
 def platform_with_s3(platform_conf: PlatformConfig, s3_server: S3Server) -> PlatformConfig:
-    """The throwaway platform pointed at the session's S3 server, under a savepoint prefix of its own.
-
-    Written into its platform.yaml, so drivers, the CLI and DAGs started from it use the same S3.
-    """
-    settings = yaml.safe_load((platform_conf.conf_dir / "platform.yaml").read_text())
-    settings["s3"] = {
-        "endpoint_url": s3_server.endpoint_url,
-        "bucket": s3_server.bucket,
-        "savepoint_prefix": f"sp-{uuid.uuid4().hex[:8]}",
-    }
-    (platform_conf.conf_dir / "platform.yaml").write_text(yaml.safe_dump(settings))
-    return load_platform(platform_conf.conf_dir)
+    """The throwaway platform pointed at the session's S3 server, under a savepoint prefix of its own."""
+    return point_at_s3(platform_conf, s3_server.endpoint_url, s3_server.bucket, f"sp-{uuid.uuid4().hex[:8]}")
