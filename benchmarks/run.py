@@ -1,6 +1,6 @@
 """`make bench`: every benchmark, its figures and ratios, written to benchmarks/RESULTS.md.
 
-python -m benchmarks.run [--only throughput|recovery] [--rounds N]
+python -m benchmarks.run [--only throughput|recovery|restatement] [--rounds N]
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 from datetime import date
 from pathlib import Path
 
-from benchmarks import recovery, throughput
+from benchmarks import recovery, restatement, throughput
 
 HERE = Path(__file__).resolve().parent
 WORKDIR = HERE / "out"
@@ -78,9 +78,15 @@ def recovery_section() -> str:
     )
 
 
+def restatement_section() -> str:
+    echo("== savepoints and rewind: against plain boto3, full size and the original run ==")
+    figures = restatement.benchmark(WORKDIR / "restatement", echo)
+    return table(("figure", "value", "baseline (same run)", "ratio", "target"), [f.row() for f in figures])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=["throughput", "recovery"])
+    parser.add_argument("--only", choices=["throughput", "recovery", "restatement"])
     parser.add_argument("--rounds", type=int, default=2, help="throughput rounds (each: bare, then platform)")
     args = parser.parse_args(argv)
     command = "python -m benchmarks.run" + (f" --only {args.only}" if args.only else "")
@@ -89,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         sections.append(("Router throughput (2 cores, local[2])", throughput_section(args.rounds)))
     if args.only in (None, "recovery"):
         sections.append(("Recovery from kill -9 (embedded platform, Airflow scheduler)", recovery_section()))
+    if args.only in (None, "restatement"):
+        sections.append(("Savepoints, rewind and replay (SeaweedFS on loopback)", restatement_section()))
     report = f"\n## {date.today()}: `{command}` on {host.machine()}, {host.python_version()}\n"
     for title, body in sections:
         report += f"\n### {title}\n\n{body}\n"
