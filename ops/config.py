@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
+from croniter import croniter
 from pydantic import Field, ValidationError, field_validator
 
 from ops.exceptions import ConfigError
@@ -163,6 +164,21 @@ class SavepointPolicy(Model):
     max_age_hours: float = Field(7 * 24.0, gt=0, description="Older savepoints are deleted.")
 
 
+class RestatementSchedule(Model):
+    """A scheduled restatement: rewind to the newest savepoint taken `lookback_hours` before the
+    run and recompute everything after it with the current code (late fixes, reference data)."""
+
+    cron: str = Field(description="When, as a cron expression in UTC, e.g. '0 3 * * *'.")
+    lookback_hours: float = Field(24.0, gt=0)
+
+    @field_validator("cron")
+    @classmethod
+    def _valid_cron(cls, value: str) -> str:
+        if not croniter.is_valid(value):
+            raise ValueError(f"not a valid cron expression: {value!r}")
+        return value
+
+
 class Operations(Model):
     stateful: bool = False
     # Stateful jobs keep state in RocksDB; format 2 loads state by the ids in the commit log.
@@ -174,6 +190,7 @@ class Operations(Model):
     restart: RestartPolicy = Field(default_factory=RestartPolicy)
     alerts: AlertRouting = Field(default_factory=AlertRouting)
     savepoints: SavepointPolicy = Field(default_factory=SavepointPolicy)
+    restatement: RestatementSchedule | None = None
     shutdown_timeout_seconds: float = Field(60.0, gt=0)
 
 

@@ -48,9 +48,7 @@ MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = 1
 UPLOAD_THREADS = 8
 MULTIPART_THRESHOLD = 8 * 1024 * 1024
-_TRANSFER = TransferConfig(
-    multipart_threshold=MULTIPART_THRESHOLD, multipart_chunksize=MULTIPART_THRESHOLD, max_concurrency=4
-)
+_TRANSFER = TransferConfig(multipart_threshold=MULTIPART_THRESHOLD, multipart_chunksize=MULTIPART_THRESHOLD)
 # Spark purges old log and state files in the background; a file listed and then purged before it
 # was read makes the copy start over on a fresh listing, a few times at most.
 COPY_ATTEMPTS = 3

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, Param, task
 
-from ops.config import load_jobs, load_platform
+from ops.config import RestatementSchedule, load_jobs, load_platform
 from ops.platform import SUPERVISE_DAG_PREFIX
 from ops.supervisor import Supervisor
 from streamwarden_airflow.operators import (
@@ -92,14 +92,26 @@ def savepoint_dag(jobs: list[str]) -> DAG:
     return dag
 
 
-def restate_dag(jobs: list[str]) -> DAG:
-    """Restate a job from a savepoint: the trigger form asks which job, from where and why."""
+def restate_dag(jobs: list[str], schedule: RestatementSchedule | None = None) -> DAG:
+    """Restate a job from a savepoint: the trigger form asks which job, from where and why.
+
+    With a `schedule` (one job's `operations.restatement`) it is that job's scheduled restatement,
+    `warden_restate_<job>`: it runs for real on the cron, from the newest savepoint taken
+    `lookback_hours` before, and its form still allows a manual run with other values.
+    """
+    scheduled = schedule is not None
     with DAG(
-        dag_id="warden_restate",
-        description="Rewind a job to a savepoint and recompute its later output with the current code",
-        schedule=None,
+        dag_id=f"warden_restate_{jobs[0]}" if scheduled else "warden_restate",
+        description=(
+            f"Scheduled restatement of {jobs[0]} from the newest savepoint {schedule.lookback_hours:g} h old"
+            if schedule is not None
+            else "Rewind a job to a savepoint and recompute its later output with the current code"
+        ),
+        schedule=schedule.cron if schedule is not None else None,
         start_date=START,
         catchup=False,
+        # Unpaused: a paused DAG would queue the trigger form's run; a schedule in a job file is
+        # the owner's decision to run it.
         is_paused_upon_creation=False,
         max_active_runs=1,
         tags=["streamwarden", "operator", "restate"],
@@ -115,9 +127,16 @@ def restate_dag(jobs: list[str]) -> DAG:
                 type="string",
                 description="Or: restate from the newest savepoint taken before this ISO 8601 time (UTC).",
             ),
-            "reason": Param(type="string", minLength=3, description="Why; quoted in the ledger and Slack."),
+            "reason": Param(
+                "scheduled restatement" if scheduled else None,
+                type="string",
+                minLength=3,
+                description="Why; quoted in the ledger and Slack.",
+            ),
             "dry_run": Param(
-                True, type="boolean", description="Only report the batches, files and rows it would redo."
+                not scheduled,
+                type="boolean",
+                description="Only report the batches, files and rows it would redo.",
             ),
         },
     ) as dag:
@@ -128,6 +147,7 @@ def restate_dag(jobs: list[str]) -> DAG:
             before="{{ params.before }}",
             reason="{{ params.reason }}",
             dry_run="{{ params.dry_run }}",
+            lookback_hours=schedule.lookback_hours if schedule is not None else None,
         )
     return dag
 
@@ -167,5 +187,10 @@ def build_dags() -> list[DAG]:
     dags += [request_dag(action, jobs) for action in REQUESTS]
     dags.append(savepoint_dag(jobs))
     dags.append(restate_dag(jobs))
+    dags += [
+        restate_dag([name], spec.operations.restatement)
+        for name, spec in loaded.specs.items()
+        if spec.operations.restatement is not None
+    ]
     dags.append(platform_dag())
     return dags

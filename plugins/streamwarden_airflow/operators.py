@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import timedelta
 from functools import cached_property
 from typing import Any
 
@@ -10,6 +11,7 @@ from airflow.sdk import BaseOperator, Context
 
 from ops.config import PlatformConfig, load_platform
 from ops.exceptions import WardenError
+from ops.ledger import utcnow
 from ops.rewind import parse_moment, restate, rewind_job
 from ops.supervisor import PassSummary, Supervisor
 from streamwarden_airflow.triggers import JobWatchTrigger
@@ -117,12 +119,22 @@ class RestateOperator(SupervisorOperator):
 
     The real run is `ops.rewind.restate`: suspend, rewind, resume (the driver replays the later
     batches with the current code), wait for the replay, then a ledger entry and a Slack summary.
+    A scheduled restatement gives neither id nor time but `lookback_hours`: the newest savepoint
+    taken that long before the run starts.
     """
 
     template_fields: Sequence[str] = ("job", "savepoint", "before", "reason", "dry_run")
 
     def __init__(
-        self, *, job: str, savepoint: str, before: str, reason: str, dry_run: Any, **kwargs: Any
+        self,
+        *,
+        job: str,
+        savepoint: str,
+        before: str,
+        reason: str,
+        dry_run: Any,
+        lookback_hours: float | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.job = job
@@ -130,10 +142,13 @@ class RestateOperator(SupervisorOperator):
         self.before = before
         self.reason = reason
         self.dry_run = dry_run
+        self.lookback_hours = lookback_hours
 
     def execute(self, context: Context) -> str:
         savepoint_id = self.savepoint.strip() or None
         before = parse_moment(self.before) if self.before.strip() else None
+        if savepoint_id is None and before is None and self.lookback_hours is not None:
+            before = utcnow() - timedelta(hours=self.lookback_hours)
         if (savepoint_id is None) == (before is None):
             raise WardenError("give exactly one of `savepoint` (an id) or `before` (an ISO 8601 time)")
         reason = f"{self.reason} (via {self.run_url(context)})"

@@ -8,6 +8,7 @@ import yaml
 from airflow.dag_processing.dagbag import DagBag
 
 from ops.config import PlatformConfig, load_jobs
+from tests.support.drivers import edit_job
 from tests.support.slack import SlackReceiver
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
@@ -61,3 +62,20 @@ def test_invalid_job_file_disables_only_its_dag_and_pages(
     broken.write_text(yaml.safe_dump(fixed))
     assert platform_dag.test().state == "success"
     assert slack_webhook.messages[-1]["text"].startswith("✅ resolved: broken")
+
+
+def test_a_restatement_schedule_in_a_job_file_adds_a_scheduled_restate_dag(
+    platform_conf: PlatformConfig,
+) -> None:
+    def nightly(spec: dict) -> None:
+        spec["operations"]["restatement"] = {"cron": "0 3 * * *", "lookback_hours": 6}
+
+    edit_job(platform_conf, "router", nightly)
+    bag = dagbag()
+    assert bag.import_errors == {}
+    scheduled = bag.get_dag("warden_restate_router")
+    assert scheduled.schedule == "0 3 * * *"
+    assert scheduled.params["dry_run"] is False and scheduled.params["job"] == "router"
+    assert scheduled.get_task("restate").lookback_hours == 6
+    # The manual form stays a dry run by default.
+    assert bag.get_dag("warden_restate").params["dry_run"] is True

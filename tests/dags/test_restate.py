@@ -92,3 +92,12 @@ def test_restate_form_dry_run_then_restate_replaces_a_wrong_versions_output(
     assert decision.outcome is not None and decision.outcome.startswith("restated router from savepoint")
     summaries = [m["text"] for m in slack_webhook.messages if "restated" in m["text"]]
     assert len(summaries) == 1 and "rows" in summaries[0] and "before" in summaries[0]
+
+    # The scheduled restatement finds the newest savepoint older than its lookback by itself.
+    edit_job(
+        platform,
+        "router",
+        lambda spec: spec["operations"].update(restatement={"cron": "0 3 * * *", "lookback_hours": 0.0001}),
+    )
+    scheduled = DagBag(dag_folder=str(DAGS)).get_dag("warden_restate_router")
+    assert scheduled.test(run_conf={"dry_run": True}).state == "success"

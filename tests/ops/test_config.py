@@ -56,6 +56,16 @@ def test_repo_conf_validates() -> None:
             "reserved",
         ),
         (lambda d: d.pop("operations"), "operations", "Field required"),
+        (
+            lambda d: d["operations"].update(restatement={"cron": "every night"}),
+            "operations.restatement.cron",
+            "not a valid cron expression: 'every night'",
+        ),
+        (
+            lambda d: d["operations"]["savepoints"].update(keep_count=0),
+            "operations.savepoints.keep_count",
+            "greater than or equal to 1",
+        ),
     ],
 )
 def test_invalid_job_names_file_and_field(tmp_path: Path, mutate, field: str, problem: str) -> None:
