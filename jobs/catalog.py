@@ -23,12 +23,14 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 
+from jobs.impressions_plays.transform import PARTITION_COLUMNS as IMPRESSIONS_PLAYS_PARTITIONS
+from jobs.impressions_plays.transform import impressions_plays
 from jobs.router.transform import PARTITION_COLUMNS as ROUTER_PARTITIONS
 from jobs.router.transform import invalid_route_filters, route_events
 from jobs.runtime import parse_events, with_event_partitions
 from ops.config import JobSpec, PlatformConfig
 from ops.exceptions import ConfigError
-from ops.pipelines import RouterPipeline
+from ops.pipelines import ImpressionsPlaysPipeline, RouterPipeline
 
 Transform = Callable[[Mapping[str, DataFrame], Any], DataFrame]
 # Problems the analyzer finds in a pipeline's expressions, by dotted field of the job file.
@@ -61,8 +63,15 @@ def _check_routes(inputs: Mapping[str, DataFrame], pipeline: RouterPipeline) -> 
     }
 
 
+def _join_impressions_plays(inputs: Mapping[str, DataFrame], pipeline: ImpressionsPlaysPipeline) -> DataFrame:
+    return impressions_plays(inputs["impressions"], inputs["plays"], pipeline)
+
+
 KINDS: dict[str, JobKind] = {
     "router": JobKind(transform=_route, partition_columns=ROUTER_PARTITIONS, check=_check_routes),
+    "impressions_plays": JobKind(
+        transform=_join_impressions_plays, partition_columns=IMPRESSIONS_PLAYS_PARTITIONS
+    ),
 }
 
 

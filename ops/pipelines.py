@@ -86,4 +86,37 @@ class RouterPipeline(Model):
         return self
 
 
-Pipeline = Annotated[RouterPipeline, Field(discriminator="kind")]
+class ImpressionsPlaysPipeline(Model):
+    """Joins each title impression to the plays of the same profile and title within the window after it."""
+
+    kind: Literal["impressions_plays"]
+    impressions: FileSource
+    plays: FileSource
+    sink: FileSink
+    # Bounded out-of-orderness of both sources: each source's watermark trails its newest event time by this.
+    allowed_lateness_seconds: int = Field(600, ge=0)
+    # A play converts the impressions at most this long before it (both ends inclusive).
+    conversion_window_seconds: int = Field(3600, gt=0)
+
+    @property
+    def inputs(self) -> dict[str, FileSource]:
+        """The job's sources by the name its transform knows them by."""
+        return {"impressions": self.impressions, "plays": self.plays}
+
+    @model_validator(mode="after")
+    def _sources_carry_the_join_fields(self) -> ImpressionsPlaysPipeline:
+        wanted = {
+            "impressions": ("impression_id", "profile_id", "title_id"),
+            "plays": ("play_id", "profile_id", "title_id"),
+        }
+        for name, source in self.inputs.items():
+            types = {f.name: (f.type, f.required) for f in source.fields}
+            for field_name in wanted[name]:
+                if types.get(field_name) != ("string", True):
+                    raise ValueError(f"{name} must have a required string field {field_name!r}")
+            if types[source.event_time_field][1] is not True:
+                raise ValueError(f"{name} event_time_field {source.event_time_field!r} must be required")
+        return self
+
+
+Pipeline = Annotated[RouterPipeline | ImpressionsPlaysPipeline, Field(discriminator="kind")]

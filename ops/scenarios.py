@@ -14,8 +14,13 @@ results stay open in the stream, which is why the batch side is computed without
 
 from __future__ import annotations
 
+import json
+import os
+import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from ops.generator import write_batch
@@ -42,7 +47,120 @@ def router_scenario(landing_root: Path, n_events: int, seed: int) -> list[Path]:
     ]
 
 
+# The impressions_plays job's allowed lateness (conf/jobs/impressions_plays.yaml); its scenario
+# delays arrivals by at most half of it.
+IMPRESSIONS_PLAYS_LATENESS = timedelta(seconds=600)
+IMPRESSIONS_PLAYS_START = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+def _event_time_text(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def write_json_lines(landing_dir: Path, file_name: str, lines: list[str], age_seconds: float = 0.0) -> Path:
+    """One landing file written atomically, its modification time `age_seconds` in the past.
+
+    The file source reads the oldest files first, so ages order the files of one scenario.
+    """
+    landing_dir.mkdir(parents=True, exist_ok=True)
+    path = landing_dir / file_name
+    temp_path = landing_dir / f".{file_name}.{os.getpid()}.tmp"
+    temp_path.write_text("".join(line + "\n" for line in lines))
+    modified = time.time() - age_seconds
+    os.utime(temp_path, (modified, modified))
+    os.replace(temp_path, path)
+    return path
+
+
+def _broken(rng: random.Random, event: dict[str, object], id_field: str) -> str:
+    """A malformed copy of `event`: truncated JSON, an unparsable event time, or no id."""
+    kind = rng.randrange(3)
+    if kind == 0:
+        line = json.dumps(event)
+        return line[: len(line) // 2]
+    if kind == 1:
+        return json.dumps({**event, "event_time": "yesterday"})
+    return json.dumps({k: v for k, v in event.items() if k != id_field})
+
+
+def impressions_plays_scenario(landing_root: Path, n_events: int, seed: int) -> list[Path]:
+    """Impressions and plays of 40 profiles x 12 titles over ~5 hours, in `impressions/` and `plays/`.
+
+    About half of the impressions get a play of the same profile and title 0-90 minutes later (so
+    some convert and some miss the hour); the rest of the `n_events` are plays with no impression.
+    3 % of the lines are malformed, 2 % of the events are resent (an exact copy in the same file).
+    Each event arrives 0-5 minutes after its event time (out of order, within the lateness), and
+    each source's lines are split by arrival into FILES_PER_SCENARIO files, oldest first.
+    """
+    rng = random.Random(seed)
+    n_impressions = max(1, n_events * 2 // 3)
+    impressions: list[dict[str, object]] = []
+    plays: list[dict[str, object]] = []
+    times: dict[str, datetime] = {}
+    for i in range(n_impressions):
+        moment = IMPRESSIONS_PLAYS_START + timedelta(seconds=4 * 3600 * i / n_impressions)
+        profile, title = f"p{rng.randrange(40):02d}", f"t{rng.randrange(12):02d}"
+        impression_id = f"i-{seed}-{i:05d}"
+        impressions.append(
+            {"impression_id": impression_id, "profile_id": profile, "title_id": title, "row_position": i % 7}
+        )
+        times[impression_id] = moment
+        if rng.random() < 0.5 and len(impressions) + len(plays) < n_events:
+            play_id = f"q-{seed}-{len(plays):05d}"
+            plays.append({"play_id": play_id, "profile_id": profile, "title_id": title, "device": "tv"})
+            times[play_id] = moment + timedelta(seconds=rng.randrange(0, 5400))
+    while len(impressions) + len(plays) < n_events:
+        play_id = f"q-{seed}-{len(plays):05d}"
+        plays.append(
+            {
+                "play_id": play_id,
+                "profile_id": f"p{rng.randrange(40):02d}",
+                "title_id": f"t{rng.randrange(12):02d}",
+            }
+        )
+        times[play_id] = IMPRESSIONS_PLAYS_START + timedelta(seconds=rng.randrange(0, 5 * 3600))
+    max_delay = IMPRESSIONS_PLAYS_LATENESS.total_seconds() / 2
+    written: list[Path] = []
+    for source, id_field, events in (
+        ("impressions", "impression_id", impressions),
+        ("plays", "play_id", plays),
+    ):
+        arrivals: list[tuple[datetime, list[str]]] = []
+        for event in events:
+            moment = times[str(event[id_field])]
+            event = {**event, "event_time": _event_time_text(moment)}
+            roll = rng.random()
+            if roll < 0.03:
+                lines = [_broken(rng, event, id_field)]
+            elif roll < 0.05:
+                lines = [json.dumps(event)] * 2
+            else:
+                lines = [json.dumps(event)]
+            arrivals.append((moment + timedelta(seconds=rng.uniform(0, max_delay)), lines))
+        arrivals.sort(key=lambda arrival: arrival[0])
+        per_file = -(-len(arrivals) // FILES_PER_SCENARIO)
+        for k in range(FILES_PER_SCENARIO):
+            chunk = [line for _, lines in arrivals[k * per_file : (k + 1) * per_file] for line in lines]
+            # Shuffled within the file: order inside a micro-batch does not matter to the watermark.
+            rng.shuffle(chunk)
+            age = 10.0 * (FILES_PER_SCENARIO - k)
+            written.append(write_json_lines(landing_root / source, f"{source}-{seed}-{k}.json", chunk, age))
+    return written
+
+
+def impressions_plays_flush(landing_root: Path) -> list[Path]:
+    """An impression and a play 30 days later, of different profiles (so they join nothing)."""
+    moment = _event_time_text(IMPRESSIONS_PLAYS_START + timedelta(days=30))
+    impression = {"impression_id": "i-flush", "profile_id": "flush-i", "title_id": "t", "event_time": moment}
+    play = {"play_id": "q-flush", "profile_id": "flush-q", "title_id": "t", "event_time": moment}
+    return [
+        write_json_lines(landing_root / "impressions", "impressions-flush.json", [json.dumps(impression)]),
+        write_json_lines(landing_root / "plays", "plays-flush.json", [json.dumps(play)]),
+    ]
+
+
 # Pipeline kind -> its scenario.
 SCENARIOS: dict[str, Scenario] = {
     "router": Scenario(write=router_scenario),
+    "impressions_plays": Scenario(write=impressions_plays_scenario, flush=impressions_plays_flush),
 }
