@@ -81,6 +81,9 @@ class PlatformConfig(Model):
     slack: SlackConfig = Field(default_factory=SlackConfig)
     airflow: AirflowConfig = Field(default_factory=AirflowConfig)
     spark: SparkDefaults = Field(default_factory=SparkDefaults)
+    # The jobs whose supervision DAGs `warden platform up` unpauses (and so launches); the others'
+    # DAGs are registered paused, to be unpaused from the UI. 2 cores run one or two drivers well.
+    autostart_jobs: tuple[str, ...] = ("router",)
     # Filled by the loader, never read from YAML.
     conf_dir: Path = Field(default=DEFAULT_CONF_DIR, exclude=True)
 

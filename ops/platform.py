@@ -212,8 +212,16 @@ def _wait(
 def _unpause_supervision_dags(
     platform: PlatformConfig, airflow: list[ManagedProcess], timeout: float, echo: Echo
 ) -> None:
-    """Wait until the dag-processor has registered every job's supervision DAG, then unpause them."""
-    expected = {f"{SUPERVISE_DAG_PREFIX}{name}" for name in load_jobs(platform.conf_dir).specs}
+    """Wait until the dag-processor has registered every job's supervision DAG, then unpause those
+    of `autostart_jobs`."""
+    jobs = load_jobs(platform.conf_dir).specs
+    unknown = sorted(set(platform.autostart_jobs) - set(jobs))
+    if unknown:
+        raise ServiceError(
+            f"platform.yaml autostart_jobs names {unknown}, which are not valid jobs "
+            f"in {platform.conf_dir / 'jobs'}"
+        )
+    expected = {f"{SUPERVISE_DAG_PREFIX}{name}" for name in jobs}
     query = f"/api/v2/dags?dag_id_prefix_pattern={quote(SUPERVISE_DAG_PREFIX)}&limit=1000"
 
     def registered() -> set[str]:
@@ -224,7 +232,7 @@ def _unpause_supervision_dags(
         return {dag["dag_id"] for dag in dags if dag["dag_id"].startswith(SUPERVISE_DAG_PREFIX)}
 
     _wait("supervision DAGs", lambda: sorted(expected - registered()), airflow, timeout, echo)
-    for dag_id in sorted(registered()):
+    for dag_id in sorted(f"{SUPERVISE_DAG_PREFIX}{name}" for name in platform.autostart_jobs):
         _airflow_api(platform, "PATCH", f"/api/v2/dags/{quote(dag_id)}", {"is_paused": False})
         echo(f"  unpaused {dag_id}")
 

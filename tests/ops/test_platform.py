@@ -65,6 +65,11 @@ def test_up_status_down(embedded_platform: PlatformConfig) -> None:
             f"{platform.airflow.base_url}/api/v2/dags/warden_supervise_router"
         ) as answer:
             assert json.load(answer)["is_paused"] is False
+        # Only the autostart jobs run; the others' DAGs wait, paused, in the UI.
+        with urllib.request.urlopen(
+            f"{platform.airflow.base_url}/api/v2/dags/warden_supervise_impressions_plays"
+        ) as answer:
+            assert json.load(answer)["is_paused"] is True
         rows = embedded.status(platform)
         assert [(row.name, row.running) for row in rows] == [
             ("seaweedfs", True),
