@@ -26,6 +26,8 @@ from pyspark.sql import DataFrame
 from jobs.router.transform import PARTITION_COLUMNS as ROUTER_PARTITIONS
 from jobs.router.transform import invalid_route_filters, route_events
 from jobs.runtime import parse_events, with_event_partitions
+from jobs.sessionizer.transform import PARTITION_COLUMNS as SESSIONIZER_PARTITIONS
+from jobs.sessionizer.transform import sessionize
 from ops.config import JobSpec, PlatformConfig
 from ops.exceptions import ConfigError
 from ops.pipelines import RouterPipeline
@@ -63,6 +65,7 @@ def _check_routes(inputs: Mapping[str, DataFrame], pipeline: RouterPipeline) -> 
 
 KINDS: dict[str, JobKind] = {
     "router": JobKind(transform=_route, partition_columns=ROUTER_PARTITIONS, check=_check_routes),
+    "sessionizer": JobKind(transform=sessionize, partition_columns=SESSIONIZER_PARTITIONS),
 }
 
 
