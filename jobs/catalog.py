@@ -28,6 +28,8 @@ from jobs.impressions_plays.transform import impressions_plays
 from jobs.router.transform import PARTITION_COLUMNS as ROUTER_PARTITIONS
 from jobs.router.transform import invalid_route_filters, route_events
 from jobs.runtime import parse_events, with_event_partitions
+from jobs.sessionizer.transform import PARTITION_COLUMNS as SESSIONIZER_PARTITIONS
+from jobs.sessionizer.transform import sessionize
 from ops.config import JobSpec, PlatformConfig
 from ops.exceptions import ConfigError
 from ops.pipelines import ImpressionsPlaysPipeline, RouterPipeline
@@ -72,6 +74,7 @@ KINDS: dict[str, JobKind] = {
     "impressions_plays": JobKind(
         transform=_join_impressions_plays, partition_columns=IMPRESSIONS_PLAYS_PARTITIONS
     ),
+    "sessionizer": JobKind(transform=sessionize, partition_columns=SESSIONIZER_PARTITIONS),
 }
 
 

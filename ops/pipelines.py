@@ -7,6 +7,7 @@ its transform. A new kind adds its model here and to the `Pipeline` union at the
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -119,4 +120,68 @@ class ImpressionsPlaysPipeline(Model):
         return self
 
 
-Pipeline = Annotated[RouterPipeline | ImpressionsPlaysPipeline, Field(discriminator="kind")]
+# Key fields of a sessionizer: types with an exact equality, so a key is the same key everywhere.
+KEY_FIELD_TYPES: tuple[FieldType, ...] = ("string", "long", "boolean")
+
+
+class SessionizerPipeline(Model):
+    """Sessions per key over the union of several event sources (see `jobs/sessionizer/transform.py`).
+
+    `gap_minutes`, `max_session_minutes` and `allowed_lateness_minutes` change results but not the
+    state schema (a wrong value is fixed by a rewind); `key_fields` and `state_buckets` are fixed
+    by the checkpoint.
+    """
+
+    kind: Literal["sessionizer"]
+    sources: dict[str, FileSource] = Field(min_length=1)
+    sink: FileSink
+    key_fields: tuple[str, ...] = Field(("user_id",), min_length=1)
+    event_id_field: str = "event_id"
+    event_type_field: str = "event_type"
+    gap_minutes: float = Field(30.0, gt=0, description="Inactivity that ends a session.")
+    max_session_minutes: float = Field(
+        240.0, gt=0, description="A session is cut at this length, however busy the key is."
+    )
+    allowed_lateness_minutes: float = Field(10.0, ge=0, description="The watermark delay.")
+    watermark: Literal["union", "slowest_source"] = Field(
+        "union",
+        description="One watermark over the union of the sources (an idle source holds nothing "
+        "back), or one per source combined by Spark's default min policy (a lagging source's "
+        "events are never late, but an idle source stops the watermark).",
+    )
+    state_buckets: int = Field(64, ge=1, le=65536, description="Keys are hashed into this many state rows.")
+
+    @property
+    def inputs(self) -> dict[str, FileSource]:
+        """The job's sources by the name its transform knows them by."""
+        return dict(self.sources)
+
+    @model_validator(mode="after")
+    def _sources_carry_the_session_fields(self) -> SessionizerPipeline:
+        if len(set(self.key_fields)) != len(self.key_fields):
+            raise ValueError(f"key_fields must be unique, got {list(self.key_fields)}")
+        key_types: dict[str, str] = {}
+        for name, source in self.sources.items():
+            if not re.match(r"^[a-z][a-z0-9_]*$", name):
+                raise ValueError(f"source name {name!r} must be lower_snake_case")
+            types = {f.name: f.type for f in source.fields}
+            for field in (*self.key_fields, self.event_id_field, self.event_type_field):
+                if field not in types:
+                    raise ValueError(f"source {name!r} has no field {field!r}")
+            for field in (self.event_id_field, self.event_type_field):
+                if types[field] != "string":
+                    raise ValueError(f"field {field!r} of source {name!r} must be a string")
+            for field in self.key_fields:
+                if types[field] not in KEY_FIELD_TYPES:
+                    raise ValueError(
+                        f"key field {field!r} of source {name!r} is a {types[field]}, "
+                        f"not one of {KEY_FIELD_TYPES}"
+                    )
+                if key_types.setdefault(field, types[field]) != types[field]:
+                    raise ValueError(f"key field {field!r} has different types across sources")
+        return self
+
+
+Pipeline = Annotated[
+    RouterPipeline | ImpressionsPlaysPipeline | SessionizerPipeline, Field(discriminator="kind")
+]

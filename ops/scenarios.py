@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from ops.generator import write_batch
+from ops.generator import DEFAULT_START, MALFORMED_KINDS, break_event, make_event, write_batch
 
 FILES_PER_SCENARIO = 3
 
@@ -159,8 +159,65 @@ def impressions_plays_flush(landing_root: Path) -> list[Path]:
     ]
 
 
+# The sessionizer scenario's sources (conf/jobs/sessionizer.yaml) and its shape.
+SESSION_SOURCES = ("web_events", "app_events")
+SESSION_USERS = 40
+SESSION_FILE_MINUTES = 60
+SESSION_JITTER_MINUTES = 5
+BOT_USER = "bot00001"
+
+
+def sessionizer_scenario(landing_root: Path, n_events: int, seed: int) -> list[Path]:
+    """Web and app events of 40 users, a bot active every minute, duplicates and malformed lines.
+
+    Each source gets `FILES_PER_SCENARIO` files of one hour each, in time order; within a file
+    event times jitter by up to 5 minutes (out of order, well within the sessionizer's lateness).
+    About 3 % of the lines repeat an earlier event of the same file (a duplicate event id) and 2 %
+    are malformed. The bot sends one web event a minute for the whole scenario, so its sessions
+    are cut by `max_session_minutes`, never by the gap.
+    """
+    paths = []
+    per_file = max(1, n_events // (FILES_PER_SCENARIO * len(SESSION_SOURCES)))
+    for file_index in range(FILES_PER_SCENARIO):
+        file_start = DEFAULT_START + timedelta(minutes=SESSION_FILE_MINUTES * file_index)
+        for source_index, source in enumerate(SESSION_SOURCES):
+            rng = random.Random(seed * 1000 + file_index * 10 + source_index)
+            lines: list[str] = []
+            for position in range(per_file):
+                minutes = SESSION_FILE_MINUTES * position / per_file
+                jitter = rng.uniform(-SESSION_JITTER_MINUTES, SESSION_JITTER_MINUTES)
+                minutes = min(max(minutes + jitter, 0.0), SESSION_FILE_MINUTES - 0.001)
+                event = make_event(rng, file_start + timedelta(minutes=minutes))
+                event["user_id"] = f"u{rng.randrange(SESSION_USERS):05d}"
+                roll = rng.random()
+                if roll < 0.02:
+                    lines.append(break_event(rng, event, MALFORMED_KINDS[position % 3]).line)
+                elif roll < 0.05 and lines:
+                    lines.append(rng.choice(lines))
+                else:
+                    lines.append(json.dumps(event))
+            if source == "web_events":
+                for minute in range(SESSION_FILE_MINUTES):
+                    bot = make_event(rng, file_start + timedelta(minutes=minute))
+                    lines.append(json.dumps({**bot, "user_id": BOT_USER}))
+            name = f"{source}-{seed}-{file_index:03d}.json"
+            paths.append(write_json_lines(landing_root / source, name, lines))
+    return paths
+
+
+def sessionizer_flush(landing_root: Path) -> list[Path]:
+    """One event per source 30 days after any scenario event, from a user of its own."""
+    moment = DEFAULT_START + timedelta(days=30)
+    paths = []
+    for source in SESSION_SOURCES:
+        event = {**make_event(random.Random(0), moment), "user_id": f"flush_{source}"}
+        paths.append(write_json_lines(landing_root / source, f"{source}-flush.json", [json.dumps(event)]))
+    return paths
+
+
 # Pipeline kind -> its scenario.
 SCENARIOS: dict[str, Scenario] = {
     "router": Scenario(write=router_scenario),
     "impressions_plays": Scenario(write=impressions_plays_scenario, flush=impressions_plays_flush),
+    "sessionizer": Scenario(write=sessionizer_scenario, flush=sessionizer_flush),
 }

@@ -1,0 +1,458 @@
+"""Sessionizer transforms: events of several sources -> closed sessions per key, late events, dead letters.
+
+Semantics (the same in the stream and in batch):
+
+* A session is a run of one key's events (`key_fields`, default `user_id`) over the union of all
+  sources, in order of (event time, event id). The next event starts a new session when it comes
+  `gap` or more after the previous event (exactly `gap` apart is a new session, as with Spark's
+  `session_window`, whose session is [start, last + gap)), or when it comes `max_session` or more
+  after the session's first event, so a bot cannot keep one session open forever.
+* A session ends at `session_end = min(last event + gap, session_start + max_session)` and is
+  `closed_by` "max_duration" when the cap decides that end, "gap" otherwise. Both are functions of
+  the session's own events, so a session can be emitted as soon as it is final, and its row never
+  depends on events after it.
+* Events with the same event id (per key) count once: the first in (event time, event id) order.
+* Output, one Parquet sink partitioned by `output` and `event_date`: `output=sessions` (key,
+  `session_start`, `session_end`, `last_event_time`, `event_count`, sorted distinct `event_types`,
+  `closed_by`), `output=late` (one row per event at or behind the watermark, with its fields and
+  source), `output=dead_letter` (malformed lines with `dead_letter_reason` and `raw`). Nothing is
+  dropped silently except duplicates.
+
+Streaming. The watermark is max event time - `allowed_lateness` (`union`: one watermark on the
+union of the sources, so a source that goes idle holds nothing back, and a source lagging by more
+than the lateness sees its events in `late`, never lost) or one per source combined by Spark's
+default `multipleWatermarkPolicy=min` (`slowest_source`: a lagging source is never late, but an idle
+source stops every session from closing; Spark has no idleness timeout). `union` is the default:
+on product event streams a stalled app pipeline must not stop web sessions from closing. The
+policy is a transform choice, not a session conf, because that conf is frozen in the checkpoint.
+
+An event is late when its time is at or behind the watermark of its micro-batch (Spark's own
+rule). A session is emitted once the watermark passes its `session_end`: no on-time event can
+change it any more, since any later event starts a new session. Until then its events stay in
+state, because an out-of-order event may still bridge two pending sessions or move a cap boundary.
+
+State: `applyInPandasWithState` with `EventTimeTimeout`, over RocksDB with checkpoint format 1 or
+2. Picked over `transformWithStateInPandas` because its state travels with the Arrow batches (no
+state-server round trip per key), its event-time timeouts fire in the no-data batches that
+available-now runs, and its state schema is checked by Spark on restart. Spark drops input rows
+behind the watermark before a FlatMapGroupsWithState function sees them; to route them to `late`
+instead, the operator's watermark column (`_wm`) is null for every row (Spark's late filter keeps
+rows whose watermark predicate is null) while the watermark itself is still computed upstream.
+
+Performance: keys are hashed into `state_buckets` groups and each group is one pandas call that
+sessionizes all its keys at once with numpy (sort, diff, cumsum); only a run of events longer than
+`max_session` is walked in Python. Per-key Python calls (the obvious `groupBy(key)`) cost about a
+millisecond each per micro-batch. The state row of a bucket holds the pending (not yet final)
+events of its keys as arrays, so state is bounded by the events of the last gap + lateness, not by
+the number of keys ever seen.
+
+Batch (backfill, parity): the same sessionizing function over each bucket with no watermark: every
+event is on time and every session is closed at the end of the input, so a stream whose watermark
+has passed everything gives the same session rows.
+
+Operations: `gap_minutes`, `max_session_minutes` and `allowed_lateness_minutes` change results but
+not the state schema (a deliberately wrong value is fixed by a rewind). `key_fields` is part of the
+state schema: adding or retyping a key field makes Spark refuse the old checkpoint
+(STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE). `state_buckets` and the key field names are also
+checked against the state by the function itself, which fails with a clear message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
+
+from jobs.runtime import DEAD_LETTER_REASON, EVENT_DATE, RAW
+from ops.pipelines import DEAD_LETTER_ROUTE, FileSource, SessionizerPipeline
+
+OUTPUT = "output"
+SESSIONS = "sessions"
+LATE = "late"
+PARTITION_COLUMNS = (OUTPUT, EVENT_DATE)
+CLOSED_BY_GAP = "gap"
+CLOSED_BY_CAP = "max_duration"
+
+EVENT_ID = "event_id"
+EVENT_TIME = "event_time"
+EVENT_TYPE = "event_type"
+SOURCE = "source"
+_BUCKET = "_bucket"
+_WATERMARK = "_wm"
+_TIME_US = "_event_time_us"
+_MINUTE_US = 60_000_000
+
+
+@dataclass(frozen=True)
+class SessionRules:
+    """The session parameters the pandas functions need, in microseconds (picklable, small)."""
+
+    key_fields: tuple[str, ...]
+    gap_us: int
+    cap_us: int
+    buckets: int
+
+    @classmethod
+    def of(cls, pipeline: SessionizerPipeline) -> SessionRules:
+        return cls(
+            key_fields=pipeline.key_fields,
+            gap_us=round(pipeline.gap_minutes * _MINUTE_US),
+            cap_us=round(pipeline.max_session_minutes * _MINUTE_US),
+            buckets=pipeline.state_buckets,
+        )
+
+
+def unified_events(inputs: Mapping[str, DataFrame], pipeline: SessionizerPipeline) -> DataFrame:
+    """Every source projected to the common columns and unioned, with the watermark applied.
+
+    Columns: key fields, `event_id`, `event_time`, `event_type`, `source`, `dead_letter_reason`,
+    `raw` (only on malformed rows, so the shuffle does not carry every raw line). In a stream the
+    watermark is on `_wm` (event time of good rows), per source or on the union by policy.
+    """
+    lateness = f"{round(pipeline.allowed_lateness_minutes * 60_000)} milliseconds"
+    watermark_each = (
+        inputs[next(iter(pipeline.sources))].isStreaming and pipeline.watermark == "slowest_source"
+    )
+    projected = []
+    for name, source in pipeline.sources.items():
+        events = _project(inputs[name], name, source, pipeline)
+        projected.append(events.withWatermark(_WATERMARK, lateness) if watermark_each else events)
+    union = projected[0]
+    for events in projected[1:]:
+        union = union.unionByName(events)
+    if union.isStreaming and pipeline.watermark == "union":
+        union = union.withWatermark(_WATERMARK, lateness)
+    return union
+
+
+def _project(events: DataFrame, name: str, source: FileSource, pipeline: SessionizerPipeline) -> DataFrame:
+    valid = F.col(DEAD_LETTER_REASON).isNull()
+    event_time = F.col(source.event_time_field)
+    return events.select(
+        *pipeline.key_fields,
+        F.col(pipeline.event_id_field).alias(EVENT_ID),
+        event_time.alias(EVENT_TIME),
+        F.col(pipeline.event_type_field).alias(EVENT_TYPE),
+        F.lit(name).alias(SOURCE),
+        DEAD_LETTER_REASON,
+        F.when(~valid, F.col(RAW)).alias(RAW),
+        F.when(valid, event_time).alias(_WATERMARK),
+    )
+
+
+def session_rows(events: DataFrame, pipeline: SessionizerPipeline) -> DataFrame:
+    """Unified events -> the sink rows: sessions, late events and dead letters (see module doc)."""
+    rules = SessionRules.of(pipeline)
+    key_types = _key_types(events, pipeline.key_fields)
+    bucketed = events.select(
+        *pipeline.key_fields,
+        EVENT_ID,
+        F.unix_micros(EVENT_TIME).alias(_TIME_US),
+        EVENT_TYPE,
+        SOURCE,
+        DEAD_LETTER_REASON,
+        RAW,
+        F.pmod(F.xxhash64(*pipeline.key_fields), F.lit(rules.buckets)).cast("int").alias(_BUCKET),
+        *_key_schema_columns(key_types),
+        *_operator_watermark(events),
+    ).groupBy(_BUCKET, *(f"_key_{name}" for name in key_types))
+    output_schema = _output_schema(key_types)
+    if events.isStreaming:
+        rows = bucketed.applyInPandasWithState(
+            _stream_function(StreamSessionizer(rules)),
+            output_schema,
+            _state_schema(),
+            "append",
+            GroupStateTimeout.EventTimeTimeout,
+        )
+    else:
+        rows = bucketed.applyInPandas(_batch_function(BatchSessionizer(rules)), output_schema)
+    return rows.select(
+        OUTPUT,
+        *pipeline.key_fields,
+        F.timestamp_micros("session_start_us").alias("session_start"),
+        F.timestamp_micros("session_end_us").alias("session_end"),
+        F.timestamp_micros("last_event_us").alias("last_event_time"),
+        "event_count",
+        "event_types",
+        "closed_by",
+        EVENT_ID,
+        F.timestamp_micros("event_time_us").alias(EVENT_TIME),
+        EVENT_TYPE,
+        SOURCE,
+        DEAD_LETTER_REASON,
+        RAW,
+        F.to_date(F.timestamp_micros(F.coalesce("session_start_us", "event_time_us"))).alias(EVENT_DATE),
+    )
+
+
+def sessionize(inputs: Mapping[str, DataFrame], pipeline: SessionizerPipeline) -> DataFrame:
+    """The job's transform: parsed sources -> sink rows."""
+    return session_rows(unified_events(inputs, pipeline), pipeline)
+
+
+def _operator_watermark(events: DataFrame) -> list[Any]:
+    """The watermark column the stateful operator sees: all nulls, with the watermark metadata.
+
+    With it Spark gives the function the batch's watermark and fires event-time timeouts; being
+    null, its late filter drops no row, so the function can send late events to `late`.
+    """
+    if not events.isStreaming:
+        return []
+    metadata = events.schema[_WATERMARK].metadata
+    return [F.lit(None).cast("timestamp").alias(_WATERMARK, metadata=metadata)]
+
+
+def _key_types(events: DataFrame, key_fields: Sequence[str]) -> dict[str, T.DataType]:
+    return {name: events.schema[name].dataType for name in key_fields}
+
+
+def _output_schema(key_types: Mapping[str, T.DataType]) -> T.StructType:
+    long, text = T.LongType(), T.StringType()
+    return T.StructType(
+        [T.StructField(OUTPUT, text)]
+        + [T.StructField(name, data_type) for name, data_type in key_types.items()]
+        + [
+            T.StructField("session_start_us", long),
+            T.StructField("session_end_us", long),
+            T.StructField("last_event_us", long),
+            T.StructField("event_count", long),
+            T.StructField("event_types", T.ArrayType(text)),
+            T.StructField("closed_by", text),
+            T.StructField(EVENT_ID, text),
+            T.StructField("event_time_us", long),
+            T.StructField(EVENT_TYPE, text),
+            T.StructField(SOURCE, text),
+            T.StructField(DEAD_LETTER_REASON, text),
+            T.StructField(RAW, text),
+        ]
+    )
+
+
+def _state_schema() -> T.StructType:
+    """A bucket's pending events (Arrow IPC bytes), and what they were written for."""
+    return T.StructType(
+        [
+            T.StructField("pending_events", T.BinaryType()),
+            T.StructField("key_fields", T.StringType()),
+            T.StructField("buckets", T.IntegerType()),
+        ]
+    )
+
+
+def _key_schema_columns(key_types: Mapping[str, T.DataType]) -> list[Any]:
+    """Null grouping columns typed like the key fields, so the state's key schema names them.
+
+    The state is keyed by bucket; these constant columns do not split a bucket, but they make a
+    change of `key_fields` (a field added or retyped) a key schema change Spark refuses on restart.
+    """
+    return [F.lit(None).cast(data_type).alias(f"_key_{name}") for name, data_type in key_types.items()]
+
+
+# --- the pandas side -----------------------------------------------------------------------------
+
+_PENDING = (_TIME_US, EVENT_ID, EVENT_TYPE)
+
+
+def split_sessions(pending: pd.DataFrame, rules: SessionRules) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Dedupe and order one bucket's events and cut them into sessions.
+
+    Returns (events, sessions): `events` sorted by key, time, id with a `_session` number;
+    `sessions` one row per session (key fields, start, end, last, count, types, closed_by).
+    """
+    keys = list(rules.key_fields)
+    events = pending.assign(_key=pending.groupby(keys, sort=False, dropna=False).ngroup())
+    events = events.sort_values(["_key", _TIME_US, EVENT_ID], kind="stable")
+    events = events.drop_duplicates(["_key", EVENT_ID], keep="first").reset_index(drop=True)
+    times = events[_TIME_US].to_numpy(dtype=np.int64)
+    key_ids = events["_key"].to_numpy()
+    new_session = np.ones(len(events), dtype=bool)
+    new_session[1:] = (key_ids[1:] != key_ids[:-1]) | (np.diff(times) >= rules.gap_us)
+    run = np.cumsum(new_session) - 1
+    run_first = times[new_session][run]
+    # Only a run of events spanning the cap needs the sequential walk; there are few (bots).
+    for run_id in np.unique(run[times - run_first >= rules.cap_us]):
+        (positions,) = np.nonzero(run == run_id)
+        start = times[positions[0]]
+        for position in positions[1:]:
+            if times[position] >= start + rules.cap_us:
+                new_session[position] = True
+                start = times[position]
+    session = np.cumsum(new_session) - 1
+    events["_session"] = session
+    starts = np.flatnonzero(new_session)
+    ends = np.append(starts[1:], len(events)) - 1
+    first, last = times[starts], times[ends]
+    cap_end = first + rules.cap_us
+    gap_end = last + rules.gap_us
+    types = (
+        events.loc[events[EVENT_TYPE].notna(), ["_session", EVENT_TYPE]]
+        .drop_duplicates()
+        .sort_values(["_session", EVENT_TYPE])
+        .groupby("_session")[EVENT_TYPE]
+        .agg(list)
+        .reindex(range(len(starts)))
+    )
+    sessions = events.loc[starts, keys].reset_index(drop=True)
+    sessions["session_start_us"] = first
+    sessions["session_end_us"] = np.minimum(cap_end, gap_end)
+    sessions["last_event_us"] = last
+    sessions["event_count"] = ends - starts + 1
+    sessions["event_types"] = [value if isinstance(value, list) else [] for value in types]
+    sessions["closed_by"] = np.where(cap_end <= gap_end, CLOSED_BY_CAP, CLOSED_BY_GAP)
+    return events, sessions
+
+
+def _output_frame(rows: pd.DataFrame, output: str, key_fields: Sequence[str]) -> pd.DataFrame:
+    """Rows in the operator's output layout (missing columns null)."""
+    columns = [OUTPUT, *key_fields, *_OUTPUT_TAIL]
+    frame = rows.rename(columns={_TIME_US: "event_time_us"})
+    present = {name: frame[name] for name in columns if name in frame.columns}
+    # None, not NaN, in the absent columns: NaN is no valid array or string for Arrow.
+    return pd.DataFrame({name: present.get(name) for name in columns}, index=frame.index).assign(
+        **{OUTPUT: output}
+    )
+
+
+_OUTPUT_TAIL = (
+    "session_start_us",
+    "session_end_us",
+    "last_event_us",
+    "event_count",
+    "event_types",
+    "closed_by",
+    EVENT_ID,
+    "event_time_us",
+    EVENT_TYPE,
+    SOURCE,
+    DEAD_LETTER_REASON,
+    RAW,
+)
+
+
+def sessionize_bucket(
+    pending: pd.DataFrame, rules: SessionRules, watermark_us: int | None
+) -> tuple[list[pd.DataFrame], pd.DataFrame]:
+    """Close every session of a bucket whose end is behind the watermark (all of them if None).
+
+    Returns (output frames, events still pending).
+    """
+    if pending.empty:
+        return [], pending
+    events, sessions = split_sessions(pending, rules)
+    if watermark_us is None:
+        return [_output_frame(sessions, SESSIONS, rules.key_fields)], events.iloc[0:0]
+    final = sessions["session_end_us"].to_numpy() < watermark_us
+    still_pending = events[~final[events["_session"].to_numpy()]]
+    closed = [_output_frame(sessions[final], SESSIONS, rules.key_fields)] if final.any() else []
+    return closed, still_pending
+
+
+def _split_input(
+    frames: Iterator[pd.DataFrame], rules: SessionRules
+) -> tuple[pd.DataFrame, list[pd.DataFrame]]:
+    """(valid events, dead-letter output frames) of one bucket's input."""
+    batch = [frame for frame in frames if not frame.empty]
+    if not batch:
+        return pd.DataFrame(columns=[*rules.key_fields, *_PENDING]), []
+    rows = pd.concat(batch, ignore_index=True) if len(batch) > 1 else batch[0]
+    bad = rows[DEAD_LETTER_REASON].notna()
+    dead = [_output_frame(rows[bad], DEAD_LETTER_ROUTE, rules.key_fields)] if bad.any() else []
+    return rows[~bad], dead
+
+
+class BatchSessionizer:
+    """`applyInPandas` function: a whole bucket at rest, every session closed at the end."""
+
+    def __init__(self, rules: SessionRules) -> None:
+        self.rules = rules
+
+    def __call__(self, rows: pd.DataFrame) -> pd.DataFrame:
+        valid, dead = _split_input(iter([rows]), self.rules)
+        closed, _ = sessionize_bucket(valid[[*self.rules.key_fields, *_PENDING]], self.rules, None)
+        frames = dead + closed
+        if not frames:
+            return _output_frame(pd.DataFrame(), SESSIONS, self.rules.key_fields).iloc[0:0]
+        return pd.concat(frames, ignore_index=True)
+
+
+class StreamSessionizer:
+    """`applyInPandasWithState` function: one bucket's new rows and pending events per batch."""
+
+    def __init__(self, rules: SessionRules) -> None:
+        self.rules = rules
+        self.key_fields_text = ",".join(rules.key_fields)
+
+    def __call__(
+        self, _key: tuple[Any, ...], frames: Iterator[pd.DataFrame], state: GroupState
+    ) -> Iterator[pd.DataFrame]:
+        rules = self.rules
+        watermark_us = state.getCurrentWatermarkMs() * 1000
+        valid, dead = _split_input(frames, rules)
+        yield from dead
+        late = valid[_TIME_US].to_numpy() <= watermark_us
+        if late.any():
+            yield _output_frame(valid[late], LATE, rules.key_fields)
+        arrived = valid.loc[~late, [*rules.key_fields, *_PENDING]]
+        pending = pd.concat([self._pending(state), arrived]) if state.exists else arrived
+        closed, still_pending = sessionize_bucket(pending, rules, watermark_us)
+        yield from closed
+        if still_pending.empty:
+            state.remove()
+            return
+        state.update(self._state_value(still_pending))
+        next_end_us = int(
+            still_pending.groupby("_session")[_TIME_US].agg(["min", "max"]).pipe(self._session_ends).min()
+        )
+        state.setTimeoutTimestamp(next_end_us // 1000)
+
+    def _session_ends(self, bounds: pd.DataFrame) -> pd.Series:
+        return np.minimum(bounds["min"] + self.rules.cap_us, bounds["max"] + self.rules.gap_us)
+
+    def _pending(self, state: GroupState) -> pd.DataFrame:
+        columns = [*self.rules.key_fields, *_PENDING]
+        if not state.exists:
+            return pd.DataFrame(columns=columns)
+        pending_events, key_fields_text, buckets = state.get
+        if key_fields_text != self.key_fields_text or buckets != self.rules.buckets:
+            raise ValueError(
+                f"incompatible sessionizer state: the checkpoint has key_fields [{key_fields_text}] "
+                f"in {buckets} state_buckets, the job has [{self.key_fields_text}] in "
+                f"{self.rules.buckets}; start the new version from a fresh checkpoint"
+            )
+        with pa.ipc.open_stream(pending_events) as reader:
+            return reader.read_pandas()[columns]
+
+    def _state_value(self, pending: pd.DataFrame) -> tuple[Any, ...]:
+        table = pa.Table.from_pandas(pending[[*self.rules.key_fields, *_PENDING]], preserve_index=False)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+        return (sink.getvalue().to_pybytes(), self.key_fields_text, self.rules.buckets)
+
+
+# PySpark picks the kind of a pandas function from its signature, so it gets plain functions.
+def _batch_function(sessionizer: BatchSessionizer) -> Callable[[pd.DataFrame], pd.DataFrame]:
+    def apply(rows: pd.DataFrame) -> pd.DataFrame:
+        return sessionizer(rows)
+
+    return apply
+
+
+def _stream_function(
+    sessionizer: StreamSessionizer,
+) -> Callable[[tuple[Any, ...], Iterator[pd.DataFrame], GroupState], Iterator[pd.DataFrame]]:
+    def apply(
+        key: tuple[Any, ...], frames: Iterator[pd.DataFrame], state: GroupState
+    ) -> Iterator[pd.DataFrame]:
+        return sessionizer(key, frames, state)
+
+    return apply
