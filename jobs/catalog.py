@@ -30,9 +30,11 @@ from jobs.router.transform import invalid_route_filters, route_events
 from jobs.runtime import parse_events, with_event_partitions
 from jobs.sessionizer.transform import PARTITION_COLUMNS as SESSIONIZER_PARTITIONS
 from jobs.sessionizer.transform import sessionize
+from jobs.warehouse_writer.transform import PARTITION_COLUMNS as WAREHOUSE_PARTITIONS
+from jobs.warehouse_writer.transform import warehouse_rows
 from ops.config import JobSpec, PlatformConfig
 from ops.exceptions import ConfigError
-from ops.pipelines import ImpressionsPlaysPipeline, RouterPipeline
+from ops.pipelines import ImpressionsPlaysPipeline, RouterPipeline, WarehouseWriterPipeline
 
 Transform = Callable[[Mapping[str, DataFrame], Any], DataFrame]
 # Problems the analyzer finds in a pipeline's expressions, by dotted field of the job file.
@@ -69,12 +71,18 @@ def _join_impressions_plays(inputs: Mapping[str, DataFrame], pipeline: Impressio
     return impressions_plays(inputs["impressions"], inputs["plays"], pipeline)
 
 
+def _write_warehouse(inputs: Mapping[str, DataFrame], pipeline: WarehouseWriterPipeline) -> DataFrame:
+    events = with_event_partitions(inputs["events"], pipeline.source)
+    return warehouse_rows(events, pipeline.max_files_per_partition)
+
+
 KINDS: dict[str, JobKind] = {
     "router": JobKind(transform=_route, partition_columns=ROUTER_PARTITIONS, check=_check_routes),
     "impressions_plays": JobKind(
         transform=_join_impressions_plays, partition_columns=IMPRESSIONS_PLAYS_PARTITIONS
     ),
     "sessionizer": JobKind(transform=sessionize, partition_columns=SESSIONIZER_PARTITIONS),
+    "warehouse_writer": JobKind(transform=_write_warehouse, partition_columns=WAREHOUSE_PARTITIONS),
 }
 
 

@@ -182,6 +182,22 @@ class SessionizerPipeline(Model):
         return self
 
 
+class WarehouseWriterPipeline(Model):
+    """Product events into a Parquet warehouse partitioned by event-time date and hour."""
+
+    kind: Literal["warehouse_writer"]
+    source: FileSource
+    sink: FileSink
+    # Each micro-batch writes at most this many files into each date/hour partition.
+    max_files_per_partition: int = Field(4, ge=1, le=256)
+
+    @property
+    def inputs(self) -> dict[str, FileSource]:
+        """The job's sources by the name its transform knows them by."""
+        return {"events": self.source}
+
+
 Pipeline = Annotated[
-    RouterPipeline | ImpressionsPlaysPipeline | SessionizerPipeline, Field(discriminator="kind")
+    RouterPipeline | ImpressionsPlaysPipeline | SessionizerPipeline | WarehouseWriterPipeline,
+    Field(discriminator="kind"),
 ]

@@ -215,9 +215,31 @@ def sessionizer_flush(landing_root: Path) -> list[Path]:
     return paths
 
 
+# The hour before midnight, so the scenario spans two event dates.
+WAREHOUSE_START = datetime(2024, 12, 31, 23, tzinfo=UTC)
+
+
+def warehouse_writer_scenario(landing_root: Path, n_events: int, seed: int) -> list[Path]:
+    """Product events with 5 % malformed lines in `events/`, over the 3 hours around a midnight."""
+    per_file = max(1, n_events // FILES_PER_SCENARIO)
+    return [
+        write_batch(
+            landing_root / "events",
+            per_file,
+            0.05,
+            seed * 1000 + i,
+            start=WAREHOUSE_START + timedelta(hours=i),
+            span_seconds=3600.0,
+            file_name=f"warehouse-{seed}-{i}.json",
+        ).path
+        for i in range(FILES_PER_SCENARIO)
+    ]
+
+
 # Pipeline kind -> its scenario.
 SCENARIOS: dict[str, Scenario] = {
     "router": Scenario(write=router_scenario),
     "impressions_plays": Scenario(write=impressions_plays_scenario, flush=impressions_plays_flush),
     "sessionizer": Scenario(write=sessionizer_scenario, flush=sessionizer_flush),
+    "warehouse_writer": Scenario(write=warehouse_writer_scenario),
 }
