@@ -15,8 +15,10 @@ from __future__ import annotations
 import argparse
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -31,8 +33,17 @@ from ops.pipelines import RouterPipeline
 OUT = WORKDIR / "profile"
 
 
-def stages(spec: JobSpec) -> dict[str, Callable[[SparkSession, Path], DataFrame]]:
-    """Stage name -> the rows it computes from a landing root, in cumulative order."""
+@dataclass(frozen=True)
+class Stage:
+    """Rows computed from a landing root, the sink they go to, and SQL confs set for the stage."""
+
+    rows: Callable[[SparkSession, Path], DataFrame]
+    sink: Literal["noop", "parquet", "csv"]
+    conf: Mapping[str, str] = field(default_factory=dict)
+
+
+def stages(spec: JobSpec) -> dict[str, Stage]:
+    """Stage name -> the stage; cumulative where the name starts with "+"."""
     platform = load_platform()
     pipeline = spec.pipeline
     assert isinstance(pipeline, RouterPipeline)
@@ -51,34 +62,42 @@ def stages(spec: JobSpec) -> dict[str, Callable[[SparkSession, Path], DataFrame]
         # The `json` source with the typed schema: one parse, no per-field try_cast or reasons,
         # and malformed lines become nulls instead of dead letters (not the job's semantics).
         schema = ", ".join(f"{f.name} {SPARK_TYPES[f.type].simpleString()}" for f in source.fields)
-        events = spark.read.schema(schema).json(str(root / source.path / "*.json"))
+        events = spark.read.schema(schema).option("pathGlobFilter", "*.json").json(str(root / source.path))
         events = events.withColumns(
             {"dead_letter_reason": F.lit(None).cast("string"), "raw": F.lit(None).cast("string")}
         )
         return route_events(with_event_partitions(events, source), pipeline.routes)
 
+    # Rows go to each partition's writer as they come instead of being sorted by partition first.
+    unsorted = {"spark.sql.maxConcurrentOutputFileWriters": "16"}
     return {
-        "read lines (text source)": lines,
-        "+ parse (from_json, try_cast, dead-letter reasons)": parsed,
-        "+ route (array of structs, inline)": routed,
-        "+ partitioned Parquet sink (= the job)": routed,
-        "the job with a CSV sink instead": routed,
-        "json source, typed schema, route, Parquet (no dead letters)": json_source,
+        "read lines (text source)": Stage(lines, "noop"),
+        "+ parse (from_json, try_cast, dead-letter reasons)": Stage(parsed, "noop"),
+        "+ route (array of structs, inline)": Stage(routed, "noop"),
+        "+ partitioned Parquet sink (= the job)": Stage(routed, "parquet"),
+        "the job with a CSV sink instead": Stage(routed, "csv"),
+        "the job with concurrent writers (no sort by partition)": Stage(routed, "parquet", unsorted),
+        "json source, typed schema, route, Parquet (no dead letters)": Stage(json_source, "parquet"),
     }
 
 
-def run_stage(name: str, rows: DataFrame, spec: JobSpec, out: Path) -> float:
-    """Seconds to compute every row of `rows` into the stage's sink."""
+def run_stage(spark: SparkSession, stage: Stage, root: Path, spec: JobSpec, out: Path) -> float:
+    """Seconds to compute every row of the stage over `root` into its sink."""
     shutil.rmtree(out, ignore_errors=True)
     partitions = kind_of(spec).partition_columns
-    started = time.monotonic()
-    if "Parquet" in name:
-        rows.write.partitionBy(*partitions).parquet(str(out))
-    elif "CSV" in name:
-        rows.write.partitionBy(*partitions).csv(str(out))
-    else:
-        rows.write.format("noop").mode("overwrite").save()
-    return time.monotonic() - started
+    for key, value in stage.conf.items():
+        spark.conf.set(key, value)
+    try:
+        rows = stage.rows(spark, root)
+        started = time.monotonic()
+        if stage.sink == "noop":
+            rows.write.format("noop").mode("overwrite").save()
+        else:
+            rows.write.partitionBy(*partitions).format(stage.sink).save(str(out))
+        return time.monotonic() - started
+    finally:
+        for key in stage.conf:
+            spark.conf.unset(key)
 
 
 def main() -> None:
@@ -92,11 +111,11 @@ def main() -> None:
     spark = build_session(load_platform(), spec)
     events = spark.read.text(str(args.landing / "events")).count()
     print(f"{events:,} lines in {args.landing}", flush=True)
-    for name, build in stages(spec).items():
-        run_stage(name, build(spark, args.warm_up), spec, OUT / "warm-up")
+    for stage in stages(spec).values():
+        run_stage(spark, stage, args.warm_up, spec, OUT / "warm-up")
     previous = 0.0
-    for name, build in stages(spec).items():
-        seconds = run_stage(name, build(spark, args.landing), spec, OUT / "stage")
+    for name, stage in stages(spec).items():
+        seconds = run_stage(spark, stage, args.landing, spec, OUT / "stage")
         delta = f"{seconds - previous:+6.1f} s" if name.startswith("+") else " " * 8
         print(f"  {name:62} {seconds:6.1f} s {delta}  {events / seconds:9,.0f} events/s", flush=True)
         previous = seconds
