@@ -1,6 +1,6 @@
 # Streamwarden: one machine, no Docker. `make demo` to try it, `make test` for what CI runs.
 .DEFAULT_GOAL := help
-.PHONY: help install demo stop test check bench
+.PHONY: help install demo stop test check bench bench-flink
 
 UV_VERSION := 0.13.9
 VENV := .venv
@@ -15,6 +15,7 @@ help:
 	@echo "make test     install, then run the whole test suite (what CI runs)"
 	@echo "make check    ruff format --check, ruff check, mypy"
 	@echo "make bench    print benchmark figures"
+	@echo "make bench-flink  the jobs against PyFlink SQL (installs .tools/flink-venv on first use)"
 
 $(UV):
 	python3 -m venv .tools
@@ -44,3 +45,6 @@ check: install
 
 bench: install
 	$(VENV)/bin/python -m benchmarks.run
+
+bench-flink: install
+	$(VENV)/bin/python -m benchmarks.run --only flink

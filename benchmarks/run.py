@@ -1,6 +1,6 @@
 """`make bench`: every benchmark, its figures and ratios, written to benchmarks/RESULTS.md.
 
-python -m benchmarks.run [--only throughput|recovery|restatement] [--rounds N]
+python -m benchmarks.run [--only throughput|recovery|restatement|flink] [--rounds N] [--events N | --quick]
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 from datetime import date
 from pathlib import Path
 
-from benchmarks import recovery, restatement, throughput
+from benchmarks import flink_compare, recovery, restatement, throughput
 
 HERE = Path(__file__).resolve().parent
 WORKDIR = HERE / "out"
@@ -84,12 +84,31 @@ def restatement_section() -> str:
     return table(("figure", "value", "baseline (same run)", "ratio", "target"), [f.row() for f in figures])
 
 
+def flink_section(events: int, rounds: int) -> str:
+    echo("== Streamwarden vs PyFlink SQL: the same job on the same files, same run ==")
+    results = [
+        flink_compare.compare(job, events, rounds, WORKDIR / "flink" / job, echo)
+        for job in sorted(flink_compare.COMPARISONS)
+    ]
+    notes = [
+        f"- {r.comparison.job}: Flink in {r.comparison.mode_note}; same rows per partition checked "
+        f"({r.partitions} partitions, {r.rows:,} rows); medians of {r.rounds} warm rounds."
+        for r in results
+    ]
+    return flink_compare.table(results) + "\n\n" + "\n".join(notes)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=["throughput", "recovery", "restatement"])
-    parser.add_argument("--rounds", type=int, default=2, help="throughput rounds (each: bare, then platform)")
+    parser.add_argument("--only", choices=["throughput", "recovery", "restatement", "flink"])
+    parser.add_argument("--rounds", type=int, default=2, help="throughput and flink rounds")
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument(
+        "--events", type=int, default=flink_compare.DEFAULT_EVENTS, help="flink comparison input"
+    )
+    size.add_argument("--quick", action="store_const", dest="events", const=flink_compare.QUICK_EVENTS)
     args = parser.parse_args(argv)
-    command = "python -m benchmarks.run" + (f" --only {args.only}" if args.only else "")
+    command = " ".join(["python -m benchmarks.run", *(argv if argv is not None else sys.argv[1:])])
     sections = []
     if args.only in (None, "throughput"):
         sections.append(("Router throughput (2 cores, local[2])", throughput_section(args.rounds)))
@@ -97,6 +116,10 @@ def main(argv: list[str] | None = None) -> int:
         sections.append(("Recovery from kill -9 (embedded platform, Airflow scheduler)", recovery_section()))
     if args.only in (None, "restatement"):
         sections.append(("Savepoints, rewind and replay (SeaweedFS on loopback)", restatement_section()))
+    if args.only in (None, "flink"):
+        sections.append(
+            ("Streamwarden vs PyFlink 2.3 SQL (2 cores)", flink_section(args.events, args.rounds))
+        )
     report = f"\n## {date.today()}: `{command}` on {host.machine()}, {host.python_version()}\n"
     for title, body in sections:
         report += f"\n### {title}\n\n{body}\n"

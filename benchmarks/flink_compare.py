@@ -1,0 +1,407 @@
+"""Streamwarden against PyFlink SQL: the same job over the same files, in the same invocation.
+
+    python -m benchmarks.flink_compare [--job router] [--events N | --quick]
+
+For each compared job: generate its scenario's landing files (in chunks of `CHUNK_EVENTS`, so the
+input is many files as in production), then run each side in its own child process on 2 cores:
+
+* Spark: the real job, `jobs.runner.plan_job` with the spec's settings (session as
+  `jobs.runtime.build_session` builds it: master local[2], driver memory, shuffle partitions,
+  `maxFilesPerTrigger`) and an available-now trigger, writing its partitioned Parquet sink. The
+  platform's telemetry listener and metrics endpoint are not attached (`benchmarks.throughput`
+  measures those: 5-8 %).
+* Flink: the comparison's Flink SQL (`benchmarks/flink/<job>.py`) in a local PyFlink mini-cluster
+  with parallelism 2 and the same JVM heap (`-Xmx` = the spec's driver memory), run by
+  `benchmarks/flink/run_sql.py` under its own virtualenv (`.tools/flink-venv`, apache-flink
+  pinned to `FLINK_VERSION`, created on first use; the project's venv never gets PyFlink).
+
+Measured warm, the same way on both sides: each child first runs the job over a small warm-up
+input in the same JVM, then the timed run over the real input. JVM start-up and warm-up are
+excluded; the timed figure is wall time from starting the query (Spark `start()`, Flink
+`execute_sql` of the INSERT) to its end, so planning, file listing, job start-up and the final
+commit are included on both sides. Each side's own measure is reported next to it (Spark: sum of
+batch durations; Flink: the job's net runtime).
+
+The figures count only if both sides computed the same thing: after the timed runs the rows per
+sink partition (e.g. route, event_date, event_hour) are counted on both outputs, and the
+benchmark fails when any count differs.
+
+Adding a job: a `Comparison` in `COMPARISONS` (its Flink SQL builder and runtime mode). The input
+is the job kind's scenario (`ops.scenarios`); a stateful job also needs its scenario flush on the
+Spark side (the watermark must pass the last windows, as in tests/jobs/test_parity.py) and bounded
+streaming mode on the Flink side, where the end of input fires every open window.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+import urllib.parse
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from benchmarks.flink import router as flink_router
+from benchmarks.flink.landing_sql import DEFAULT_PARTITION
+from ops.config import JobSpec, PlatformConfig, StorageConfig, find_job, load_platform
+from ops.scenarios import SCENARIOS
+
+REPO = Path(__file__).resolve().parent.parent
+FLINK_VERSION = "2.3.0"
+FLINK_VENV = REPO / ".tools" / "flink-venv"
+FLINK_RUNNER = REPO / "benchmarks" / "flink" / "run_sql.py"
+WORKDIR = REPO / "benchmarks" / "out" / "flink"
+DEFAULT_EVENTS = 1_000_000
+QUICK_EVENTS = 50_000
+WARMUP_EVENTS = 30_000
+CHUNK_EVENTS = 50_000
+# Seeds of the warm-up input, far from the timed input's.
+WARMUP_SEED = 90_000
+RESULT_PREFIX = "RESULT "
+
+# A partition's values as directory names give them: text, "null" for a null value.
+PartitionKey = tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One job compared: its Flink SQL and how Flink runs it."""
+
+    job: str
+    # (spec, landing_root, out_dir) -> Flink SQL statements, the last one the INSERT into the sink.
+    flink_statements: Callable[[JobSpec, Path, Path], list[str]]
+    flink_mode: Literal["batch", "streaming"]
+    # The target ratio of Spark's events/s to Flink's.
+    target: float
+    # Why that runtime mode is the fair one, for the results table.
+    mode_note: str
+
+
+COMPARISONS: dict[str, Comparison] = {
+    "router": Comparison(
+        job="router",
+        flink_statements=flink_router.statements,
+        flink_mode="streaming",
+        target=1.2,
+        mode_note="bounded streaming, as Spark runs it; batch mode was no faster (it sorts by partition)",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of a side: which input it reads, where it writes."""
+
+    name: str
+    landing_root: Path
+    out_root: Path
+
+
+def side_runs(workdir: Path, side: str, rounds: int) -> list[Run]:
+    """A warm-up run over the small input, then `rounds` timed runs over the real input."""
+    runs = [Run("warm-up", workdir / "warm-up" / "landing", workdir / side / "warm-up")]
+    for round_no in range(1, rounds + 1):
+        runs.append(
+            Run(f"round {round_no}", workdir / "input" / "landing", workdir / side / f"round-{round_no}")
+        )
+    return runs
+
+
+@dataclass(frozen=True)
+class SideTiming:
+    """One side's timed runs (median of the rounds)."""
+
+    wall_seconds: float
+    engine_seconds: float
+
+    @classmethod
+    def median_of(cls, runs: list[dict[str, float]]) -> SideTiming:
+        timed = runs[1:]
+        return cls(
+            statistics.median(run["wall_seconds"] for run in timed),
+            statistics.median(run["engine_seconds"] for run in timed),
+        )
+
+
+@dataclass(frozen=True)
+class Result:
+    comparison: Comparison
+    events: int
+    input_mb: float
+    rounds: int
+    spark: SideTiming
+    flink: SideTiming
+    partitions: int
+    rows: int
+
+    def rate(self, seconds: float) -> float:
+        return self.events / seconds
+
+
+def ensure_flink_venv(echo: Callable[[str], None]) -> Path:
+    """The PyFlink venv's python, creating the venv first if it lacks the pinned apache-flink."""
+    python = FLINK_VENV / "bin" / "python"
+    stamp = FLINK_VENV / f".apache-flink-{FLINK_VERSION}"
+    if not stamp.exists():
+        echo(f"installing apache-flink=={FLINK_VERSION} into {FLINK_VENV} (once, about a minute)")
+        base_python = Path(sys.base_prefix) / "bin" / "python3"
+        subprocess.run([str(base_python), "-m", "venv", "--clear", str(FLINK_VENV)], check=True)
+        # Captured: pip's warnings would drown the progress lines.
+        pip = subprocess.run(
+            [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+            + [f"apache-flink=={FLINK_VERSION}"],
+            capture_output=True,
+            text=True,
+        )
+        if pip.returncode != 0:
+            raise RuntimeError(f"installing apache-flink=={FLINK_VERSION} failed:\n{pip.stderr[-3000:]}")
+        stamp.touch()
+    return python
+
+
+def rooted(platform: PlatformConfig, run: Run) -> PlatformConfig:
+    """The platform reading the run's landing files and keeping everything else under its out root."""
+    rooted_storage = StorageConfig(
+        runtime_root=run.out_root / "runtime",
+        landing_root=run.landing_root,
+        lake_root=run.out_root / "lake",
+        checkpoint_root=run.out_root / "checkpoints",
+    )
+    return platform.model_copy(update={"storage": rooted_storage})
+
+
+def write_input(
+    spec: JobSpec, landing_root: Path, events: int, seed: int, echo: Callable[[str], None]
+) -> int:
+    """Write the job kind's scenario in chunks under `landing_root`; return the lines written."""
+    scenario = SCENARIOS[spec.pipeline.kind]
+    paths: list[Path] = []
+    chunks = max(1, round(events / CHUNK_EVENTS))
+    for chunk in range(chunks):
+        paths += scenario.write(landing_root, min(events, CHUNK_EVENTS), seed + chunk)
+        if (chunk + 1) % 5 == 0 or chunk + 1 == chunks:
+            echo(f"  generated {chunk + 1}/{chunks} chunks ({len(paths)} files)")
+    return sum(path.read_bytes().count(b"\n") for path in paths)
+
+
+def parallelism(master: str) -> int:
+    """Cores of a `local[N]` master (the Flink side gets as many)."""
+    match = re.fullmatch(r"local\[(\d+)\]", master)
+    return int(match.group(1)) if match else 2
+
+
+def stream_child(command: list[str], log_path: Path, echo: Callable[[str], None], **kwargs) -> dict:
+    """Run a child, echo its progress lines, keep its stderr in `log_path`; return its RESULT."""
+    with log_path.open("w") as log:
+        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True, **kwargs)
+        assert child.stdout is not None
+        result = None
+        for line in child.stdout:
+            if line.startswith(RESULT_PREFIX):
+                result = json.loads(line[len(RESULT_PREFIX) :])
+            else:
+                echo(line.rstrip())
+        if child.wait() != 0 or result is None:
+            raise RuntimeError(f"{command[0]} exited {child.returncode}; see {log_path}")
+    return result
+
+
+def run_spark(job: str, workdir: Path, rounds: int, echo: Callable[[str], None]) -> dict:
+    command = [sys.executable, "-m", "benchmarks.flink_compare", "spark-child", "--job", job]
+    command += ["--workdir", str(workdir), "--rounds", str(rounds)]
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    return stream_child(command, workdir / "spark.log", echo, env=env, cwd=REPO)
+
+
+def run_flink(
+    comparison: Comparison, spec: JobSpec, workdir: Path, rounds: int, echo: Callable[[str], None]
+) -> dict:
+    python = ensure_flink_venv(echo)
+    platform = load_platform()
+    plan = {
+        "mode": comparison.flink_mode,
+        "parallelism": parallelism(spec.operations.resources.master or platform.spark.master),
+        "runs": [
+            {
+                "name": run.name,
+                "statements": comparison.flink_statements(spec, run.landing_root, run.out_root),
+            }
+            for run in side_runs(workdir, "flink", rounds)
+        ],
+    }
+    plan_path = workdir / "flink-plan.json"
+    plan_path.write_text(json.dumps(plan, indent=1))
+    # The same heap as the Spark driver; the mini-cluster runs inside this one JVM.
+    env = {**os.environ, "JVM_ARGS": f"-Xmx{spec.operations.resources.driver_memory}"}
+    return stream_child(
+        [str(python), str(FLINK_RUNNER), str(plan_path)], workdir / "flink.log", echo, env=env
+    )
+
+
+def flink_partition_counts(out_dir: Path) -> Counter[PartitionKey]:
+    """Rows per partition of a Flink CSV file sink: lines of its committed files, by directory."""
+    counts: Counter[PartitionKey] = Counter()
+    for path in out_dir.rglob("*"):
+        if not path.is_file() or path.name.startswith((".", "_")):
+            continue
+        values = [
+            urllib.parse.unquote(part.split("=", 1)[1]) for part in path.relative_to(out_dir).parts[:-1]
+        ]
+        key = tuple("null" if value == DEFAULT_PARTITION else value for value in values)
+        with path.open("rb") as data:
+            counts[key] += sum(block.count(b"\n") for block in iter(lambda: data.read(1 << 20), b""))
+    return counts
+
+
+def compare(job: str, events: int, rounds: int, workdir: Path, echo: Callable[[str], None]) -> Result:
+    """Generate the input, run both sides, check they agree, and return the figures."""
+    comparison = COMPARISONS[job]
+    spec = find_job(job)
+    shutil.rmtree(workdir, ignore_errors=True)
+    echo(f"generating {events:,} events for {job} ({spec.pipeline.kind} scenario)")
+    landing_root = workdir / "input" / "landing"
+    written = write_input(spec, landing_root, events, 0, echo)
+    write_input(spec, workdir / "warm-up" / "landing", WARMUP_EVENTS, WARMUP_SEED, lambda _line: None)
+    input_mb = sum(p.stat().st_size for p in landing_root.rglob("*.json")) / 1e6
+    echo(f"  {written:,} lines, {input_mb:.0f} MB")
+    echo(f"spark (the real job, available-now; warm-up, then {rounds} timed rounds):")
+    spark = run_spark(job, workdir, rounds, echo)
+    echo(
+        f"flink (PyFlink {FLINK_VERSION}, {comparison.flink_mode} mode; warm-up, then {rounds} timed rounds):"
+    )
+    flink = run_flink(comparison, spec, workdir, rounds, echo)
+    spark_counts = Counter({tuple(row[:-1]): row[-1] for row in spark["counts"]})
+    flink_counts = flink_partition_counts(side_runs(workdir, "flink", rounds)[-1].out_root)
+    if spark_counts != flink_counts:
+        keys = sorted(
+            k for k in spark_counts.keys() | flink_counts.keys() if spark_counts[k] != flink_counts[k]
+        )
+        details = ", ".join(f"{key}: spark {spark_counts[key]} flink {flink_counts[key]}" for key in keys[:5])
+        raise RuntimeError(f"{job}: the two sides wrote different rows per partition ({details})")
+    rows = spark_counts.total()
+    echo(f"  same rows per partition on both sides: {len(spark_counts)} partitions, {rows:,} rows")
+    return Result(
+        comparison=comparison,
+        events=written,
+        input_mb=input_mb,
+        rounds=rounds,
+        spark=SideTiming.median_of(spark["runs"]),
+        flink=SideTiming.median_of(flink["runs"]),
+        partitions=len(spark_counts),
+        rows=rows,
+    )
+
+
+HEADERS = (
+    "job",
+    "events",
+    "spark wall",
+    "spark events/s",
+    "flink wall",
+    "flink events/s",
+    "spark/flink (wall)",
+    "spark batches / flink net runtime",
+    "spark/flink (engine)",
+    "target",
+)
+
+
+def table_rows(results: list[Result]) -> Iterator[tuple[str, ...]]:
+    """One row per job: medians of the timed rounds."""
+    for r in results:
+        yield (
+            r.comparison.job,
+            f"{r.events:,} ({r.input_mb:.0f} MB)",
+            f"{r.spark.wall_seconds:.1f} s",
+            f"{r.rate(r.spark.wall_seconds):,.0f}",
+            f"{r.flink.wall_seconds:.1f} s",
+            f"{r.rate(r.flink.wall_seconds):,.0f}",
+            f"{r.flink.wall_seconds / r.spark.wall_seconds:.2f}x",
+            f"{r.spark.engine_seconds:.1f} s / {r.flink.engine_seconds:.1f} s",
+            f"{r.flink.engine_seconds / r.spark.engine_seconds:.2f}x",
+            f">= {r.comparison.target:.1f}x",
+        )
+
+
+def table(results: list[Result]) -> str:
+    lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in table_rows(results)])
+
+
+# --- the Spark child ------------------------------------------------------------------------------
+
+
+def spark_child(job: str, workdir: Path, rounds: int) -> None:
+    """Run the real job: warm-up, then the timed rounds, in one session; print progress and RESULT."""
+    from pyspark.sql import functions as F
+
+    from jobs.catalog import kind_of
+    from jobs.runner import plan_job
+    from jobs.runtime import build_session, with_trigger
+
+    spec = find_job(job)
+    platform = load_platform()
+    spark = build_session(platform, spec)
+    timings = []
+    runs = side_runs(workdir, "spark", rounds)
+    for run in runs:
+        started = time.monotonic()
+        query = with_trigger(plan_job(rooted(platform, run), spec), spec, available_now=True)(spark).start()
+        query.awaitTermination()
+        wall = time.monotonic() - started
+        if query.exception() is not None:
+            raise RuntimeError(f"spark {run.name} failed: {query.exception()}")
+        batches = [p["durationMs"]["triggerExecution"] for p in query.recentProgress if p["numInputRows"] > 0]
+        timings.append({"wall_seconds": wall, "engine_seconds": sum(batches) / 1000})
+        print(
+            f"  spark {run.name}: {wall:.1f}s wall, {len(batches)} batches {sum(batches) / 1000:.1f}s",
+            flush=True,
+        )
+    columns = kind_of(spec).partition_columns
+    sink = spark.read.parquet(str(rooted(platform, runs[-1]).lake_root / spec.pipeline.sink.path))
+    counts = [
+        [*("null" if row[c] is None else str(row[c]) for c in columns), row["count"]]
+        for row in sink.groupBy(*columns).agg(F.count(F.lit(1)).alias("count")).collect()
+    ]
+    spark.stop()
+    print(RESULT_PREFIX + json.dumps({"runs": timings, "counts": counts}), flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.flink_compare", description=__doc__.splitlines()[0]
+    )
+    sub = parser.add_subparsers(dest="command")
+    child = sub.add_parser("spark-child", help="internal: the Spark side's process")
+    child.add_argument("--job", required=True)
+    child.add_argument("--workdir", type=Path, required=True)
+    child.add_argument("--rounds", type=int, required=True)
+    parser.add_argument(
+        "--job", choices=sorted(COMPARISONS), action="append", help="default: every compared job"
+    )
+    parser.add_argument("--rounds", type=int, default=2, help="timed rounds per side (median reported)")
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--events", type=int, default=DEFAULT_EVENTS)
+    size.add_argument(
+        "--quick", action="store_const", dest="events", const=QUICK_EVENTS, help="~50K events (smoke)"
+    )
+    args = parser.parse_args(argv)
+    if args.command == "spark-child":
+        spark_child(args.job, args.workdir, args.rounds)
+        return 0
+    jobs = args.job or sorted(COMPARISONS)
+    print(table([compare(job, args.events, args.rounds, WORKDIR / job, print) for job in jobs]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
