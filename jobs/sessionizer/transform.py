@@ -52,9 +52,14 @@ has passed everything gives the same session rows.
 
 Operations: `gap_minutes`, `max_session_minutes` and `allowed_lateness_minutes` change results but
 not the state schema (a deliberately wrong value is fixed by a rewind). `key_fields` is part of the
-state schema: adding or retyping a key field makes Spark refuse the old checkpoint
-(STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE). `state_buckets` and the key field names are also
-checked against the state by the function itself, which fails with a clear message.
+state key schema (through typed null grouping columns): adding or retyping a key field makes Spark
+refuse the old checkpoint with STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE. A same-typed rename, or a
+new `state_buckets`, is caught by the function itself (the state records both), which fails
+naming the old and new values.
+
+A quirk met on the way: PySpark 4.3's worker cannot parse an array-typed state schema
+(KeyError 'elementType'), so a bucket's pending events are stored as one Arrow IPC blob, which is
+also the cheapest way to move them in and out of pandas.
 """
 
 from __future__ import annotations
