@@ -41,8 +41,9 @@ rows whose watermark predicate is null) while the watermark itself is still comp
 
 Performance: keys are hashed into `state_buckets` groups and each group is one pandas call that
 sessionizes all its keys at once with numpy (sort, diff, cumsum); only a run of events longer than
-`max_session` is walked in Python. Per-key Python calls (the obvious `groupBy(key)`) cost about a
-millisecond each per micro-batch. The state row of a bucket holds the pending (not yet final)
+`max_session` is walked in Python. The obvious `groupBy(key)` would make one Python call (pandas
+frame, state conversion) per active key per micro-batch, which dominates on many small keys; not
+benchmarked here yet. The state row of a bucket holds the pending (not yet final)
 events of its keys as arrays, so state is bounded by the events of the last gap + lateness, not by
 the number of keys ever seen.
 
