@@ -41,8 +41,9 @@ rows whose watermark predicate is null) while the watermark itself is still comp
 
 Performance: keys are hashed into `state_buckets` groups and each group is one pandas call that
 sessionizes all its keys at once with numpy (sort, diff, cumsum); only a run of events longer than
-`max_session` is walked in Python. Per-key Python calls (the obvious `groupBy(key)`) cost about a
-millisecond each per micro-batch. The state row of a bucket holds the pending (not yet final)
+`max_session` is walked in Python. The obvious `groupBy(key)` would make one Python call (pandas
+frame, state conversion) per active key per micro-batch, which dominates on many small keys; not
+benchmarked here yet. The state row of a bucket holds the pending (not yet final)
 events of its keys as arrays, so state is bounded by the events of the last gap + lateness, not by
 the number of keys ever seen.
 
@@ -52,9 +53,14 @@ has passed everything gives the same session rows.
 
 Operations: `gap_minutes`, `max_session_minutes` and `allowed_lateness_minutes` change results but
 not the state schema (a deliberately wrong value is fixed by a rewind). `key_fields` is part of the
-state schema: adding or retyping a key field makes Spark refuse the old checkpoint
-(STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE). `state_buckets` and the key field names are also
-checked against the state by the function itself, which fails with a clear message.
+state key schema (through typed null grouping columns): adding or retyping a key field makes Spark
+refuse the old checkpoint with STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE. A same-typed rename, or a
+new `state_buckets`, is caught by the function itself (the state records both), which fails
+naming the old and new values.
+
+A quirk met on the way: PySpark 4.3's worker cannot parse an array-typed state schema
+(KeyError 'elementType'), so a bucket's pending events are stored as one Arrow IPC blob, which is
+also the cheapest way to move them in and out of pandas.
 """
 
 from __future__ import annotations
