@@ -23,12 +23,14 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 
+from jobs.campaign_uniques.transform import PARTITION_COLUMNS as CAMPAIGN_UNIQUES_PARTITIONS
+from jobs.campaign_uniques.transform import campaign_uniques
 from jobs.router.transform import PARTITION_COLUMNS as ROUTER_PARTITIONS
 from jobs.router.transform import invalid_route_filters, route_events
 from jobs.runtime import parse_events, with_event_partitions
 from ops.config import JobSpec, PlatformConfig
 from ops.exceptions import ConfigError
-from ops.pipelines import RouterPipeline
+from ops.pipelines import CampaignUniquesPipeline, RouterPipeline
 
 Transform = Callable[[Mapping[str, DataFrame], Any], DataFrame]
 # Problems the analyzer finds in a pipeline's expressions, by dotted field of the job file.
@@ -61,8 +63,13 @@ def _check_routes(inputs: Mapping[str, DataFrame], pipeline: RouterPipeline) -> 
     }
 
 
+def _campaign_uniques(inputs: Mapping[str, DataFrame], pipeline: CampaignUniquesPipeline) -> DataFrame:
+    return campaign_uniques(inputs["engagements"], pipeline)
+
+
 KINDS: dict[str, JobKind] = {
     "router": JobKind(transform=_route, partition_columns=ROUTER_PARTITIONS, check=_check_routes),
+    "campaign_uniques": JobKind(transform=_campaign_uniques, partition_columns=CAMPAIGN_UNIQUES_PARTITIONS),
 }
 
 

@@ -86,4 +86,45 @@ class RouterPipeline(Model):
         return self
 
 
-Pipeline = Annotated[RouterPipeline, Field(discriminator="kind")]
+def _require_string_fields(source: FileSource, names: tuple[str, ...], what: str) -> None:
+    """Raise unless `source` declares each of `names` as a required string field."""
+    declared = {f.name: (f.type, f.required) for f in source.fields}
+    for name in names:
+        if declared.get(name) != ("string", True):
+            raise ValueError(f"{what} must have a required string field {name!r}")
+    if declared[source.event_time_field][1] is not True:
+        raise ValueError(f"{what} event_time_field {source.event_time_field!r} must be required")
+
+
+class CampaignUniquesPipeline(Model):
+    """Unique users per campaign per hour (exact and HyperLogLog), and each engagement enriched
+    with the number of distinct campaigns its user engaged with in the sliding window ending
+    at/after it."""
+
+    kind: Literal["campaign_uniques"]
+    source: FileSource
+    sink: FileSink
+    # Bounded out-of-orderness: the watermark trails the newest event time by this.
+    allowed_lateness_seconds: int = Field(600, ge=0)
+    # Tumbling window of the per-campaign unique counts.
+    hour_seconds: int = Field(3600, gt=0)
+    # Relative standard deviation of the HyperLogLog++ estimate (Spark requires < 0.4).
+    approx_rsd: float = Field(0.05, gt=0.0, lt=0.4)
+    # Sliding window of the per-user distinct-campaign count, and its slide.
+    recent_window_seconds: int = Field(86400, gt=0)
+    recent_slide_seconds: int = Field(3600, gt=0)
+
+    @property
+    def inputs(self) -> dict[str, FileSource]:
+        """The job's sources by the name its transform knows them by."""
+        return {"engagements": self.source}
+
+    @model_validator(mode="after")
+    def _consistent(self) -> CampaignUniquesPipeline:
+        _require_string_fields(self.source, ("event_id", "campaign_id", "user_id"), "source")
+        if self.recent_window_seconds % self.recent_slide_seconds:
+            raise ValueError("recent_window_seconds must be a multiple of recent_slide_seconds")
+        return self
+
+
+Pipeline = Annotated[RouterPipeline | CampaignUniquesPipeline, Field(discriminator="kind")]

@@ -14,8 +14,13 @@ results stay open in the stream, which is why the batch side is computed without
 
 from __future__ import annotations
 
+import json
+import os
+import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from ops.generator import write_batch
@@ -42,7 +47,110 @@ def router_scenario(landing_root: Path, n_events: int, seed: int) -> list[Path]:
     ]
 
 
+def _pattern_time(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def _pattern_file(landing_dir: Path, file_name: str, lines: list[str], age_seconds: float) -> Path:
+    """One landing file written atomically, modified `age_seconds` ago (older files are read first)."""
+    landing_dir.mkdir(parents=True, exist_ok=True)
+    path = landing_dir / file_name
+    temp_path = landing_dir / f".{file_name}.{os.getpid()}.tmp"
+    temp_path.write_text("".join(line + "\n" for line in lines))
+    modified = time.time() - age_seconds
+    os.utime(temp_path, (modified, modified))
+    os.replace(temp_path, path)
+    return path
+
+
+def _files_by_arrival(
+    rng: random.Random,
+    landing_dir: Path,
+    prefix: str,
+    timed_events: list[tuple[datetime, dict[str, object]]],
+    max_delay: timedelta,
+    id_field: str,
+) -> list[Path]:
+    """Events arriving 0..`max_delay` after their event time, in FILES_PER_SCENARIO files by arrival.
+
+    3 % of the lines are malformed (truncated JSON or no id) and 2 % of the events are sent twice
+    in the same file. Since a file holds only events that arrived after every event of the files
+    before it, and the delay is below the allowed lateness, no event is older than the watermark.
+    """
+    arrivals: list[tuple[datetime, list[str]]] = []
+    for moment, fields in timed_events:
+        event = {**fields, "event_time": _pattern_time(moment)}
+        roll = rng.random()
+        if roll < 0.015:
+            line = json.dumps(event)
+            lines = [line[: len(line) // 2]]
+        elif roll < 0.03:
+            lines = [json.dumps({k: v for k, v in event.items() if k != id_field})]
+        elif roll < 0.05:
+            lines = [json.dumps(event)] * 2
+        else:
+            lines = [json.dumps(event)]
+        arrivals.append((moment + rng.uniform(0, 1) * max_delay, lines))
+    arrivals.sort(key=lambda arrival: arrival[0])
+    per_file = -(-len(arrivals) // FILES_PER_SCENARIO)
+    written = []
+    for k in range(FILES_PER_SCENARIO):
+        chunk = [line for _, lines in arrivals[k * per_file : (k + 1) * per_file] for line in lines]
+        rng.shuffle(chunk)
+        age = 10.0 * (FILES_PER_SCENARIO - k)
+        written.append(_pattern_file(landing_dir, f"{prefix}-{k}.json", chunk, age))
+    return written
+
+
+# conf/jobs/campaign_uniques.yaml's allowed lateness; its scenario delays events by at most half.
+CAMPAIGN_UNIQUES_LATENESS = timedelta(seconds=600)
+CAMPAIGN_UNIQUES_START = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+def campaign_uniques_scenario(landing_root: Path, n_events: int, seed: int) -> list[Path]:
+    """Engagements of 150 users with 12 campaigns over 6 hours, in `engagements/`.
+
+    Users engage with a few favourite campaigns, so per-hour uniques and the 24 h distinct
+    campaigns per user both vary. Some events sit exactly on an hour boundary.
+    """
+    rng = random.Random(seed)
+    timed: list[tuple[datetime, dict[str, object]]] = []
+    for i in range(n_events):
+        user = rng.randrange(150)
+        campaign = (user + rng.choice((0, 0, 1, 3, 7))) % 12
+        offset = timedelta(seconds=6 * 3600 * i / n_events)
+        if i % 50 == 0:
+            offset = timedelta(hours=int(offset.total_seconds() // 3600))
+        event: dict[str, object] = {
+            "event_id": f"g-{seed}-{i:05d}",
+            "campaign_id": f"c{campaign:02d}",
+            "user_id": f"u{user:03d}",
+            "event_type": rng.choice(("open", "click", "open", "delivered")),
+        }
+        timed.append((CAMPAIGN_UNIQUES_START + offset, event))
+    return _files_by_arrival(
+        rng,
+        landing_root / "engagements",
+        f"engagements-{seed}",
+        timed,
+        CAMPAIGN_UNIQUES_LATENESS / 2,
+        "event_id",
+    )
+
+
+def campaign_uniques_flush(landing_root: Path) -> list[Path]:
+    """One engagement 30 days later, of a user and campaign of its own."""
+    event = {
+        "event_id": "g-flush",
+        "campaign_id": "c-flush",
+        "user_id": "u-flush",
+        "event_time": _pattern_time(CAMPAIGN_UNIQUES_START + timedelta(days=30)),
+    }
+    return [_pattern_file(landing_root / "engagements", "engagements-flush.json", [json.dumps(event)], 0.0)]
+
+
 # Pipeline kind -> its scenario.
 SCENARIOS: dict[str, Scenario] = {
     "router": Scenario(write=router_scenario),
+    "campaign_uniques": Scenario(write=campaign_uniques_scenario, flush=campaign_uniques_flush),
 }
