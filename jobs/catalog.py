@@ -23,6 +23,8 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 
+from jobs.attack_chains.transform import PARTITION_COLUMNS as ATTACK_CHAINS_PARTITIONS
+from jobs.attack_chains.transform import attack_chains
 from jobs.campaign_uniques.transform import PARTITION_COLUMNS as CAMPAIGN_UNIQUES_PARTITIONS
 from jobs.campaign_uniques.transform import campaign_uniques
 from jobs.router.transform import PARTITION_COLUMNS as ROUTER_PARTITIONS
@@ -30,7 +32,7 @@ from jobs.router.transform import invalid_route_filters, route_events
 from jobs.runtime import parse_events, with_event_partitions
 from ops.config import JobSpec, PlatformConfig
 from ops.exceptions import ConfigError
-from ops.pipelines import CampaignUniquesPipeline, RouterPipeline
+from ops.pipelines import AttackChainsPipeline, CampaignUniquesPipeline, RouterPipeline
 
 Transform = Callable[[Mapping[str, DataFrame], Any], DataFrame]
 # Problems the analyzer finds in a pipeline's expressions, by dotted field of the job file.
@@ -67,9 +69,14 @@ def _campaign_uniques(inputs: Mapping[str, DataFrame], pipeline: CampaignUniques
     return campaign_uniques(inputs["engagements"], pipeline)
 
 
+def _attack_chains(inputs: Mapping[str, DataFrame], pipeline: AttackChainsPipeline) -> DataFrame:
+    return attack_chains(inputs["events"], pipeline)
+
+
 KINDS: dict[str, JobKind] = {
     "router": JobKind(transform=_route, partition_columns=ROUTER_PARTITIONS, check=_check_routes),
     "campaign_uniques": JobKind(transform=_campaign_uniques, partition_columns=CAMPAIGN_UNIQUES_PARTITIONS),
+    "attack_chains": JobKind(transform=_attack_chains, partition_columns=ATTACK_CHAINS_PARTITIONS),
 }
 
 

@@ -127,4 +127,73 @@ class CampaignUniquesPipeline(Model):
         return self
 
 
-Pipeline = Annotated[RouterPipeline | CampaignUniquesPipeline, Field(discriminator="kind")]
+class SequenceRule(Model):
+    """`first` followed by `then` on the same `key` within `within_seconds` (inclusive)."""
+
+    kind: Literal["sequence"]
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    key: str = "host"
+    first: str = Field(min_length=1, description="Spark SQL filter of the first event.")
+    then: str = Field(min_length=1, description="Spark SQL filter of the following event.")
+    within_seconds: int = Field(900, gt=0)
+
+
+class ThresholdThenRule(Model):
+    """At least `min_failures` `failure` events then a `success` on the same key, all within the window."""
+
+    kind: Literal["threshold_then"]
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    key: str = "user_id"
+    failure: str = Field(min_length=1)
+    success: str = Field(min_length=1)
+    min_failures: int = Field(5, ge=1)
+    within_seconds: int = Field(300, gt=0)
+
+
+class DistinctCountRule(Model):
+    """One key touching at least `min_distinct` distinct `target` values within the window."""
+
+    kind: Literal["distinct_count"]
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    key: str = "src_ip"
+    filter: str = Field("true", min_length=1)
+    target: str = "dst_ip"
+    min_distinct: int = Field(10, ge=2)
+    within_seconds: int = Field(300, gt=0)
+
+
+PatternRule = Annotated[SequenceRule | ThresholdThenRule | DistinctCountRule, Field(discriminator="kind")]
+
+
+class AttackChainsPipeline(Model):
+    """Complex event patterns over security events, one stateful matcher per rule and key."""
+
+    kind: Literal["attack_chains"]
+    source: FileSource
+    sink: FileSink
+    allowed_lateness_seconds: int = Field(300, ge=0)
+    rules: tuple[PatternRule, ...] = Field(min_length=1)
+
+    @property
+    def inputs(self) -> dict[str, FileSource]:
+        """The job's sources by the name its transform knows them by."""
+        return {"events": self.source}
+
+    @model_validator(mode="after")
+    def _rules_are_consistent(self) -> AttackChainsPipeline:
+        _require_string_fields(self.source, ("event_id",), "source")
+        known = {f.name for f in self.source.fields}
+        names = [rule.name for rule in self.rules]
+        if len(set(names)) != len(names):
+            raise ValueError(f"rule names must be unique, got {names}")
+        for rule in self.rules:
+            fields = [rule.key] + ([rule.target] if isinstance(rule, DistinctCountRule) else [])
+            unknown = [name for name in fields if name not in known]
+            if unknown:
+                raise ValueError(f"rule {rule.name!r} names unknown fields {unknown}")
+        return self
+
+
+Pipeline = Annotated[
+    RouterPipeline | CampaignUniquesPipeline | AttackChainsPipeline, Field(discriminator="kind")
+]

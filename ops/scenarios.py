@@ -149,8 +149,79 @@ def campaign_uniques_flush(landing_root: Path) -> list[Path]:
     return [_pattern_file(landing_root / "engagements", "engagements-flush.json", [json.dumps(event)], 0.0)]
 
 
+# conf/jobs/attack_chains.yaml's allowed lateness; its scenario delays events by at most half.
+ATTACK_CHAINS_LATENESS = timedelta(seconds=300)
+ATTACK_CHAINS_START = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+def attack_chains_scenario(landing_root: Path, n_events: int, seed: int) -> list[Path]:
+    """Security events over 4 hours in `security_events/`: background downloads, execs, logins and
+    connections of 10 hosts, 20 users and 20 sources, with injected brute-force bursts (failures
+    then a success) and port scans, so every rule matches some keys and misses others."""
+    rng = random.Random(seed)
+    timed: list[tuple[datetime, dict[str, object]]] = []
+    span = 4 * 3600.0
+
+    def add(moment: datetime, **fields: object) -> None:
+        timed.append((moment, {"event_id": f"s-{seed}-{len(timed):05d}", **fields}))
+
+    while len(timed) < n_events:
+        moment = ATTACK_CHAINS_START + timedelta(seconds=span * len(timed) / n_events)
+        roll = rng.random()
+        if roll < 0.04:
+            user = f"u{rng.randrange(20):02d}"
+            for k in range(rng.randrange(3, 8)):
+                add(moment + timedelta(seconds=20 * k), event_type="login", user_id=user, outcome="failure")
+            add(moment + timedelta(seconds=170), event_type="login", user_id=user, outcome="success")
+        elif roll < 0.07:
+            source = f"10.0.0.{rng.randrange(20)}"
+            for k in range(rng.randrange(6, 14)):
+                add(
+                    moment + timedelta(seconds=15 * k),
+                    event_type="connection",
+                    src_ip=source,
+                    dst_ip=f"10.1.0.{k}",
+                )
+        elif roll < 0.45:
+            add(moment, event_type=rng.choice(("download", "exec")), host=f"h{rng.randrange(10):02d}")
+        elif roll < 0.75:
+            add(
+                moment,
+                event_type="login",
+                user_id=f"u{rng.randrange(20):02d}",
+                outcome=rng.choice(("failure", "success", "success")),
+            )
+        else:
+            add(
+                moment,
+                event_type="connection",
+                src_ip=f"10.0.0.{rng.randrange(20)}",
+                dst_ip=f"10.1.0.{rng.randrange(30)}",
+            )
+    return _files_by_arrival(
+        rng,
+        landing_root / "security_events",
+        f"security-{seed}",
+        timed,
+        ATTACK_CHAINS_LATENESS / 2,
+        "event_id",
+    )
+
+
+def attack_chains_flush(landing_root: Path) -> list[Path]:
+    """One event 30 days later that no rule is interested in."""
+    event = {
+        "event_id": "s-flush",
+        "event_type": "heartbeat",
+        "host": "h-flush",
+        "event_time": _pattern_time(ATTACK_CHAINS_START + timedelta(days=30)),
+    }
+    return [_pattern_file(landing_root / "security_events", "security-flush.json", [json.dumps(event)], 0.0)]
+
+
 # Pipeline kind -> its scenario.
 SCENARIOS: dict[str, Scenario] = {
     "router": Scenario(write=router_scenario),
     "campaign_uniques": Scenario(write=campaign_uniques_scenario, flush=campaign_uniques_flush),
+    "attack_chains": Scenario(write=attack_chains_scenario, flush=attack_chains_flush),
 }

@@ -36,9 +36,11 @@ What Spark 4.3 supports, and so how each output is computed (checked on 4.3.0):
   State per user is bounded by their engagements in one `recent_window`.
 
 Watermark and lateness: the watermark is the newest event time seen in earlier micro-batches
-minus `allowed_lateness_seconds`. The per-user processor sees every row (Spark drops late rows in
-front of a processor only for the watermark of the previous batch, and only on the column it
-was given; it is given the event time in microseconds) and decides itself:
+minus `allowed_lateness_seconds`. The per-user processor sees every row: Spark 4.3 drops rows
+older than the previous batch's watermark in front of `applyInPandasWithState`, judged on the
+column tagged as event time (checked: such a row never reached the processor), so the processor
+gets the event time as plain microseconds plus a constant far-future tagged column (event-time
+timeouts require one), and decides itself:
 
 * an engagement with `event_time < watermark` of the batch it arrives in is `late`: written to
   the `late` output (its columns, no window, no count), and neither counted in nor enriched by
