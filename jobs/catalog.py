@@ -23,6 +23,10 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 
+from jobs.attack_chains.transform import PARTITION_COLUMNS as ATTACK_CHAINS_PARTITIONS
+from jobs.attack_chains.transform import attack_chains
+from jobs.campaign_uniques.transform import PARTITION_COLUMNS as CAMPAIGN_UNIQUES_PARTITIONS
+from jobs.campaign_uniques.transform import campaign_uniques
 from jobs.impressions_plays.transform import PARTITION_COLUMNS as IMPRESSIONS_PLAYS_PARTITIONS
 from jobs.impressions_plays.transform import impressions_plays
 from jobs.router.transform import PARTITION_COLUMNS as ROUTER_PARTITIONS
@@ -34,7 +38,13 @@ from jobs.warehouse_writer.transform import PARTITION_COLUMNS as WAREHOUSE_PARTI
 from jobs.warehouse_writer.transform import warehouse_rows
 from ops.config import JobSpec, PlatformConfig
 from ops.exceptions import ConfigError
-from ops.pipelines import ImpressionsPlaysPipeline, RouterPipeline, WarehouseWriterPipeline
+from ops.pipelines import (
+    AttackChainsPipeline,
+    CampaignUniquesPipeline,
+    ImpressionsPlaysPipeline,
+    RouterPipeline,
+    WarehouseWriterPipeline,
+)
 
 Transform = Callable[[Mapping[str, DataFrame], Any], DataFrame]
 # Problems the analyzer finds in a pipeline's expressions, by dotted field of the job file.
@@ -76,6 +86,14 @@ def _write_warehouse(inputs: Mapping[str, DataFrame], pipeline: WarehouseWriterP
     return warehouse_rows(events, pipeline.max_files_per_partition)
 
 
+def _campaign_uniques(inputs: Mapping[str, DataFrame], pipeline: CampaignUniquesPipeline) -> DataFrame:
+    return campaign_uniques(inputs["engagements"], pipeline)
+
+
+def _attack_chains(inputs: Mapping[str, DataFrame], pipeline: AttackChainsPipeline) -> DataFrame:
+    return attack_chains(inputs["events"], pipeline)
+
+
 KINDS: dict[str, JobKind] = {
     "router": JobKind(transform=_route, partition_columns=ROUTER_PARTITIONS, check=_check_routes),
     "impressions_plays": JobKind(
@@ -83,6 +101,8 @@ KINDS: dict[str, JobKind] = {
     ),
     "sessionizer": JobKind(transform=sessionize, partition_columns=SESSIONIZER_PARTITIONS),
     "warehouse_writer": JobKind(transform=_write_warehouse, partition_columns=WAREHOUSE_PARTITIONS),
+    "campaign_uniques": JobKind(transform=_campaign_uniques, partition_columns=CAMPAIGN_UNIQUES_PARTITIONS),
+    "attack_chains": JobKind(transform=_attack_chains, partition_columns=ATTACK_CHAINS_PARTITIONS),
 }
 
 

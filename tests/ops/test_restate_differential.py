@@ -2,16 +2,21 @@
 the savepoint taken before it and replayed with the right version, the sink equals, row for row,
 one clean run of the right version over the same input (DESIGN.md §5).
 
-Runs in this process on the session's Spark (a stream per phase, one landing file per batch), so
-every job and checkpoint format can be covered in seconds; `test_rewind.py` does the same with
-real driver processes.
+Runs in this process on the session's Spark (a stream per phase, one landing file per source per
+batch), so every job and checkpoint format can be covered in seconds; `test_rewind.py` does the
+same with real driver processes. The stateful case is the sessionizer (RocksDB state, checkpoint
+format v1 and v2): its wrong version has a 5-minute gap, so it closes sessions the right version
+keeps open, and the restated sink must still equal the clean run.
 """
 
 from __future__ import annotations
 
+import json
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -22,11 +27,12 @@ from jobs.runner import plan_job
 from jobs.runtime import ShutdownRequest, replay_pending, state_conf, with_trigger
 from ops.config import PlatformConfig, find_job
 from ops.exceptions import RewindError
-from ops.generator import write_batch
+from ops.generator import DEFAULT_START, make_event, write_batch
 from ops.ledger import Ledger
 from ops.listener import TelemetryListener
 from ops.rewind import rewind_job
 from ops.savepoints import take_savepoint
+from ops.scenarios import write_json_lines
 from ops.supervisor import Supervisor
 from tests.support.drivers import caught_up, edit_job
 from tests.support.platform import write_conf
@@ -50,7 +56,29 @@ def _router_wrong(spec: dict[str, Any]) -> None:
     spec["pipeline"]["routes"][0]["filter"] = "event_type = 'purchase'"
 
 
-CASES = [Case("router", _router_input, _router_wrong)]
+def _sessions_input(platform: PlatformConfig, seed: int) -> object:
+    """40 events per source in the 40 minutes from `40 * seed`, out of order by up to 40 minutes
+    within the file, none behind the watermark of the batch before (lateness 10 minutes)."""
+    rng = random.Random(seed)
+    start = DEFAULT_START + timedelta(minutes=40 * seed)
+    for source in ("web_events", "app_events"):
+        lines = []
+        for _ in range(40):
+            event = make_event(rng, start + timedelta(minutes=rng.uniform(0, 40)))
+            lines.append(json.dumps({**event, "user_id": f"u{rng.randrange(12):05d}"}))
+        write_json_lines(platform.landing_root / source, f"{source}-{seed:03d}.json", lines)
+    return None
+
+
+def _sessions_wrong(spec: dict[str, Any]) -> None:
+    spec["pipeline"]["gap_minutes"] = 5
+
+
+CASES = [
+    Case("router", _router_input, _router_wrong),
+    Case("sessionizer", _sessions_input, _sessions_wrong, checkpoint_format=1),
+    Case("sessionizer", _sessions_input, _sessions_wrong, checkpoint_format=2),
+]
 
 
 def one_file_per_batch(checkpoint_format: int | None) -> Callable[[dict[str, Any]], None]:

@@ -1,0 +1,195 @@
+"""attack_chains: sequence, threshold-then and distinct-count rules, batch and stream."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.testing import assertDataFrameEqual
+
+from jobs.attack_chains.transform import SINK_COLUMNS, attack_chains
+from jobs.runtime import parse_events
+from ops.config import PlatformConfig, find_job
+from ops.listener import state_rows
+from ops.pipelines import AttackChainsPipeline
+from tests.jobs.test_campaign_uniques import one_file_per_batch, run_stream, write_landing
+
+JOB = "attack_chains"
+SCHEMA = (
+    "output string, rule string, key string, event_ids array<string>, event_times array<timestamp>, "
+    "dead_letter_reason string, raw string, event_date date"
+)
+ROW = tuple[object, ...]
+
+
+def sec(event_id: str, at: str, **fields: str) -> str:
+    return json.dumps({"event_id": event_id, "event_time": f"2025-01-01T{at}Z", **fields})
+
+
+def download(event_id: str, at: str, host: str) -> str:
+    return sec(event_id, at, event_type="download", host=host)
+
+
+def execute(event_id: str, at: str, host: str) -> str:
+    return sec(event_id, at, event_type="exec", host=host)
+
+
+def login(event_id: str, at: str, user: str, outcome: str) -> str:
+    return sec(event_id, at, event_type="login", user_id=user, outcome=outcome)
+
+
+def connect(event_id: str, at: str, source: str, target: str) -> str:
+    return sec(event_id, at, event_type="connection", src_ip=source, dst_ip=target)
+
+
+def at(clock: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(f"2025-01-01T{clock}")
+
+
+def row(output: str, rule: str, key: str, events: list[tuple[str, str]]) -> ROW:
+    times = [at(clock) for _, clock in events]
+    return (output, rule, key, [event_id for event_id, _ in events], times, None, None, times[-1].date())
+
+
+def dead(reason: str, raw: str) -> ROW:
+    return ("dead_letter", None, None, None, None, reason, raw, None)
+
+
+def pipeline_of(platform: PlatformConfig) -> AttackChainsPipeline:
+    pipeline = find_job(JOB, platform.conf_dir).pipeline
+    assert isinstance(pipeline, AttackChainsPipeline)
+    return pipeline
+
+
+SCAN = [(f"c{k}", f"10:0{k // 3}:{20 * (k % 3):02d}") for k in range(10)]
+
+
+def test_batch_rules_windows_and_duplicates(spark: SparkSession, platform_conf: PlatformConfig) -> None:
+    pipeline = pipeline_of(platform_conf)
+    lines = [
+        # B exactly 15:00 after A matches, once, although another B follows; 15:01 does not.
+        download("a1", "10:00:00", "h1"),
+        execute("b1", "10:15:00", "h1"),
+        execute("b1b", "10:20:00", "h1"),
+        download("a2", "10:00:00", "h2"),
+        execute("b2", "10:15:01", "h2"),
+        # Five failures (one resent) then a success within 5 minutes; u2's first failure is too old.
+        *[login(f"f{k}", f"10:0{k // 2}:{30 * (k % 2):02d}", "u1", "failure") for k in range(5)],
+        login("f0", "10:00:00", "u1", "failure"),
+        login("ok1", "10:04:00", "u1", "success"),
+        *[login(f"g{k}", f"10:0{k}:00", "u2", "failure") for k in range(5)],
+        login("ok2", "10:05:01", "u2", "success"),
+        # Ten distinct targets within 3 minutes; two more later do not repeat the match.
+        *[connect(event_id, clock, "10.0.0.1", f"10.1.0.{k}") for k, (event_id, clock) in enumerate(SCAN)],
+        connect("c10", "10:03:20", "10.0.0.1", "10.1.0.10"),
+        connect("c11", "10:03:40", "10.0.0.1", "10.1.0.11"),
+        # Nine distinct targets only.
+        *[
+            connect(f"n{k}", f"10:0{k // 3}:{20 * (k % 3):02d}", "10.0.0.2", f"10.1.0.{k % 9}")
+            for k in range(10)
+        ],
+        "{not json",
+    ]
+    raw = spark.createDataFrame([(line,) for line in lines], "value string")
+    actual = attack_chains(parse_events(raw, pipeline.source), pipeline).select(*SINK_COLUMNS)
+    failures = [(f"f{k}", f"10:0{k // 2}:{30 * (k % 2):02d}") for k in range(5)]
+    expected = [
+        row("match", "download_then_exec", "h1", [("a1", "10:00:00"), ("b1", "10:15:00")]),
+        row("match", "brute_force_success", "u1", [*failures, ("ok1", "10:04:00")]),
+        row("match", "port_scan", "10.0.0.1", SCAN),
+        dead("invalid JSON", "{not json"),
+    ]
+    assertDataFrameEqual(actual, spark.createDataFrame(expected, SCHEMA))
+
+
+@pytest.mark.parametrize("checkpoint_format", [1, 2])
+def test_stream_out_of_order_late_and_matches_once(
+    checkpoint_format: int, spark: SparkSession, platform_conf: PlatformConfig
+) -> None:
+    spec = one_file_per_batch(find_job(JOB, platform_conf.conf_dir))
+    spec = spec.model_copy(
+        update={"operations": spec.operations.model_copy(update={"checkpoint_format": checkpoint_format})}
+    )
+    # Watermark of each batch (5 min lateness): b0 none, b1 09:55:30, b2 09:57, b3 09:59, b4 09:59,
+    # b5 10:10, b6 10:21:01.
+    write_landing(
+        platform_conf.landing_root / "security_events",
+        [
+            [
+                login("f1", "10:00:00", "u1", "failure"),
+                login("f2", "10:00:30", "u1", "failure"),
+                download("a1", "10:00:00", "h1"),
+                "{not json",
+            ],
+            # Out of order within the lateness, and a resent f2.
+            [
+                login("f4", "10:01:30", "u1", "failure"),
+                login("f3", "10:01:00", "u1", "failure"),
+                login("f2", "10:00:30", "u1", "failure"),
+                login("f5", "10:02:00", "u1", "failure"),
+            ],
+            [
+                login("ok1", "10:04:00", "u1", "success"),
+                *[
+                    connect(event_id, clock, "10.0.0.1", f"10.1.0.{k}")
+                    for k, (event_id, clock) in enumerate(SCAN)
+                ],
+            ],
+            # More targets after the match; and a failure older than the watermark (09:59).
+            [
+                connect("c10", "10:03:20", "10.0.0.1", "10.1.0.10"),
+                connect("c11", "10:03:40", "10.0.0.1", "10.1.0.11"),
+                login("l1", "09:50:00", "u9", "failure"),
+            ],
+            [execute("b1", "10:15:00", "h1")],
+            [download("a2", "10:11:00", "h2"), execute("b2", "10:26:01", "h2")],
+            # The flush: an event no rule takes, far later.
+            [sec("z", "23:59:00", event_type="heartbeat", host="h9").replace("2025-01-01", "2025-01-05")],
+        ],
+    )
+    progress = run_stream(spark, platform_conf, spec)
+    sink = spark.read.parquet(str(platform_conf.lake_root / spec.pipeline.sink.path)).select(*SINK_COLUMNS)
+    expected = [
+        row("match", "download_then_exec", "h1", [("a1", "10:00:00"), ("b1", "10:15:00")]),
+        row(
+            "match",
+            "brute_force_success",
+            "u1",
+            [
+                ("f1", "10:00:00"),
+                ("f2", "10:00:30"),
+                ("f3", "10:01:00"),
+                ("f4", "10:01:30"),
+                ("f5", "10:02:00"),
+                ("ok1", "10:04:00"),
+            ],
+        ),
+        row("match", "port_scan", "10.0.0.1", SCAN),
+        row("late", "brute_force_success", "u9", [("l1", "09:50:00")]),
+        dead("invalid JSON", "{not json"),
+    ]
+    assertDataFrameEqual(sink, spark.createDataFrame(expected, SCHEMA))
+    # Every key's state is gone once the watermark passed its windows.
+    assert state_rows(progress[-1]) == 0
+
+
+def test_state_stays_bounded(spark: SparkSession, platform_conf: PlatformConfig) -> None:
+    spec = one_file_per_batch(find_job(JOB, platform_conf.conf_dir))
+    start = dt.datetime(2025, 1, 1, 10)
+    files = []
+    for batch in range(36):
+        lines = []
+        for i in range(20):
+            moment = (start + dt.timedelta(minutes=3 * batch, seconds=9 * i)).isoformat()[11:]
+            # Keys move on over time: old keys go quiet, as hosts and sources do.
+            lines.append(login(f"e{batch}-{i}", moment, f"u{batch // 3}-{i % 4}", "failure"))
+            lines.append(connect(f"k{batch}-{i}", moment, f"10.0.{batch // 3}.{i % 3}", f"10.1.0.{i}"))
+        files.append(lines)
+    write_landing(platform_conf.landing_root / "security_events", files)
+    progress = run_stream(spark, platform_conf, spec)
+    rows = [state_rows(p) or 0 for p in progress if p["numInputRows"]]
+    third = len(rows) // 3
+    assert max(rows[-third:]) <= max(rows[third : 2 * third]) * 1.2
+    assert max(rows) < 60
