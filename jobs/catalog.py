@@ -23,12 +23,14 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 
+from jobs.device_health.transform import PARTITION_COLUMNS as DEVICE_HEALTH_PARTITIONS
+from jobs.device_health.transform import device_health, invalid_rules
 from jobs.router.transform import PARTITION_COLUMNS as ROUTER_PARTITIONS
 from jobs.router.transform import invalid_route_filters, route_events
 from jobs.runtime import parse_events, with_event_partitions
 from ops.config import JobSpec, PlatformConfig
 from ops.exceptions import ConfigError
-from ops.pipelines import RouterPipeline
+from ops.pipelines import DeviceHealthPipeline, RouterPipeline
 
 Transform = Callable[[Mapping[str, DataFrame], Any], DataFrame]
 # Problems the analyzer finds in a pipeline's expressions, by dotted field of the job file.
@@ -61,8 +63,27 @@ def _check_routes(inputs: Mapping[str, DataFrame], pipeline: RouterPipeline) -> 
     }
 
 
+def _device_health(inputs: Mapping[str, DataFrame], pipeline: DeviceHealthPipeline) -> DataFrame:
+    return device_health(inputs["telemetry"], pipeline)
+
+
+def _check_device_rules(inputs: Mapping[str, DataFrame], pipeline: DeviceHealthPipeline) -> dict[str, str]:
+    problems = invalid_rules(inputs["telemetry"], pipeline.data_points)
+    index = {rule.name: i for i, rule in enumerate(pipeline.data_points)}
+    return {
+        f"pipeline.data_points.{index[name]}.red_when": (
+            f"data point {name!r} red_when {pipeline.data_points[index[name]].red_when!r} is not a valid "
+            f"boolean expression: {why}"
+        )
+        for name, why in problems.items()
+    }
+
+
 KINDS: dict[str, JobKind] = {
     "router": JobKind(transform=_route, partition_columns=ROUTER_PARTITIONS, check=_check_routes),
+    "device_health": JobKind(
+        transform=_device_health, partition_columns=DEVICE_HEALTH_PARTITIONS, check=_check_device_rules
+    ),
 }
 
 
