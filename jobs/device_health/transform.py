@@ -32,12 +32,13 @@ Design (decided for this job):
   than the watermark before they reach the state: too late to say anything about a device's
   current health. Spark judges lateness against the watermark the previous micro-batch ran with
   (it lags one batch), and transformWithState does not count these rows in the progress' rows
-  dropped by watermark. The event time only
-  serves the silent-key TTL: a key with no reading for `silent_ttl_seconds` of event time leaves
-  the state (an event-time timer, set lazily: registered when the key's state is created and,
-  when it fires early because the key kept reporting, registered again at the new deadline, so
-  a steady key costs no timer work per batch). Spark's own state TTL needs processing-time mode,
-  with which an available-now run never finishes (FACTS.md).
+  dropped by watermark. Besides, the watermark drives the silent-key TTL: a key with no reading
+  for `silent_ttl_seconds` of event time leaves the state (an event-time timer, set lazily:
+  registered when the key's state is created and, when it fires early because the key kept
+  reporting, registered again at the new deadline, so a steady key costs no timer work per batch).
+  Expiry emits nothing. Spark's own state TTL needs processing-time mode, with which an available-
+  now run never finishes (FACTS.md). The timers are not counted in the progress' state rows, which
+  stay at one per key.
 * Batch runs (`jobs.batch`) apply the same processor to all files at once: one "micro-batch", no
   watermark, no expiry. The stream gives the same rows when each key's readings arrive in
   (event_time, event_id) order across files, none is later than the allowed lateness and no key
