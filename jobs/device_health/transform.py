@@ -36,8 +36,8 @@ Design (decided for this job):
   for `silent_ttl_seconds` of event time leaves the state (an event-time timer, set lazily:
   registered when the key's state is created and, when it fires early because the key kept
   reporting, registered again at the new deadline, so a steady key costs no timer work per batch).
-  Expiry emits nothing. Spark's own state TTL needs processing-time mode, with which an available-
-  now run never finishes (FACTS.md). The timers are not counted in the progress' state rows, which
+  Expiry emits nothing. Spark's own state TTL needs processing-time mode, with which an
+  available-now run never finishes (FACTS.md). The timers are not counted in the progress' state rows, which
   stay at one per key.
 * Batch runs (`jobs.batch`) apply the same processor to all files at once: one "micro-batch", no
   watermark, no expiry. The stream gives the same rows when each key's readings arrive in
