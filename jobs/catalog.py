@@ -27,6 +27,8 @@ from jobs.attack_chains.transform import PARTITION_COLUMNS as ATTACK_CHAINS_PART
 from jobs.attack_chains.transform import attack_chains
 from jobs.campaign_uniques.transform import PARTITION_COLUMNS as CAMPAIGN_UNIQUES_PARTITIONS
 from jobs.campaign_uniques.transform import campaign_uniques
+from jobs.device_health.transform import PARTITION_COLUMNS as DEVICE_HEALTH_PARTITIONS
+from jobs.device_health.transform import device_health, invalid_rules
 from jobs.impressions_plays.transform import PARTITION_COLUMNS as IMPRESSIONS_PLAYS_PARTITIONS
 from jobs.impressions_plays.transform import impressions_plays
 from jobs.router.transform import PARTITION_COLUMNS as ROUTER_PARTITIONS
@@ -41,6 +43,7 @@ from ops.exceptions import ConfigError
 from ops.pipelines import (
     AttackChainsPipeline,
     CampaignUniquesPipeline,
+    DeviceHealthPipeline,
     ImpressionsPlaysPipeline,
     RouterPipeline,
     WarehouseWriterPipeline,
@@ -94,6 +97,22 @@ def _attack_chains(inputs: Mapping[str, DataFrame], pipeline: AttackChainsPipeli
     return attack_chains(inputs["events"], pipeline)
 
 
+def _device_health(inputs: Mapping[str, DataFrame], pipeline: DeviceHealthPipeline) -> DataFrame:
+    return device_health(inputs["telemetry"], pipeline)
+
+
+def _check_device_rules(inputs: Mapping[str, DataFrame], pipeline: DeviceHealthPipeline) -> dict[str, str]:
+    problems = invalid_rules(inputs["telemetry"], pipeline.data_points)
+    index = {rule.name: i for i, rule in enumerate(pipeline.data_points)}
+    return {
+        f"pipeline.data_points.{index[name]}.red_when": (
+            f"data point {name!r} red_when {pipeline.data_points[index[name]].red_when!r} is not a valid "
+            f"boolean expression: {why}"
+        )
+        for name, why in problems.items()
+    }
+
+
 KINDS: dict[str, JobKind] = {
     "router": JobKind(transform=_route, partition_columns=ROUTER_PARTITIONS, check=_check_routes),
     "impressions_plays": JobKind(
@@ -103,6 +122,9 @@ KINDS: dict[str, JobKind] = {
     "warehouse_writer": JobKind(transform=_write_warehouse, partition_columns=WAREHOUSE_PARTITIONS),
     "campaign_uniques": JobKind(transform=_campaign_uniques, partition_columns=CAMPAIGN_UNIQUES_PARTITIONS),
     "attack_chains": JobKind(transform=_attack_chains, partition_columns=ATTACK_CHAINS_PARTITIONS),
+    "device_health": JobKind(
+        transform=_device_health, partition_columns=DEVICE_HEALTH_PARTITIONS, check=_check_device_rules
+    ),
 }
 
 

@@ -15,6 +15,7 @@ warden restate JOB --savepoint ID|--before T --reason R [--dry-run]
 warden upgrade JOB --spec FILE --reason R
                                 deploy a new spec from a fresh savepoint; roll back if not ready
 warden platform up|down|status  the embedded platform (S3 server, Airflow, generator, drivers)
+warden state JOB [--key K]      a stateful job's latest committed state (per key), e.g. device health
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from ops import platform as embedded
-from ops.config import load_jobs, load_platform
+from ops.config import find_job, load_jobs, load_platform
 from ops.exceptions import WardenError
 from ops.ledger import utcnow
 from ops.rewind import parse_moment, restate, rewind_job
+from ops.state_reader import StateTable, local_session, read_value_state
 from ops.supervisor import FAILURE, Supervisor
 from ops.upgrade import upgrade
 
@@ -237,6 +239,30 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
     return 0 if result.outcome == "upgraded" else 1
 
 
+def _cell(value: object) -> object:
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    return value
+
+
+def state_lines(table: StateTable) -> list[str]:
+    """A state table as printed by `warden state`: a summary line, then one row per key."""
+    summary = f"{table.job}: state '{table.state_var}' as of batch {table.batch_id}, {len(table.rows)} keys"
+    rows = [[_cell(cell) for cell in row] for row in table.rows]
+    return [summary, *_table(table.columns, rows).splitlines()]
+
+
+def cmd_state(args: argparse.Namespace) -> int:
+    platform = load_platform()
+    spec = find_job(args.job, platform.conf_dir)
+    table = read_value_state(local_session(), platform, spec, key=args.key)
+    print("\n".join(state_lines(table)))
+    if args.key is not None and not table.rows:
+        print(f"warden: no state for key {args.key!r} in job {args.job!r}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="warden", description="Operate Streamwarden's streaming jobs.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -287,6 +313,10 @@ def build_parser() -> argparse.ArgumentParser:
     upgrade_command.add_argument("--reason", required=True)
     upgrade_command.add_argument("--readiness-timeout", type=float, default=300.0)
     upgrade_command.set_defaults(run=cmd_upgrade)
+    state = commands.add_parser("state", help="a stateful job's latest committed state, one row per key")
+    state.add_argument("job")
+    state.add_argument("--key", help="only this key (the first key column, e.g. a device id)")
+    state.set_defaults(run=cmd_state)
     platform = commands.add_parser("platform", help="the embedded platform")
     platform.add_argument("action", choices=["up", "down", "status"])
     platform.set_defaults(run=cmd_platform)

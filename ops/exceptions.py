@@ -11,7 +11,8 @@ Hierarchy::
     ├── SavepointError          a savepoint could not be taken, verified or pruned (nothing catalogued)
     ├── RewindError             a rewind was refused (nothing touched) or a replay went wrong
     ├── UpgradeError            an upgrade was refused before the running version was touched
-    └── JobBusyError            another operation holds the job's lock
+    ├── JobBusyError            another operation holds the job's lock
+    └── StateReadError          a job's state cannot be read (not stateful, nothing committed yet)
 """
 
 from __future__ import annotations
@@ -73,3 +74,8 @@ class JobBusyError(WardenError):
         self.job = job
         self.holder = holder
         super().__init__(f"job {job!r} is busy: {holder} holds its lock")
+
+
+class StateReadError(WardenError):
+    """A job's state cannot be read: the job is not stateful, has no committed batch, or its
+    state is not a single transformWithState value state."""

@@ -305,12 +305,79 @@ class AttackChainsPipeline(Model):
         return self
 
 
+# The fields a device_health source must declare (name -> type), beside its event time.
+DEVICE_HEALTH_FIELDS: dict[str, FieldType] = {
+    "device_id": "string",
+    "data_point": "string",
+    "value": "double",
+    "event_id": "string",
+}
+
+
+class DataPointRule(Model):
+    """When a reading of one data point is RED (otherwise it is GREEN).
+
+    Either `red_when`, a Spark SQL boolean expression over the source fields (`value < -10`), or
+    bounds: RED below `red_below` or above `red_above` (a reading on a bound is GREEN).
+    """
+
+    name: str = Field(min_length=1)
+    red_when: str | None = Field(None, min_length=1)
+    red_below: float | None = None
+    red_above: float | None = None
+
+    @model_validator(mode="after")
+    def _one_kind_of_rule(self) -> DataPointRule:
+        bounded = self.red_below is not None or self.red_above is not None
+        if (self.red_when is not None) == bounded:
+            raise ValueError(
+                f"data point {self.name!r} needs either red_when or red_below/red_above, not both or neither"
+            )
+        if self.red_below is not None and self.red_above is not None and self.red_below > self.red_above:
+            raise ValueError(
+                f"data point {self.name!r}: red_below {self.red_below} is above red_above {self.red_above}"
+            )
+        return self
+
+
+class DeviceHealthPipeline(Model):
+    """Per device and data point a RED/GREEN state from declarative rules; triggers on GREEN -> RED."""
+
+    kind: Literal["device_health"]
+    source: FileSource
+    sink: FileSink
+    data_points: tuple[DataPointRule, ...] = Field(min_length=1)
+    # Events older than the watermark (max event time - this) are dropped before the state.
+    allowed_lateness_seconds: int = Field(600, ge=0)
+    # A device+data point with no reading for this long (in event time) leaves the state; None keeps it.
+    silent_ttl_seconds: int | None = Field(7 * 24 * 3600, gt=0)
+
+    @property
+    def inputs(self) -> dict[str, FileSource]:
+        """The job's sources by the name its transform knows them by."""
+        return {"telemetry": self.source}
+
+    @model_validator(mode="after")
+    def _telemetry_fields_and_unique_rules(self) -> DeviceHealthPipeline:
+        types = {f.name: f.type for f in self.source.fields}
+        for name, wanted in DEVICE_HEALTH_FIELDS.items():
+            if types.get(name) != wanted:
+                raise ValueError(
+                    f"source must declare field {name!r} of type {wanted}, got {types.get(name)}"
+                )
+        names = [rule.name for rule in self.data_points]
+        if len(set(names)) != len(names):
+            raise ValueError(f"data point names must be unique, got {names}")
+        return self
+
+
 Pipeline = Annotated[
     RouterPipeline
     | ImpressionsPlaysPipeline
     | SessionizerPipeline
     | WarehouseWriterPipeline
     | CampaignUniquesPipeline
-    | AttackChainsPipeline,
+    | AttackChainsPipeline
+    | DeviceHealthPipeline,
     Field(discriminator="kind"),
 ]

@@ -396,6 +396,63 @@ def attack_chains_flush(landing_root: Path) -> list[Path]:
     ]
 
 
+# Per data point: (GREEN range, RED range) of the values the device_health scenario draws from,
+# for the rules of conf/jobs/device_health.yaml; other specs' rules just see other transitions.
+DEVICE_READINGS = {
+    "signal_db": ((-9.0, 5.0), (-25.0, -11.0)),
+    "temperature": ((30.0, 69.0), (71.0, 90.0)),
+    "error_rate": ((0.0, 0.04), (0.06, 0.3)),
+}
+SCENARIO_DEVICES = 20
+SCENARIO_START = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+def device_health_scenario(landing_root: Path, n_events: int, seed: int) -> list[Path]:
+    """Device telemetry in `telemetry/`: 20 devices x 3 data points, a quarter of the readings RED.
+
+    File i holds readings from its own 10 minutes, later than file i-1's, shuffled within the file
+    (out of order inside a batch only); every key's readings therefore arrive in event-time order
+    across files and none is later than the allowed lateness. About 3 % of lines are malformed,
+    1 % read an unknown data point and 2 % repeat an earlier line of the same file (duplicates).
+    """
+    rng = random.Random(seed)
+    per_file = max(1, n_events // FILES_PER_SCENARIO)
+    paths = []
+    for file_index in range(FILES_PER_SCENARIO):
+        slice_start = SCENARIO_START + timedelta(minutes=10 * file_index)
+        lines: list[str] = []
+        for position in range(per_file):
+            moment = slice_start + timedelta(milliseconds=600_000 * position // per_file)
+            data_point = rng.choice(sorted(DEVICE_READINGS))
+            green, red = DEVICE_READINGS[data_point]
+            low, high = red if rng.random() < 0.25 else green
+            reading: dict[str, object] = {
+                "event_id": f"t{seed}-{file_index}-{position}",
+                "event_time": moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z",
+                "device_id": f"dev-{rng.randrange(SCENARIO_DEVICES):03d}",
+                "data_point": data_point,
+                "value": round(rng.uniform(low, high), 3),
+            }
+            roll = rng.random()
+            if roll < 0.01:
+                lines.append(json.dumps(reading)[:20])
+            elif roll < 0.02:
+                lines.append(json.dumps({**reading, "value": "n/a"}))
+            elif roll < 0.03:
+                lines.append(json.dumps({k: v for k, v in reading.items() if k != "device_id"}))
+            elif roll < 0.04:
+                lines.append(json.dumps({**reading, "data_point": "humidity"}))
+            else:
+                lines.append(json.dumps(reading))
+                if roll > 0.98:
+                    lines.append(lines[-1])
+        rng.shuffle(lines)
+        paths.append(
+            write_json_lines(landing_root / "telemetry", f"telemetry-{seed}-{file_index}.json", lines)
+        )
+    return paths
+
+
 # Pipeline kind -> its scenario.
 SCENARIOS: dict[str, Scenario] = {
     "router": Scenario(write=router_scenario),
@@ -404,4 +461,5 @@ SCENARIOS: dict[str, Scenario] = {
     "warehouse_writer": Scenario(write=warehouse_writer_scenario),
     "campaign_uniques": Scenario(write=campaign_uniques_scenario, flush=campaign_uniques_flush),
     "attack_chains": Scenario(write=attack_chains_scenario, flush=attack_chains_flush),
+    "device_health": Scenario(write=device_health_scenario),
 }

@@ -34,9 +34,8 @@ def test_dags_import_without_errors(platform_conf: PlatformConfig) -> None:
     supervise = bag.get_dag("warden_supervise_router")
     assert [t.task_id for t in supervise.tasks] == ["reconcile", "watch"]
     assert supervise.schedule == "@continuous"
-    assert bag.get_dag("warden_restart").params.get_param("job").schema["enum"] == sorted(
-        load_jobs(platform_conf.conf_dir).specs
-    )
+    jobs = sorted(load_jobs(platform_conf.conf_dir).specs)
+    assert bag.get_dag("warden_restart").params.get_param("job").schema["enum"] == jobs
     # Trigger forms and housekeeping run as soon as they are loaded; `platform up` unpauses supervision.
     paused = {dag_id: bag.get_dag(dag_id).is_paused_upon_creation for dag_id in bag.dag_ids}
     assert paused == {dag_id: dag_id in supervision for dag_id in bag.dag_ids}
