@@ -11,12 +11,9 @@ keeps open, and the restated sink must still equal the clean run.
 
 from __future__ import annotations
 
-import json
-import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -27,14 +24,13 @@ from jobs.runner import plan_job
 from jobs.runtime import ShutdownRequest, replay_pending, state_conf, with_trigger
 from ops.config import PlatformConfig, find_job
 from ops.exceptions import RewindError
-from ops.generator import DEFAULT_START, make_event, write_batch
+from ops.generator import write_batch
 from ops.ledger import Ledger
 from ops.listener import TelemetryListener
 from ops.rewind import rewind_job
 from ops.savepoints import take_savepoint
-from ops.scenarios import write_json_lines
 from ops.supervisor import Supervisor
-from tests.support.drivers import caught_up, edit_job
+from tests.support.drivers import caught_up, edit_job, write_sessions_input
 from tests.support.platform import write_conf
 
 
@@ -56,28 +52,14 @@ def _router_wrong(spec: dict[str, Any]) -> None:
     spec["pipeline"]["routes"][0]["filter"] = "event_type = 'purchase'"
 
 
-def _sessions_input(platform: PlatformConfig, seed: int) -> object:
-    """40 events per source in the 40 minutes from `40 * seed`, out of order by up to 40 minutes
-    within the file, none behind the watermark of the batch before (lateness 10 minutes)."""
-    rng = random.Random(seed)
-    start = DEFAULT_START + timedelta(minutes=40 * seed)
-    for source in ("web_events", "app_events"):
-        lines = []
-        for _ in range(40):
-            event = make_event(rng, start + timedelta(minutes=rng.uniform(0, 40)))
-            lines.append(json.dumps({**event, "user_id": f"u{rng.randrange(12):05d}"}))
-        write_json_lines(platform.landing_root / source, f"{source}-{seed:03d}.json", lines)
-    return None
-
-
 def _sessions_wrong(spec: dict[str, Any]) -> None:
     spec["pipeline"]["gap_minutes"] = 5
 
 
 CASES = [
     Case("router", _router_input, _router_wrong),
-    Case("sessionizer", _sessions_input, _sessions_wrong, checkpoint_format=1),
-    Case("sessionizer", _sessions_input, _sessions_wrong, checkpoint_format=2),
+    Case("sessionizer", write_sessions_input, _sessions_wrong, checkpoint_format=1),
+    Case("sessionizer", write_sessions_input, _sessions_wrong, checkpoint_format=2),
 ]
 
 

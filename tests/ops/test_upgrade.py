@@ -15,11 +15,12 @@ from pyspark.testing import assertDataFrameEqual
 
 from jobs.batch import batch_rows
 from ops.config import PlatformConfig, find_job
+from ops.exceptions import UpgradeError
 from ops.generator import write_batch
 from ops.ledger import Ledger
 from ops.supervisor import Supervisor, stop_all_jobs
 from ops.upgrade import upgrade
-from tests.support.drivers import caught_up, edit_job, fast_trigger
+from tests.support.drivers import caught_up, edit_job, fast_trigger, write_sessions_input
 from tests.support.slack import SlackReceiver
 
 
@@ -93,3 +94,37 @@ def test_an_upgrade_that_crash_loops_is_rolled_back_to_its_savepoint(
     pages = [m["text"] for m in slack_webhook.messages if "upgrade rolled back" in m["text"]]
     assert len(pages) == 1 and "CRITICAL" in pages[0]
     assert ledger.decisions("router", action="upgrade")[0].outcome.startswith("rolled back")
+
+
+def test_an_incompatible_upgrade_is_refused_before_the_running_job_stops(
+    platform_with_s3: PlatformConfig, ledger: Ledger, tmp_path: Path
+) -> None:
+    platform = platform_with_s3
+    edit_job(platform, "sessionizer", fast_trigger)
+    supervisor = Supervisor.for_platform(platform)
+    try:
+        for seed in range(2):
+            write_sessions_input(platform, seed)
+        supervisor.request("sessionizer", "resume", "test")
+        supervisor.reconcile("sessionizer")
+        wait_for(lambda: caught_up(platform, "sessionizer", files=2), 180, "the sessionizer")
+        running = ledger.current_run("sessionizer")
+        old_version = find_job("sessionizer", platform.conf_dir).config_version
+
+        # Sessions keyed by user and device: the state's key schema changes.
+        def rekeyed(spec: dict[str, Any]) -> None:
+            spec["pipeline"]["key_fields"] = ["user_id", "device"]
+
+        new = candidate(platform, "sessionizer", rekeyed, tmp_path / "sessionizer-v2.yaml")
+        # A device is only a key field if every source has it as a key type: it is a string.
+        with pytest.raises(UpgradeError, match="STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE"):
+            upgrade(supervisor, "sessionizer", new, reason="key by device too", readiness_timeout=60)
+
+        assert find_job("sessionizer", platform.conf_dir).config_version == old_version
+        still = ledger.current_run("sessionizer")
+        assert still is not None and running is not None and still.run_id == running.run_id
+        assert supervisor.backend.is_alive(still), "the running version must not be stopped"
+        outcome = ledger.decisions("sessionizer", action="upgrade")[0].outcome
+        assert outcome is not None and outcome.startswith("refused: ")
+    finally:
+        stop_all_jobs(platform)

@@ -1,13 +1,16 @@
-"""Real job drivers (`python -m jobs.runner`) started the way the launcher starts them."""
+"""Real job drivers (`python -m jobs.runner`) started the way the launcher starts them, and their inputs."""
 
 from __future__ import annotations
 
+import json
 import os
+import random
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +19,9 @@ import yaml
 
 from ops.checkpoint import log_entries, source_files
 from ops.config import CONF_DIR_ENV, PlatformConfig
+from ops.generator import DEFAULT_START, make_event
 from ops.rewind import pending_replay
+from ops.scenarios import write_json_lines
 from ops.telemetry import Heartbeat, heartbeat_path, read_heartbeat
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -109,3 +114,17 @@ def caught_up(platform: PlatformConfig, job: str, files: int) -> bool:
         and len(read) == files
         and not pending_replay(platform, job)
     )
+
+
+def write_sessions_input(platform: PlatformConfig, seed: int) -> object:
+    """40 events per source in the 40 minutes from `40 * seed`, out of order by up to 40 minutes
+    within the file, none behind the watermark of the batch before (lateness 10 minutes)."""
+    rng = random.Random(seed)
+    start = DEFAULT_START + timedelta(minutes=40 * seed)
+    for source in ("web_events", "app_events"):
+        lines = []
+        for _ in range(40):
+            event = make_event(rng, start + timedelta(minutes=rng.uniform(0, 40)))
+            lines.append(json.dumps({**event, "user_id": f"u{rng.randrange(12):05d}"}))
+        write_json_lines(platform.landing_root / source, f"{source}-{seed:03d}.json", lines)
+    return None
