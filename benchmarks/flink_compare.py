@@ -26,10 +26,19 @@ The figures count only if both sides computed the same thing: after the timed ru
 sink partition (e.g. route, event_date, event_hour) are counted on both outputs, and the
 benchmark fails when any count differs.
 
+Stateful jobs: the input's chunks follow each other in event time (`Scenario.write_from`,
+`Scenario.period`) and are read in that order by Spark (file modification times), so no event is
+late; the scenario's flush comes last, so the watermark passes every session and join interval
+and the stream (with its final no-data batch) writes everything. The flush events' own partitions
+are left out of the check (the stream keeps them open; Flink's end of input closes them). Flink
+runs in bounded streaming mode, where the end of input fires every window; its file source reads
+the files in no particular order, so its watermark delay covers the whole input
+(`landing_sql.WATERMARK_DELAY_SECONDS`) instead of the job's lateness, or whole files would be
+dropped as late. A comparison can also run a baseline query on the Spark side (`spark_plan`),
+such as the naive `session_window` count of `benchmarks.naive_sessions`.
+
 Adding a job: a `Comparison` in `COMPARISONS` (its Flink SQL builder and runtime mode). The input
-is the job kind's scenario (`ops.scenarios`); a stateful job also needs its scenario flush on the
-Spark side (the watermark must pass the last windows, as in tests/jobs/test_parity.py) and bounded
-streaming mode on the Flink side, where the end of input fires every open window.
+is the job kind's scenario (`ops.scenarios`).
 """
 
 from __future__ import annotations

@@ -2,17 +2,18 @@
 
 `jobs.impressions_plays.transform` as Flink SQL, one INSERT:
 
-* each source is a raw-lines table with its event time as a time attribute watermarked by the
-  job's lateness (Spark's `withWatermark`); the valid rows are deduplicated by their id keeping the
-  first row read (ROW_NUMBER over processing time, Flink's append-only deduplication; Spark's
-  `dropDuplicatesWithinWatermark` also keeps the first copy read);
+* each source is a raw-lines table with its event time as a time attribute (watermarked by more
+  than the whole input, see `landing_sql.WATERMARK_DELAY_SECONDS`: the end of the input emits
+  the unconverted impressions Spark emits as its watermark passes them); the valid rows are
+  deduplicated by their id keeping the first row read (ROW_NUMBER over processing time, Flink's
+  append-only deduplication; Spark's `dropDuplicatesWithinWatermark` also keeps the first copy);
 * an interval LEFT JOIN on profile and title with `play_time BETWEEN impression_time AND
   impression_time + window` (both ends inclusive, as in the job): a row per (impression, play)
   pair, and the impression with null play columns once the watermark passes its window;
 * the malformed lines of both sources as `outcome=dead_letter`.
 
-One difference in state, not in rows: Flink keeps every deduplicated id until the end of the
-input (no state TTL is set), where Spark forgets an id once the watermark passes it.
+Differences in state, not in rows: Flink keeps every deduplicated id, impression and play until
+the end of the input, where Spark drops them as its watermark passes them.
 """
 
 from __future__ import annotations
