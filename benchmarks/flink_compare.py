@@ -404,7 +404,7 @@ def table_rows(results: list[Result]) -> Iterator[tuple[str, ...]]:
             f"{r.flink.wall_seconds / r.spark.wall_seconds:.2f}x",
             f"{r.spark.engine_seconds:.1f} s / {r.flink.engine_seconds:.1f} s",
             f"{r.flink.engine_seconds / r.spark.engine_seconds:.2f}x",
-            f">= {r.comparison.target:.1f}x",
+            f">= {r.comparison.target:g}x",
         )
 
 
