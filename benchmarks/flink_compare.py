@@ -26,10 +26,19 @@ The figures count only if both sides computed the same thing: after the timed ru
 sink partition (e.g. route, event_date, event_hour) are counted on both outputs, and the
 benchmark fails when any count differs.
 
+Stateful jobs: the input's chunks follow each other in event time (`Scenario.write_from`,
+`Scenario.period`) and are read in that order by Spark (file modification times), so no event is
+late; the scenario's flush comes last, so the watermark passes every session and join interval
+and the stream (with its final no-data batch) writes everything. The flush events' own partitions
+are left out of the check (the stream keeps them open; Flink's end of input closes them). Flink
+runs in bounded streaming mode, where the end of input fires every window; its file source reads
+the files in no particular order, so its watermark delay covers the whole input
+(`landing_sql.WATERMARK_DELAY_SECONDS`) instead of the job's lateness, or whole files would be
+dropped as late. A comparison can also run a baseline query on the Spark side (`spark_plan`),
+such as the naive `session_window` count of `benchmarks.naive_sessions`.
+
 Adding a job: a `Comparison` in `COMPARISONS` (its Flink SQL builder and runtime mode). The input
-is the job kind's scenario (`ops.scenarios`); a stateful job also needs its scenario flush on the
-Spark side (the watermark must pass the last windows, as in tests/jobs/test_parity.py) and bounded
-streaming mode on the Flink side, where the end of input fires every open window.
+is the job kind's scenario (`ops.scenarios`).
 """
 
 from __future__ import annotations
@@ -45,13 +54,18 @@ import sys
 import time
 import urllib.parse
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
+from benchmarks import naive_sessions
+from benchmarks.flink import impressions_plays as flink_impressions_plays
 from benchmarks.flink import router as flink_router
+from benchmarks.flink import sessionizer as flink_sessionizer
 from benchmarks.flink.landing_sql import DEFAULT_PARTITION
+from jobs.runtime import QueryPlan
 from ops.config import JobSpec, PlatformConfig, StorageConfig, find_job, load_platform
 from ops.scenarios import SCENARIOS
 
@@ -64,6 +78,8 @@ DEFAULT_EVENTS = 1_000_000
 QUICK_EVENTS = 50_000
 WARMUP_EVENTS = 30_000
 CHUNK_EVENTS = 50_000
+# Event time of a stateful input's first chunk (`Scenario.write_from`).
+CHUNKS_START = datetime(2025, 1, 1, tzinfo=UTC)
 # Seeds of the warm-up input, far from the timed input's.
 WARMUP_SEED = 90_000
 RESULT_PREFIX = "RESULT "
@@ -84,8 +100,13 @@ class Comparison:
     target: float
     # Why that runtime mode is the fair one, for the results table.
     mode_note: str
+    # The Spark side's query when it is not the job's own (`jobs.runner.plan_job`): a baseline.
+    spark_plan: Callable[[PlatformConfig, JobSpec], QueryPlan] | None = None
+    # The row's name in the table, when it is not the job's.
+    label: str | None = None
 
 
+STATEFUL_NOTE = "bounded streaming, as Spark runs it (the end of the input fires every window)"
 COMPARISONS: dict[str, Comparison] = {
     "router": Comparison(
         job="router",
@@ -93,6 +114,30 @@ COMPARISONS: dict[str, Comparison] = {
         flink_mode="streaming",
         target=1.2,
         mode_note="bounded streaming, as Spark runs it; batch mode was no faster (it sorts by partition)",
+    ),
+    "sessionizer": Comparison(
+        job="sessionizer",
+        flink_statements=flink_sessionizer.statements,
+        flink_mode="streaming",
+        target=1.0,
+        mode_note=STATEFUL_NOTE
+        + "; Flink's SESSION window has no length cap, see benchmarks/flink/sessionizer.py",
+    ),
+    "sessionizer_naive": Comparison(
+        job="sessionizer",
+        flink_statements=flink_sessionizer.naive_statements,
+        flink_mode="streaming",
+        target=0.38,
+        mode_note=STATEFUL_NOTE + "; both sides a plain session-window count (benchmarks/naive_sessions.py)",
+        spark_plan=naive_sessions.plan,
+        label="naive PySpark session_window count",
+    ),
+    "impressions_plays": Comparison(
+        job="impressions_plays",
+        flink_statements=flink_impressions_plays.statements,
+        flink_mode="streaming",
+        target=1.0,
+        mode_note=STATEFUL_NOTE + "; an interval LEFT JOIN, ids deduplicated on processing time",
     ),
 }
 
@@ -181,16 +226,41 @@ def rooted(platform: PlatformConfig, run: Run) -> PlatformConfig:
 
 def write_input(
     spec: JobSpec, landing_root: Path, events: int, seed: int, echo: Callable[[str], None]
-) -> int:
-    """Write the job kind's scenario in chunks under `landing_root`; return the lines written."""
+) -> tuple[int, set[str]]:
+    """Write the job kind's scenario in chunks under `landing_root`, then its flush if it has one.
+
+    A stateful kind's chunks follow each other in event time (`Scenario.period` apart) and the
+    files get increasing modification times in the order written, so the file source reads them
+    in event-time order and no event is late. Returns the lines written and the event dates of
+    the flush (whose own sessions or windows a stream never closes: not compared).
+    """
     scenario = SCENARIOS[spec.pipeline.kind]
     paths: list[Path] = []
     chunks = max(1, round(events / CHUNK_EVENTS))
     for chunk in range(chunks):
-        paths += scenario.write(landing_root, min(events, CHUNK_EVENTS), seed + chunk)
+        size = min(events, CHUNK_EVENTS)
+        if scenario.write_from is not None and scenario.period is not None:
+            start = CHUNKS_START + chunk * scenario.period
+            paths += scenario.write_from(landing_root, size, seed + chunk, start)
+        else:
+            paths += scenario.write(landing_root, size, seed + chunk)
         if (chunk + 1) % 5 == 0 or chunk + 1 == chunks:
             echo(f"  generated {chunk + 1}/{chunks} chunks ({len(paths)} files)")
-    return sum(path.read_bytes().count(b"\n") for path in paths)
+    flush_dates: set[str] = set()
+    if scenario.flush is not None:
+        flushed = scenario.flush(landing_root)
+        flush_dates = {
+            json.loads(line)[time_field][:10]
+            for path in flushed
+            for line in path.read_text().splitlines()
+            for time_field in {source.event_time_field for source in spec.pipeline.inputs.values()}
+            if time_field in json.loads(line)
+        }
+        paths += flushed
+    oldest = time.time() - len(paths)
+    for index, path in enumerate(paths):
+        os.utime(path, (oldest + index, oldest + index))
+    return sum(path.read_bytes().count(b"\n") for path in paths), flush_dates
 
 
 def parallelism(master: str) -> int:
@@ -215,8 +285,8 @@ def stream_child(command: list[str], log_path: Path, echo: Callable[[str], None]
     return result
 
 
-def run_spark(job: str, workdir: Path, rounds: int, echo: Callable[[str], None]) -> dict:
-    command = [sys.executable, "-m", "benchmarks.flink_compare", "spark-child", "--job", job]
+def run_spark(name: str, workdir: Path, rounds: int, echo: Callable[[str], None]) -> dict:
+    command = [sys.executable, "-m", "benchmarks.flink_compare", "spark-child", "--comparison", name]
     command += ["--workdir", str(workdir), "--rounds", str(rounds)]
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     return stream_child(command, workdir / "spark.log", echo, env=env, cwd=REPO)
@@ -262,31 +332,37 @@ def flink_partition_counts(out_dir: Path) -> Counter[PartitionKey]:
     return counts
 
 
-def compare(job: str, events: int, rounds: int, workdir: Path, echo: Callable[[str], None]) -> Result:
+def compare(name: str, events: int, rounds: int, workdir: Path, echo: Callable[[str], None]) -> Result:
     """Generate the input, run both sides, check they agree, and return the figures."""
-    comparison = COMPARISONS[job]
+    comparison = COMPARISONS[name]
+    job = comparison.job
     spec = find_job(job)
     shutil.rmtree(workdir, ignore_errors=True)
-    echo(f"generating {events:,} events for {job} ({spec.pipeline.kind} scenario)")
+    echo(f"generating {events:,} events for {name} ({spec.pipeline.kind} scenario)")
     landing_root = workdir / "input" / "landing"
-    written = write_input(spec, landing_root, events, 0, echo)
+    written, flush_dates = write_input(spec, landing_root, events, 0, echo)
     write_input(spec, workdir / "warm-up" / "landing", WARMUP_EVENTS, WARMUP_SEED, lambda _line: None)
     input_mb = sum(p.stat().st_size for p in landing_root.rglob("*.json")) / 1e6
     echo(f"  {written:,} lines, {input_mb:.0f} MB")
     echo(f"spark (the real job, available-now; warm-up, then {rounds} timed rounds):")
-    spark = run_spark(job, workdir, rounds, echo)
+    spark = run_spark(name, workdir, rounds, echo)
     echo(
         f"flink (PyFlink {FLINK_VERSION}, {comparison.flink_mode} mode; warm-up, then {rounds} timed rounds):"
     )
     flink = run_flink(comparison, spec, workdir, rounds, echo)
     spark_counts = Counter({tuple(row[:-1]): row[-1] for row in spark["counts"]})
     flink_counts = flink_partition_counts(side_runs(workdir, "flink", rounds)[-1].out_root)
+    # The flush events' own sessions or windows stay open in the stream; Flink's end of input
+    # closes them. Their partitions (the flush's event dates) are not compared.
+    for counts in (spark_counts, flink_counts):
+        for key in [key for key in counts if flush_dates & set(key)]:
+            echo(f"  not compared (the flush's own partition): {key} {counts.pop(key)} rows")
     if spark_counts != flink_counts:
         keys = sorted(
             k for k in spark_counts.keys() | flink_counts.keys() if spark_counts[k] != flink_counts[k]
         )
         details = ", ".join(f"{key}: spark {spark_counts[key]} flink {flink_counts[key]}" for key in keys[:5])
-        raise RuntimeError(f"{job}: the two sides wrote different rows per partition ({details})")
+        raise RuntimeError(f"{name}: the two sides wrote different rows per partition ({details})")
     rows = spark_counts.total()
     echo(f"  same rows per partition on both sides: {len(spark_counts)} partitions, {rows:,} rows")
     return Result(
@@ -319,7 +395,7 @@ def table_rows(results: list[Result]) -> Iterator[tuple[str, ...]]:
     """One row per job: medians of the timed rounds."""
     for r in results:
         yield (
-            r.comparison.job,
+            r.comparison.label or r.comparison.job,
             f"{r.events:,} ({r.input_mb:.0f} MB)",
             f"{r.spark.wall_seconds:.1f} s",
             f"{r.rate(r.spark.wall_seconds):,.0f}",
@@ -328,7 +404,7 @@ def table_rows(results: list[Result]) -> Iterator[tuple[str, ...]]:
             f"{r.flink.wall_seconds / r.spark.wall_seconds:.2f}x",
             f"{r.spark.engine_seconds:.1f} s / {r.flink.engine_seconds:.1f} s",
             f"{r.flink.engine_seconds / r.spark.engine_seconds:.2f}x",
-            f">= {r.comparison.target:.1f}x",
+            f">= {r.comparison.target:g}x",
         )
 
 
@@ -340,30 +416,36 @@ def table(results: list[Result]) -> str:
 # --- the Spark child ------------------------------------------------------------------------------
 
 
-def spark_child(job: str, workdir: Path, rounds: int) -> None:
-    """Run the real job: warm-up, then the timed rounds, in one session; print progress and RESULT."""
+def spark_child(name: str, workdir: Path, rounds: int) -> None:
+    """Run the real job (or the comparison's baseline query): warm-up, then the timed rounds, in one
+    session; print progress, where the batches' time went, and RESULT."""
     from pyspark.sql import functions as F
 
     from jobs.catalog import kind_of
     from jobs.runner import plan_job
     from jobs.runtime import build_session, with_trigger
 
-    spec = find_job(job)
+    comparison = COMPARISONS[name]
+    spec = find_job(comparison.job)
     platform = load_platform()
     spark = build_session(platform, spec)
+    planner = comparison.spark_plan or plan_job
     timings = []
     runs = side_runs(workdir, "spark", rounds)
     for run in runs:
         started = time.monotonic()
-        query = with_trigger(plan_job(rooted(platform, run), spec), spec, available_now=True)(spark).start()
+        query = with_trigger(planner(rooted(platform, run), spec), spec, available_now=True)(spark).start()
         query.awaitTermination()
         wall = time.monotonic() - started
         if query.exception() is not None:
             raise RuntimeError(f"spark {run.name} failed: {query.exception()}")
-        batches = [p["durationMs"]["triggerExecution"] for p in query.recentProgress if p["numInputRows"] > 0]
+        # Every batch, the no-data ones too: a stateful job closes its last sessions in one.
+        progress = query.recentProgress
+        batches = [p["durationMs"]["triggerExecution"] for p in progress]
         timings.append({"wall_seconds": wall, "engine_seconds": sum(batches) / 1000})
         print(
-            f"  spark {run.name}: {wall:.1f}s wall, {len(batches)} batches {sum(batches) / 1000:.1f}s",
+            f"  spark {run.name}: {wall:.1f}s wall, {len(batches)} batches {sum(batches) / 1000:.1f}s "
+            f"({breakdown(progress)})",
             flush=True,
         )
     columns = kind_of(spec).partition_columns
@@ -376,13 +458,28 @@ def spark_child(job: str, workdir: Path, rounds: int) -> None:
     print(RESULT_PREFIX + json.dumps({"runs": timings, "counts": counts}), flush=True)
 
 
+def breakdown(progress: Sequence[Any]) -> str:
+    """Where the batches' time went: Spark's `durationMs` phases and the state operators, summed."""
+    phases: Counter[str] = Counter()
+    state: Counter[str] = Counter()
+    for p in progress:
+        phases.update({k: v for k, v in p["durationMs"].items() if k != "triggerExecution"})
+        for operator in p.get("stateOperators", []):
+            state["commit"] += operator.get("commitTimeMs", 0)
+            state["update"] += operator.get("allUpdatesTimeMs", 0)
+            state["remove"] += operator.get("allRemovalsTimeMs", 0)
+    shown = [f"{k} {v / 1000:.1f}s" for k, v in phases.most_common() if v >= 100]
+    shown += [f"state {k} {v / 1000:.1f}s" for k, v in state.most_common() if v >= 100]
+    return ", ".join(shown)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.flink_compare", description=__doc__.splitlines()[0]
     )
     sub = parser.add_subparsers(dest="command")
     child = sub.add_parser("spark-child", help="internal: the Spark side's process")
-    child.add_argument("--job", required=True)
+    child.add_argument("--comparison", required=True)
     child.add_argument("--workdir", type=Path, required=True)
     child.add_argument("--rounds", type=int, required=True)
     parser.add_argument(
@@ -396,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.command == "spark-child":
-        spark_child(args.job, args.workdir, args.rounds)
+        spark_child(args.comparison, args.workdir, args.rounds)
         return 0
     jobs = args.job or sorted(COMPARISONS)
     print(table([compare(job, args.events, args.rounds, WORKDIR / job, print) for job in jobs]))

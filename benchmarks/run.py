@@ -91,7 +91,8 @@ def flink_section(events: int, rounds: int) -> str:
         for job in sorted(flink_compare.COMPARISONS)
     ]
     notes = [
-        f"- {r.comparison.job}: Flink in {r.comparison.mode_note}; same rows per partition checked "
+        f"- {r.comparison.label or r.comparison.job}: Flink in {r.comparison.mode_note}; "
+        "same rows per partition checked "
         f"({r.partitions} partitions, {r.rows:,} rows); medians of {r.rounds} warm rounds."
         for r in results
     ]

@@ -36,6 +36,11 @@ class Scenario:
     write: Callable[[Path, int, int], list[Path]]
     # landing_root -> the files written.
     flush: Callable[[Path], list[Path]] | None = None
+    # For an input of several writes (benchmarks): (landing_root, n_events, seed, start) writes the
+    # scenario from event time `start`; writes started `period` apart are in event-time order (the
+    # first write's last event is before the next one's first), so none of them is late.
+    write_from: Callable[[Path, int, int, datetime], list[Path]] | None = None
+    period: timedelta | None = None
 
 
 def router_scenario(landing_root: Path, n_events: int, seed: int) -> list[Path]:
@@ -83,8 +88,10 @@ def _broken(rng: random.Random, event: dict[str, object], id_field: str) -> str:
     return json.dumps({k: v for k, v in event.items() if k != id_field})
 
 
-def impressions_plays_scenario(landing_root: Path, n_events: int, seed: int) -> list[Path]:
-    """Impressions and plays of 40 profiles x 12 titles over ~5 hours, in `impressions/` and `plays/`.
+def impressions_plays_scenario(
+    landing_root: Path, n_events: int, seed: int, start: datetime = IMPRESSIONS_PLAYS_START
+) -> list[Path]:
+    """Impressions and plays of 40 profiles x 12 titles over ~5.5 h from `start`, in `impressions/`, `plays/`.
 
     About half of the impressions get a play of the same profile and title 0-90 minutes later (so
     some convert and some miss the hour); the rest of the `n_events` are plays with no impression.
@@ -98,7 +105,7 @@ def impressions_plays_scenario(landing_root: Path, n_events: int, seed: int) -> 
     plays: list[dict[str, object]] = []
     times: dict[str, datetime] = {}
     for i in range(n_impressions):
-        moment = IMPRESSIONS_PLAYS_START + timedelta(seconds=4 * 3600 * i / n_impressions)
+        moment = start + timedelta(seconds=4 * 3600 * i / n_impressions)
         profile, title = f"p{rng.randrange(40):02d}", f"t{rng.randrange(12):02d}"
         impression_id = f"i-{seed}-{i:05d}"
         impressions.append(
@@ -118,7 +125,7 @@ def impressions_plays_scenario(landing_root: Path, n_events: int, seed: int) -> 
                 "title_id": f"t{rng.randrange(12):02d}",
             }
         )
-        times[play_id] = IMPRESSIONS_PLAYS_START + timedelta(seconds=rng.randrange(0, 5 * 3600))
+        times[play_id] = start + timedelta(seconds=rng.randrange(0, 5 * 3600))
     max_delay = IMPRESSIONS_PLAYS_LATENESS.total_seconds() / 2
     written: list[Path] = []
     for source, id_field, events in (
@@ -167,8 +174,10 @@ SESSION_JITTER_MINUTES = 5
 BOT_USER = "bot00001"
 
 
-def sessionizer_scenario(landing_root: Path, n_events: int, seed: int) -> list[Path]:
-    """Web and app events of 40 users, a bot active every minute, duplicates and malformed lines.
+def sessionizer_scenario(
+    landing_root: Path, n_events: int, seed: int, start: datetime = DEFAULT_START
+) -> list[Path]:
+    """Web and app events of 40 users over 3 hours from `start`: a bot, duplicates, malformed lines.
 
     Each source gets `FILES_PER_SCENARIO` files of one hour each, in time order; within a file
     event times jitter by up to 5 minutes (out of order, well within the sessionizer's lateness).
@@ -179,7 +188,7 @@ def sessionizer_scenario(landing_root: Path, n_events: int, seed: int) -> list[P
     paths = []
     per_file = max(1, n_events // (FILES_PER_SCENARIO * len(SESSION_SOURCES)))
     for file_index in range(FILES_PER_SCENARIO):
-        file_start = DEFAULT_START + timedelta(minutes=SESSION_FILE_MINUTES * file_index)
+        file_start = start + timedelta(minutes=SESSION_FILE_MINUTES * file_index)
         for source_index, source in enumerate(SESSION_SOURCES):
             rng = random.Random(seed * 1000 + file_index * 10 + source_index)
             lines: list[str] = []
@@ -456,8 +465,20 @@ def device_health_scenario(landing_root: Path, n_events: int, seed: int) -> list
 # Pipeline kind -> its scenario.
 SCENARIOS: dict[str, Scenario] = {
     "router": Scenario(write=router_scenario),
-    "impressions_plays": Scenario(write=impressions_plays_scenario, flush=impressions_plays_flush),
-    "sessionizer": Scenario(write=sessionizer_scenario, flush=sessionizer_flush),
+    # Plays come up to 90 minutes after the 4 hours of impressions, and arrive up to 5 minutes late.
+    "impressions_plays": Scenario(
+        write=impressions_plays_scenario,
+        flush=impressions_plays_flush,
+        write_from=impressions_plays_scenario,
+        period=timedelta(hours=6),
+    ),
+    # 3 hours of events, then an hour of silence: longer than the gap, so every session ends.
+    "sessionizer": Scenario(
+        write=sessionizer_scenario,
+        flush=sessionizer_flush,
+        write_from=sessionizer_scenario,
+        period=timedelta(hours=4),
+    ),
     "warehouse_writer": Scenario(write=warehouse_writer_scenario),
     "campaign_uniques": Scenario(write=campaign_uniques_scenario, flush=campaign_uniques_flush),
     "attack_chains": Scenario(write=attack_chains_scenario, flush=attack_chains_flush),

@@ -52,11 +52,47 @@ def ident(name: str) -> str:
     return f"`{name}`"
 
 
+def interval(seconds: int) -> str:
+    """A SQL interval of whole seconds (a bare SECOND field holds at most 99)."""
+    days, rest = divmod(seconds, 86_400)
+    return f"INTERVAL '{days} {rest // 3600:02d}:{rest // 60 % 60:02d}:{rest % 60:02d}' DAY TO SECOND"
+
+
 def source_table(table: str, landing_dir: Path) -> str:
     """DDL of a landing directory as a table of raw lines (`line STRING`)."""
     return (
         f"CREATE TEMPORARY TABLE {table} (line STRING) WITH ("
         f"'connector' = 'filesystem', 'path' = {quote(str(landing_dir))}, 'format' = 'raw')"
+    )
+
+
+# The watermark delay of every event source table. Flink's file source hands the files to its
+# readers in listing order, not in modification (event-time) order, so a watermark that trails
+# the newest event by the job's lateness makes whole files late (dropped by windows and joins,
+# which then split sessions and miss joins). A delay longer than the whole input (the flush
+# included) keeps every event on time; the end of the input then fires every window and join.
+# The rows are the same; Flink keeps more in state until the end than with the job's lateness.
+WATERMARK_DELAY_SECONDS = 40 * 24 * 3600
+# The event-time attribute of an event source table (`event_source_table`).
+ROWTIME = "_rt"
+# A line whose event time does not parse gets this one: a watermark never goes back, so it moves
+# nothing, and its row is a dead letter that only stateless queries use.
+_NO_TIME = "TIMESTAMP '1970-01-01 00:00:00'"
+
+
+def event_source_table(table: str, landing_dir: Path, source: FileSource, proctime: bool = False) -> str:
+    """DDL of a landing directory of raw lines with the event time as a watermarked time attribute.
+
+    `_rt` is the source's event time (parsed from the line), the watermark trails it by
+    `WATERMARK_DELAY_SECONDS`; `_pt` (with `proctime`) the processing time.
+    """
+    text = f"JSON_VALUE(line, {quote('$.' + source.event_time_field)})"
+    event_time = f"TO_TIMESTAMP({text}, {quote(TIMESTAMP_PATTERN)})"
+    proctime_column = ", _pt AS PROCTIME()" if proctime else ""
+    return (
+        f"CREATE TEMPORARY TABLE {table} (line STRING, {ROWTIME} AS COALESCE({event_time}, {_NO_TIME})"
+        f"{proctime_column}, WATERMARK FOR {ROWTIME} AS {ROWTIME} - {interval(WATERMARK_DELAY_SECONDS)}) "
+        f"WITH ('connector' = 'filesystem', 'path' = {quote(str(landing_dir))}, 'format' = 'raw')"
     )
 
 
@@ -84,8 +120,12 @@ def _problem(name: str, field_type: FieldType, required: bool) -> str:
     return f"CASE {' '.join(cases)} END" if cases else "CAST(NULL AS STRING)"
 
 
-def parsed_view(view: str, table: str, source: FileSource) -> list[str]:
-    """DDL of `view`: the source's typed fields, `dead_letter_reason`, `raw`, `event_date`, `event_hour`."""
+def parsed_view(view: str, table: str, source: FileSource, keep: Sequence[str] = ()) -> list[str]:
+    """DDL of `view`: the source's typed fields, `dead_letter_reason`, `raw`, `event_date`, `event_hour`.
+
+    `keep` names columns of `table` passed through as they are (a time attribute stays one).
+    """
+    kept = "".join(f"{column}, " for column in keep)
     texts = ", ".join(f"JSON_VALUE(line, {quote('$.' + f.name)}) AS _t_{f.name}" for f in source.fields)
     problems = [_problem(f.name, f.type, f.required) for f in source.fields]
     typed = ", ".join(f"{_typed(f.name, f.type)} AS {ident(f.name)}" for f in source.fields)
@@ -96,8 +136,9 @@ def parsed_view(view: str, table: str, source: FileSource) -> list[str]:
     event_time = f"{_typed(source.event_time_field, 'timestamp')}"
     return [
         f"CREATE TEMPORARY VIEW {view}_text AS "
-        f"SELECT line, line IS JSON OBJECT AS _is_object, {texts} FROM {table}",
-        f"CREATE TEMPORARY VIEW {view} AS SELECT {typed}, {reason} AS dead_letter_reason, line AS `raw`, "
+        f"SELECT {kept}line, line IS JSON OBJECT AS _is_object, {texts} FROM {table}",
+        f"CREATE TEMPORARY VIEW {view} AS SELECT {kept}{typed}, "
+        f"{reason} AS dead_letter_reason, line AS `raw`, "
         f"CAST({event_time} AS DATE) AS event_date, CAST(HOUR({event_time}) AS INT) AS event_hour "
         f"FROM {view}_text",
     ]
