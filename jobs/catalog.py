@@ -9,6 +9,10 @@ A job kind is a pure transform from its parsed sources to the rows of its sink:
 `jobs.runner` and over files in `jobs.batch`; watermarks and state only matter in the stream,
 which is why both give the same rows when no event is later than the allowed lateness.
 
+A kind may also read side inputs (`JobKind.side_inputs`): DataFrames that are not landing
+streams, such as the enricher's lookup table and mapping. They are added to `inputs` under their
+own names before the transform runs.
+
 Every job writes one query with one Parquet file sink (`pipeline.sink`), partitioned by the kind's
 `partition_columns`. A job with several outputs (sessions and late events, say) tells them apart
 by a partition column, as the router does with `route`. One checkpoint and one sink log per job is
@@ -21,8 +25,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 
+from jobs.enricher.side_inputs import mapping_frame, read_mapping, reference_frame
+from jobs.enricher.transform import PARTITION_COLUMNS as ENRICHER_PARTITIONS
+from jobs.enricher.transform import enrich
 from jobs.impressions_plays.transform import PARTITION_COLUMNS as IMPRESSIONS_PLAYS_PARTITIONS
 from jobs.impressions_plays.transform import impressions_plays
 from jobs.router.transform import PARTITION_COLUMNS as ROUTER_PARTITIONS
@@ -34,11 +41,13 @@ from jobs.warehouse_writer.transform import PARTITION_COLUMNS as WAREHOUSE_PARTI
 from jobs.warehouse_writer.transform import warehouse_rows
 from ops.config import JobSpec, PlatformConfig
 from ops.exceptions import ConfigError
-from ops.pipelines import ImpressionsPlaysPipeline, RouterPipeline, WarehouseWriterPipeline
+from ops.pipelines import EnricherPipeline, ImpressionsPlaysPipeline, RouterPipeline, WarehouseWriterPipeline
 
 Transform = Callable[[Mapping[str, DataFrame], Any], DataFrame]
 # Problems the analyzer finds in a pipeline's expressions, by dotted field of the job file.
 Check = Callable[[Mapping[str, DataFrame], Any], dict[str, str]]
+# (session, platform, spec) -> side inputs by name; raises `ConfigError` when one cannot be read.
+SideInputs = Callable[[SparkSession, PlatformConfig, JobSpec], dict[str, DataFrame]]
 
 
 @dataclass(frozen=True)
@@ -48,6 +57,7 @@ class JobKind:
     transform: Transform
     partition_columns: tuple[str, ...]
     check: Check | None = None
+    side_inputs: SideInputs | None = None
 
 
 def _route(inputs: Mapping[str, DataFrame], pipeline: RouterPipeline) -> DataFrame:
@@ -76,6 +86,28 @@ def _write_warehouse(inputs: Mapping[str, DataFrame], pipeline: WarehouseWriterP
     return warehouse_rows(events, pipeline.max_files_per_partition)
 
 
+def _enrich(inputs: Mapping[str, DataFrame], pipeline: EnricherPipeline) -> DataFrame:
+    events = with_event_partitions(inputs["events"], pipeline.source)
+    return enrich(events, inputs["reference"], inputs["mapping"], pipeline)
+
+
+def _enricher_side_inputs(
+    spark: SparkSession, platform: PlatformConfig, spec: JobSpec
+) -> dict[str, DataFrame]:
+    pipeline = spec.pipeline
+    assert isinstance(pipeline, EnricherPipeline)
+    mapping_path = platform.conf_dir / pipeline.mapping
+    state_dir = platform.job_runtime_dir(spec.name)
+    # Checked once when the query is planned: with no valid mapping, now or before, nothing starts.
+    _, canonical, problem = read_mapping(mapping_path, state_dir)
+    if canonical is None:
+        raise ConfigError(mapping_path, problem or "no mapping")
+    return {
+        "reference": reference_frame(spark, platform.lake_root / pipeline.reference.path, pipeline.reference),
+        "mapping": mapping_frame(spark, mapping_path, state_dir),
+    }
+
+
 KINDS: dict[str, JobKind] = {
     "router": JobKind(transform=_route, partition_columns=ROUTER_PARTITIONS, check=_check_routes),
     "impressions_plays": JobKind(
@@ -83,6 +115,9 @@ KINDS: dict[str, JobKind] = {
     ),
     "sessionizer": JobKind(transform=sessionize, partition_columns=SESSIONIZER_PARTITIONS),
     "warehouse_writer": JobKind(transform=_write_warehouse, partition_columns=WAREHOUSE_PARTITIONS),
+    "enricher": JobKind(
+        transform=_enrich, partition_columns=ENRICHER_PARTITIONS, side_inputs=_enricher_side_inputs
+    ),
 }
 
 
@@ -105,4 +140,7 @@ def sink_rows(platform: PlatformConfig, spec: JobSpec, raw: Mapping[str, DataFra
     if problems:
         field, why = next(iter(problems.items()))
         raise ConfigError(platform.conf_dir / "jobs" / f"{spec.name}.yaml", f"field '{field}': {why}")
+    if kind.side_inputs is not None:
+        spark = next(iter(raw.values())).sparkSession
+        inputs.update(kind.side_inputs(spark, platform, spec))
     return kind.transform(inputs, spec.pipeline)
