@@ -126,8 +126,21 @@ def kind_of(spec: JobSpec) -> JobKind:
     return KINDS[spec.pipeline.kind]
 
 
-def sink_rows(platform: PlatformConfig, spec: JobSpec, raw: Mapping[str, DataFrame]) -> DataFrame:
-    """The rows the job writes to its sink, from each input's raw lines (stream or batch alike).
+PARSED_STAGE = "parsed"
+OUTPUT_STAGE = "output"
+
+
+def stage_names(spec: JobSpec) -> list[str]:
+    """The stages a preview tap can watch: `parsed` (or `parsed.<input>` for several inputs), `output`."""
+    inputs = list(spec.pipeline.inputs)
+    parsed = [PARSED_STAGE] if len(inputs) == 1 else [f"{PARSED_STAGE}.{name}" for name in inputs]
+    return [*parsed, OUTPUT_STAGE]
+
+
+def pipeline_stages(
+    platform: PlatformConfig, spec: JobSpec, raw: Mapping[str, DataFrame]
+) -> dict[str, DataFrame]:
+    """Every stage of the job's transform by name (see `stage_names`); `output` is the sink's rows.
 
     Raises `ConfigError` naming the job file's field when the analyzer rejects an expression of
     the pipeline, before anything is read.
@@ -140,7 +153,21 @@ def sink_rows(platform: PlatformConfig, spec: JobSpec, raw: Mapping[str, DataFra
     if problems:
         field, why = next(iter(problems.items()))
         raise ConfigError(platform.conf_dir / "jobs" / f"{spec.name}.yaml", f"field '{field}': {why}")
+    if len(inputs) == 1:
+        stages = {PARSED_STAGE: next(iter(inputs.values()))}
+    else:
+        stages = {f"{PARSED_STAGE}.{name}": parsed for name, parsed in inputs.items()}
     if kind.side_inputs is not None:
         spark = next(iter(raw.values())).sparkSession
         inputs.update(kind.side_inputs(spark, platform, spec))
-    return kind.transform(inputs, spec.pipeline)
+    stages[OUTPUT_STAGE] = kind.transform(inputs, spec.pipeline)
+    return stages
+
+
+def sink_rows(platform: PlatformConfig, spec: JobSpec, raw: Mapping[str, DataFrame]) -> DataFrame:
+    """The rows the job writes to its sink, from each input's raw lines (stream or batch alike).
+
+    Raises `ConfigError` naming the job file's field when the analyzer rejects an expression of
+    the pipeline, before anything is read.
+    """
+    return pipeline_stages(platform, spec, raw)[OUTPUT_STAGE]

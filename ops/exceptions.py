@@ -11,7 +11,8 @@ Hierarchy::
     ├── SavepointError          a savepoint could not be taken, verified or pruned (nothing catalogued)
     ├── RewindError             a rewind was refused (nothing touched) or a replay went wrong
     ├── UpgradeError            an upgrade was refused before the running version was touched
-    └── JobBusyError            another operation holds the job's lock
+    ├── JobBusyError            another operation holds the job's lock
+    └── PreviewError            a preview tap is not enabled or has captured nothing yet
 """
 
 from __future__ import annotations
@@ -73,3 +74,7 @@ class JobBusyError(WardenError):
         self.job = job
         self.holder = holder
         super().__init__(f"job {job!r} is busy: {holder} holds its lock")
+
+
+class PreviewError(WardenError):
+    """A preview tap cannot be shown: not enabled for the stage, or nothing captured yet."""
