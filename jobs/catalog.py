@@ -9,6 +9,10 @@ A job kind is a pure transform from its parsed sources to the rows of its sink:
 `jobs.runner` and over files in `jobs.batch`; watermarks and state only matter in the stream,
 which is why both give the same rows when no event is later than the allowed lateness.
 
+A kind may also read side inputs (`JobKind.side_inputs`): DataFrames that are not landing
+streams, such as the enricher's lookup table and mapping. They are added to `inputs` under their
+own names before the transform runs.
+
 Every job writes one query with one Parquet file sink (`pipeline.sink`), partitioned by the kind's
 `partition_columns`. A job with several outputs (sessions and late events, say) tells them apart
 by a partition column, as the router does with `route`. One checkpoint and one sink log per job is
@@ -21,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 
 from jobs.attack_chains.transform import PARTITION_COLUMNS as ATTACK_CHAINS_PARTITIONS
 from jobs.attack_chains.transform import attack_chains
@@ -29,6 +33,9 @@ from jobs.campaign_uniques.transform import PARTITION_COLUMNS as CAMPAIGN_UNIQUE
 from jobs.campaign_uniques.transform import campaign_uniques
 from jobs.device_health.transform import PARTITION_COLUMNS as DEVICE_HEALTH_PARTITIONS
 from jobs.device_health.transform import device_health, invalid_rules
+from jobs.enricher.side_inputs import mapping_frame, read_mapping, reference_frame
+from jobs.enricher.transform import PARTITION_COLUMNS as ENRICHER_PARTITIONS
+from jobs.enricher.transform import enrich
 from jobs.impressions_plays.transform import PARTITION_COLUMNS as IMPRESSIONS_PLAYS_PARTITIONS
 from jobs.impressions_plays.transform import impressions_plays
 from jobs.router.transform import PARTITION_COLUMNS as ROUTER_PARTITIONS
@@ -44,6 +51,7 @@ from ops.pipelines import (
     AttackChainsPipeline,
     CampaignUniquesPipeline,
     DeviceHealthPipeline,
+    EnricherPipeline,
     ImpressionsPlaysPipeline,
     RouterPipeline,
     WarehouseWriterPipeline,
@@ -52,6 +60,8 @@ from ops.pipelines import (
 Transform = Callable[[Mapping[str, DataFrame], Any], DataFrame]
 # Problems the analyzer finds in a pipeline's expressions, by dotted field of the job file.
 Check = Callable[[Mapping[str, DataFrame], Any], dict[str, str]]
+# (session, platform, spec) -> side inputs by name; raises `ConfigError` when one cannot be read.
+SideInputs = Callable[[SparkSession, PlatformConfig, JobSpec], dict[str, DataFrame]]
 
 
 @dataclass(frozen=True)
@@ -61,6 +71,7 @@ class JobKind:
     transform: Transform
     partition_columns: tuple[str, ...]
     check: Check | None = None
+    side_inputs: SideInputs | None = None
 
 
 def _route(inputs: Mapping[str, DataFrame], pipeline: RouterPipeline) -> DataFrame:
@@ -113,6 +124,28 @@ def _check_device_rules(inputs: Mapping[str, DataFrame], pipeline: DeviceHealthP
     }
 
 
+def _enrich(inputs: Mapping[str, DataFrame], pipeline: EnricherPipeline) -> DataFrame:
+    events = with_event_partitions(inputs["events"], pipeline.source)
+    return enrich(events, inputs["reference"], inputs["mapping"], pipeline)
+
+
+def _enricher_side_inputs(
+    spark: SparkSession, platform: PlatformConfig, spec: JobSpec
+) -> dict[str, DataFrame]:
+    pipeline = spec.pipeline
+    assert isinstance(pipeline, EnricherPipeline)
+    mapping_path = platform.conf_dir / pipeline.mapping
+    state_dir = platform.job_runtime_dir(spec.name)
+    # Checked once when the query is planned: with no valid mapping, now or before, nothing starts.
+    _, canonical, problem = read_mapping(mapping_path, state_dir)
+    if canonical is None:
+        raise ConfigError(mapping_path, problem or "no mapping")
+    return {
+        "reference": reference_frame(spark, platform.lake_root / pipeline.reference.path, pipeline.reference),
+        "mapping": mapping_frame(spark, mapping_path, state_dir),
+    }
+
+
 KINDS: dict[str, JobKind] = {
     "router": JobKind(transform=_route, partition_columns=ROUTER_PARTITIONS, check=_check_routes),
     "impressions_plays": JobKind(
@@ -120,6 +153,9 @@ KINDS: dict[str, JobKind] = {
     ),
     "sessionizer": JobKind(transform=sessionize, partition_columns=SESSIONIZER_PARTITIONS),
     "warehouse_writer": JobKind(transform=_write_warehouse, partition_columns=WAREHOUSE_PARTITIONS),
+    "enricher": JobKind(
+        transform=_enrich, partition_columns=ENRICHER_PARTITIONS, side_inputs=_enricher_side_inputs
+    ),
     "campaign_uniques": JobKind(transform=_campaign_uniques, partition_columns=CAMPAIGN_UNIQUES_PARTITIONS),
     "attack_chains": JobKind(transform=_attack_chains, partition_columns=ATTACK_CHAINS_PARTITIONS),
     "device_health": JobKind(
@@ -133,8 +169,21 @@ def kind_of(spec: JobSpec) -> JobKind:
     return KINDS[spec.pipeline.kind]
 
 
-def sink_rows(platform: PlatformConfig, spec: JobSpec, raw: Mapping[str, DataFrame]) -> DataFrame:
-    """The rows the job writes to its sink, from each input's raw lines (stream or batch alike).
+PARSED_STAGE = "parsed"
+OUTPUT_STAGE = "output"
+
+
+def stage_names(spec: JobSpec) -> list[str]:
+    """The stages a preview tap can watch: `parsed` (or `parsed.<input>` for several inputs), `output`."""
+    inputs = list(spec.pipeline.inputs)
+    parsed = [PARSED_STAGE] if len(inputs) == 1 else [f"{PARSED_STAGE}.{name}" for name in inputs]
+    return [*parsed, OUTPUT_STAGE]
+
+
+def pipeline_stages(
+    platform: PlatformConfig, spec: JobSpec, raw: Mapping[str, DataFrame]
+) -> dict[str, DataFrame]:
+    """Every stage of the job's transform by name (see `stage_names`); `output` is the sink's rows.
 
     Raises `ConfigError` naming the job file's field when the analyzer rejects an expression of
     the pipeline, before anything is read.
@@ -147,4 +196,21 @@ def sink_rows(platform: PlatformConfig, spec: JobSpec, raw: Mapping[str, DataFra
     if problems:
         field, why = next(iter(problems.items()))
         raise ConfigError(platform.conf_dir / "jobs" / f"{spec.name}.yaml", f"field '{field}': {why}")
-    return kind.transform(inputs, spec.pipeline)
+    if len(inputs) == 1:
+        stages = {PARSED_STAGE: next(iter(inputs.values()))}
+    else:
+        stages = {f"{PARSED_STAGE}.{name}": parsed for name, parsed in inputs.items()}
+    if kind.side_inputs is not None:
+        spark = next(iter(raw.values())).sparkSession
+        inputs.update(kind.side_inputs(spark, platform, spec))
+    stages[OUTPUT_STAGE] = kind.transform(inputs, spec.pipeline)
+    return stages
+
+
+def sink_rows(platform: PlatformConfig, spec: JobSpec, raw: Mapping[str, DataFrame]) -> DataFrame:
+    """The rows the job writes to its sink, from each input's raw lines (stream or batch alike).
+
+    Raises `ConfigError` naming the job file's field when the analyzer rejects an expression of
+    the pipeline, before anything is read.
+    """
+    return pipeline_stages(platform, spec, raw)[OUTPUT_STAGE]

@@ -15,9 +15,10 @@ from collections.abc import Sequence
 
 import structlog
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming import DataStreamWriter
+from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from jobs.catalog import kind_of, sink_rows
+from jobs.preview import check_stages, start_taps
 from jobs.runtime import (
     EXIT_CONFIG_ERROR,
     QueryPlan,
@@ -37,6 +38,8 @@ def plan_job(platform: PlatformConfig, spec: JobSpec) -> QueryPlan:
     """The job's query: landing -> parse -> the kind's transform -> one partitioned Parquet file sink."""
 
     def plan(spark: SparkSession) -> DataStreamWriter:
+        # A tap on a stage the kind lacks is a config error, found before anything starts.
+        check_stages(platform, spec)
         max_files = spec.operations.trigger.max_files_per_trigger
         raw = {
             name: read_landing(spark, platform, source, max_files)
@@ -98,7 +101,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         return EXIT_CONFIG_ERROR
     log.info("starting", kind=spec.pipeline.kind, config_version=spec.config_version)
-    return run_streaming_job(platform, spec, args.run_id, plan_job(platform, spec), shutdown, args.mode)
+
+    def taps(spark: SparkSession, available_now: bool) -> list[StreamingQuery]:
+        return start_taps(spark, platform, spec, available_now)
+
+    return run_streaming_job(platform, spec, args.run_id, plan_job(platform, spec), shutdown, args.mode, taps)
 
 
 if __name__ == "__main__":

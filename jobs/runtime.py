@@ -65,6 +65,8 @@ _CORRUPT_RECORD = "_corrupt_record"
 _JSON = "_json"
 
 QueryPlan = Callable[[SparkSession], DataStreamWriter]
+# (session, available_now) -> the started preview tap queries (`jobs/preview.py`); none when off.
+TapStarter = Callable[[SparkSession, bool], list[StreamingQuery]]
 # How long a driver runs: until stopped, until the input present at start is read, or only to
 # replay the batches a rewind queued.
 RunMode = Literal["continuous", "available_now", "replay_only"]
@@ -292,6 +294,7 @@ def run_streaming_job(
     plan: QueryPlan,
     shutdown: ShutdownRequest,
     mode: RunMode = "continuous",
+    taps: TapStarter | None = None,
 ) -> int:
     """Run a job's query with telemetry until it stops, and return the process exit code.
 
@@ -300,14 +303,15 @@ def run_streaming_job(
     (`available_now`), or does not start at all (`replay_only`).
 
     This is the driver's outermost loop, so it is where an unexpected error is caught: it is
-    recorded in a terminated heartbeat (class and message) and the driver exits 1.
+    recorded in a terminated heartbeat (class and message) and the driver exits 1. `taps` starts
+    the job's preview taps once its query runs; they are stopped when it ends.
     """
     listener = TelemetryListener(platform, spec.name, run_id)
     try:
         with serve_metrics(listener.registry, spec.operations.metrics_port):
             spark = build_session(platform, spec)
             try:
-                return _run_query(spark, platform, spec, plan, mode, listener, shutdown)
+                return _run_query(spark, platform, spec, plan, mode, listener, shutdown, taps)
             finally:
                 spark.stop()
     except Exception as exc:
@@ -322,6 +326,7 @@ def _run_query(
     mode: RunMode,
     listener: TelemetryListener,
     shutdown: ShutdownRequest,
+    taps: TapStarter | None = None,
 ) -> int:
     spark.streams.addListener(listener)
     try:
@@ -338,7 +343,11 @@ def _run_query(
             return EXIT_STOPPED
         query = with_trigger(plan, spec, mode == "available_now")(spark).start()
         log.info("query started", query_id=str(query.id), metrics_port=spec.operations.metrics_port)
-        _await_query(query, shutdown, spec.operations.shutdown_timeout_seconds)
+        tap_queries = taps(spark, mode == "available_now") if taps else []
+        try:
+            _await_query(query, shutdown, spec.operations.shutdown_timeout_seconds)
+        finally:
+            _end_taps(tap_queries, wait=mode == "available_now" and not shutdown.requested)
     except StreamingQueryException as exc:
         # The listener bus delivers the termination event asynchronously; write our own record
         # only if it has not arrived, so its account (with Spark's error condition) wins.
@@ -349,6 +358,17 @@ def _run_query(
     listener.wait_terminated(timeout=10.0)
     log.info("query stopped", signal=shutdown.signal_name)
     return EXIT_STOPPED
+
+
+def _end_taps(tap_queries: list[StreamingQuery], wait: bool) -> None:
+    """Stop the preview taps; with `wait` (available-now) let them read their input first."""
+    for tap in tap_queries:
+        if wait and tap.isActive:
+            tap.awaitTermination(300)
+        if tap.isActive:
+            tap.stop()
+        if tap.exception() is not None:
+            log.warning("preview tap failed", tap=tap.name, error=str(tap.exception()).splitlines()[0])
 
 
 def _failed(listener: TelemetryListener, error_class: str, message: str) -> int:

@@ -16,6 +16,8 @@ warden upgrade JOB --spec FILE --reason R
                                 deploy a new spec from a fresh savepoint; roll back if not ready
 warden platform up|down|status  the embedded platform (S3 server, Airflow, generator, drivers)
 warden state JOB [--key K]      a stateful job's latest committed state (per key), e.g. device health
+warden preview JOB STAGE [--limit N]
+                                the newest records a running job's preview tap captured at STAGE
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from ops import platform as embedded
 from ops.config import find_job, load_jobs, load_platform
 from ops.exceptions import WardenError
 from ops.ledger import utcnow
+from ops.preview import read_preview, render_preview
 from ops.rewind import parse_moment, restate, rewind_job
 from ops.state_reader import StateTable, local_session, read_value_state
 from ops.supervisor import FAILURE, Supervisor
@@ -263,6 +266,13 @@ def cmd_state(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_preview(args: argparse.Namespace) -> int:
+    platform = load_platform()
+    spec = find_job(args.job, platform.conf_dir)
+    print(render_preview(read_preview(platform, spec, args.stage), args.limit))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="warden", description="Operate Streamwarden's streaming jobs.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -320,6 +330,11 @@ def build_parser() -> argparse.ArgumentParser:
     platform = commands.add_parser("platform", help="the embedded platform")
     platform.add_argument("action", choices=["up", "down", "status"])
     platform.set_defaults(run=cmd_platform)
+    preview = commands.add_parser("preview", help="the newest records a job's preview tap captured")
+    preview.add_argument("job")
+    preview.add_argument("stage", help="a tapped stage (operations.preview.stages), e.g. parsed, output")
+    preview.add_argument("--limit", type=int, default=None, help="show only the newest N records")
+    preview.set_defaults(run=cmd_preview)
     return parser
 
 

@@ -182,6 +182,16 @@ class RestatementSchedule(Model):
         return value
 
 
+class PreviewTaps(Model):
+    """Preview taps (`warden preview`): the newest records at named stages of the job's transform.
+
+    Each tapped stage costs one extra small query (see `jobs/preview.py`); no stages, no cost.
+    """
+
+    stages: tuple[str, ...] = Field((), description="Stages to tap, e.g. [parsed, output].")
+    records: int = Field(100, ge=1, le=10_000, description="Records kept per stage, the newest.")
+
+
 class Operations(Model):
     stateful: bool = False
     # Stateful jobs keep state in RocksDB; format 2 loads state by the ids in the commit log.
@@ -195,6 +205,7 @@ class Operations(Model):
     savepoints: SavepointPolicy = Field(default_factory=SavepointPolicy)
     restatement: RestatementSchedule | None = None
     shutdown_timeout_seconds: float = Field(60.0, gt=0)
+    preview: PreviewTaps = Field(default_factory=PreviewTaps)
 
 
 class JobSpec(Model):

@@ -12,7 +12,8 @@ Hierarchy::
     ├── RewindError             a rewind was refused (nothing touched) or a replay went wrong
     ├── UpgradeError            an upgrade was refused before the running version was touched
     ├── JobBusyError            another operation holds the job's lock
-    └── StateReadError          a job's state cannot be read (not stateful, nothing committed yet)
+    ├── StateReadError          a job's state cannot be read (not stateful, nothing committed yet)
+    └── PreviewError            a preview tap is not enabled or has captured nothing yet
 """
 
 from __future__ import annotations
@@ -79,3 +80,7 @@ class JobBusyError(WardenError):
 class StateReadError(WardenError):
     """A job's state cannot be read: the job is not stateful, has no committed batch, or its
     state is not a single transformWithState value state."""
+
+
+class PreviewError(WardenError):
+    """A preview tap cannot be shown: not enabled for the stage, or nothing captured yet."""

@@ -34,6 +34,7 @@ from pyspark.sql.streaming.listener import (
 )
 
 from ops.config import PlatformConfig
+from ops.preview import is_tap_query
 from ops.telemetry import (
     RECENT_BATCHES,
     BatchSample,
@@ -163,12 +164,19 @@ class TelemetryListener(StreamingQueryListener):
         # Run ids of the trigger-once queries that replay a rewound job's batches: their normal
         # end is a step of the replay, not the end of the job.
         self.replay_runs: set[str] = set()
+        # Ids of preview tap queries (`ops.preview`): their events say nothing about the job.
+        self._taps: set[str] = set()
 
     def onQueryStarted(self, event: QueryStartedEvent) -> None:
+        if is_tap_query(event.name):
+            self._taps.add(str(event.id))
+            return
         self._write("started")
 
     def onQueryProgress(self, event: QueryProgressEvent) -> None:
         progress = json.loads(event.progress.json)
+        if is_tap_query(progress.get("name")):
+            return
         sample = batch_sample(progress)
         with self._lock:
             self._recent.append(sample)
@@ -193,9 +201,13 @@ class TelemetryListener(StreamingQueryListener):
         self._write("progress")
 
     def onQueryIdle(self, event: QueryIdleEvent) -> None:
+        if str(event.id) in self._taps:
+            return
         self._write("idle")
 
     def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
+        if str(event.id) in self._taps:
+            return
         if str(event.runId) in self.replay_runs and not event.exception:
             return
         if event.exception:

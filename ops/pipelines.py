@@ -371,6 +371,63 @@ class DeviceHealthPipeline(Model):
         return self
 
 
+class ReferenceTable(Model):
+    """A Parquet lookup table in the lake, republished while jobs read it (see `ops.reference_tables`)."""
+
+    path: str = Field(description="Directory under the lake root holding the table's versions.")
+    key: str = Field(description="The column events are matched on; unique per version.")
+    fields: tuple[SourceField, ...] = Field(min_length=2, description="Every column, the key included.")
+
+    @model_validator(mode="after")
+    def _key_is_a_field(self) -> ReferenceTable:
+        names = [f.name for f in self.fields]
+        if len(set(names)) != len(names):
+            raise ValueError("field names must be unique")
+        if self.key not in names:
+            raise ValueError(f"key {self.key!r} is not one of the fields {names}")
+        return self
+
+
+class EnricherPipeline(Model):
+    """Joins events to a refreshed lookup table, then reshapes each event by a reloaded mapping file.
+
+    See `jobs/enricher/transform.py`; the mapping file's format is in `jobs/enricher/mapping.py`.
+    """
+
+    kind: Literal["enricher"]
+    source: FileSource
+    sink: FileSink
+    reference: ReferenceTable
+    join_field: str = Field(description="The source field matched against `reference.key`.")
+    mapping: str = Field(description="The mapping file, relative to the conf directory.")
+    document_key: str = Field(
+        "reference",
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="Where a matched row's fields are put in the document the mapping sees.",
+    )
+
+    @property
+    def inputs(self) -> dict[str, FileSource]:
+        """The job's sources by the name its transform knows them by."""
+        return {"events": self.source}
+
+    @model_validator(mode="after")
+    def _join_is_consistent(self) -> EnricherPipeline:
+        source_types = {f.name: f.type for f in self.source.fields}
+        reference_types = {f.name: f.type for f in self.reference.fields}
+        if self.join_field not in source_types:
+            raise ValueError(f"join_field {self.join_field!r} is not a source field")
+        if source_types[self.join_field] != reference_types[self.reference.key]:
+            raise ValueError(
+                f"join_field {self.join_field!r} is a {source_types[self.join_field]}, reference key "
+                f"{self.reference.key!r} a {reference_types[self.reference.key]}"
+            )
+        clashes = sorted((set(reference_types) - {self.reference.key}) & set(source_types))
+        if clashes:
+            raise ValueError(f"reference fields {clashes} clash with source fields of the same name")
+        return self
+
+
 Pipeline = Annotated[
     RouterPipeline
     | ImpressionsPlaysPipeline
@@ -378,6 +435,7 @@ Pipeline = Annotated[
     | WarehouseWriterPipeline
     | CampaignUniquesPipeline
     | AttackChainsPipeline
-    | DeviceHealthPipeline,
+    | DeviceHealthPipeline
+    | EnricherPipeline,
     Field(discriminator="kind"),
 ]

@@ -41,6 +41,8 @@ class Scenario:
     # first write's last event is before the next one's first), so none of them is late.
     write_from: Callable[[Path, int, int, datetime], list[Path]] | None = None
     period: timedelta | None = None
+    # (lake_root, seed) -> the side inputs the kind reads from the lake (e.g. a lookup table).
+    lake: Callable[[Path, int], list[Path]] | None = None
 
 
 def router_scenario(landing_root: Path, n_events: int, seed: int) -> list[Path]:
@@ -462,6 +464,76 @@ def device_health_scenario(landing_root: Path, n_events: int, seed: int) -> list
     return paths
 
 
+# The enricher's lookup table (conf/jobs/enricher.yaml): titles t00..t09 are in it, t10 and t11 not.
+ENRICHER_TITLES = 12
+ENRICHER_KNOWN_TITLES = 10
+ENRICHER_START = datetime(2025, 1, 1, 20, tzinfo=UTC)
+GENRES = ("drama", "comedy", "documentary", None)
+
+
+def enricher_scenario(landing_root: Path, n_events: int, seed: int) -> list[Path]:
+    """Play events with nested `profile` and `device` objects in `plays/`, 3 % malformed lines.
+
+    Titles t10 and t11 miss the lookup table; some events lack `device.os` or `profile`, which
+    the mapping's defaults fill in.
+    """
+    rng = random.Random(seed)
+    per_file = max(1, n_events // FILES_PER_SCENARIO)
+    written = []
+    for k in range(FILES_PER_SCENARIO):
+        lines = []
+        for i in range(per_file):
+            moment = ENRICHER_START + timedelta(seconds=rng.uniform(0, 3 * 3600))
+            event: dict[str, object] = {
+                "event_id": f"p-{seed}-{k}-{i:05d}",
+                "event_time": _event_time_text(moment),
+                "title_id": f"t{rng.randrange(ENRICHER_TITLES):02d}",
+                "position_ms": rng.randrange(0, 7_200_000),
+                "device": {"model": rng.choice(("tv-1", "phone-2"))},
+            }
+            if rng.random() < 0.8:
+                event["device"] = {**event["device"], "os": rng.choice(("ios", "android", "tizen"))}  # type: ignore[dict-item]
+            if rng.random() < 0.9:
+                event["profile"] = {
+                    "id": f"pr{rng.randrange(50):03d}",
+                    "country": rng.choice(("DE", "US", "BR")),
+                }
+            lines.append(_broken(rng, event, "event_id") if rng.random() < 0.03 else json.dumps(event))
+        written.append(
+            write_json_lines(landing_root / "plays", f"plays-{seed}-{k}.json", lines, 10.0 * (3 - k))
+        )
+    return written
+
+
+def enricher_reference(lake_root: Path, seed: int) -> list[Path]:
+    """Version `v{seed}` of the title table at `reference/titles` (conf/jobs/enricher.yaml)."""
+    import pyarrow as pa
+
+    from ops.reference_tables import publish_reference
+
+    rows = [
+        {
+            "title_id": f"t{i:02d}",
+            "title_name": f"Title {i}",
+            "genre": GENRES[i % len(GENRES)],
+            "release_year": 1990 + 3 * i,
+        }
+        for i in range(ENRICHER_KNOWN_TITLES)
+    ]
+    schema = pa.schema(
+        [
+            ("title_id", pa.string()),
+            ("title_name", pa.string()),
+            ("genre", pa.string()),
+            ("release_year", pa.int64()),
+        ]
+    )
+    version_dir = publish_reference(
+        lake_root / "reference" / "titles", f"v{seed}", pa.Table.from_pylist(rows, schema)
+    )
+    return [version_dir]
+
+
 # Pipeline kind -> its scenario.
 SCENARIOS: dict[str, Scenario] = {
     "router": Scenario(write=router_scenario),
@@ -483,4 +555,5 @@ SCENARIOS: dict[str, Scenario] = {
     "campaign_uniques": Scenario(write=campaign_uniques_scenario, flush=campaign_uniques_flush),
     "attack_chains": Scenario(write=attack_chains_scenario, flush=attack_chains_flush),
     "device_health": Scenario(write=device_health_scenario),
+    "enricher": Scenario(write=enricher_scenario, lake=enricher_reference),
 }

@@ -41,6 +41,8 @@ def test_streaming_and_batch_runners_agree(
         spark.conf.set(key, value)
     scenario = SCENARIOS[spec.pipeline.kind]
     scenario.write(platform_conf.landing_root, 900, 1)
+    if scenario.lake is not None:
+        scenario.lake(platform_conf.lake_root, 1)
     batch_landing = platform_conf.runtime_root / "batch-landing"
     shutil.copytree(platform_conf.landing_root, batch_landing)
     run_available_now(spark, platform_conf, spec)

@@ -27,6 +27,10 @@ def write_conf(conf_dir: Path, runtime: Path, *, jobs: dict[str, dict] | None = 
         "spark": {"master": "local[2]", "ui_enabled": False},
     }
     (conf_dir / "platform.yaml").write_text(yaml.safe_dump(platform))
+    # Files job specs refer to (e.g. the enricher's mapping) live beside conf/jobs.
+    for extra in ("mappings",):
+        if (DEFAULT_CONF_DIR / extra).is_dir():
+            shutil.copytree(DEFAULT_CONF_DIR / extra, conf_dir / extra, dirs_exist_ok=True)
     if jobs is None:
         for job_file in (DEFAULT_CONF_DIR / "jobs").glob("*.yaml"):
             spec = yaml.safe_load(job_file.read_text())
