@@ -21,7 +21,7 @@ what savepoints and rewinds anchor on.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,16 +79,30 @@ def _route(inputs: Mapping[str, DataFrame], pipeline: RouterPipeline) -> DataFra
     return route_events(events, pipeline.routes)
 
 
-def _check_routes(inputs: Mapping[str, DataFrame], pipeline: RouterPipeline) -> dict[str, str]:
-    problems = invalid_route_filters(inputs["events"], pipeline.routes)
-    index = {route.name: i for i, route in enumerate(pipeline.routes)}
+def _expression_problems(
+    problems: Mapping[str, str], expressions: Sequence[tuple[str, str]], field: str, what: str
+) -> dict[str, str]:
+    """Analyzer problems (name -> why) keyed by the job file's dotted field of each expression.
+
+    `expressions` lists (name, expression) in file order; `field` ("pipeline.routes.{}.filter")
+    takes the position and `what` ("route {!r} filter") the name.
+    """
+    index = {name: i for i, (name, _) in enumerate(expressions)}
     return {
-        f"pipeline.routes.{index[name]}.filter": (
-            f"route {name!r} filter {pipeline.routes[index[name]].filter!r} is not a valid boolean "
-            f"expression: {why}"
+        field.format(index[name]): (
+            f"{what.format(name)} {expressions[index[name]][1]!r} is not a valid boolean expression: {why}"
         )
         for name, why in problems.items()
     }
+
+
+def _check_routes(inputs: Mapping[str, DataFrame], pipeline: RouterPipeline) -> dict[str, str]:
+    return _expression_problems(
+        invalid_route_filters(inputs["events"], pipeline.routes),
+        [(route.name, route.filter) for route in pipeline.routes],
+        "pipeline.routes.{}.filter",
+        "route {!r} filter",
+    )
 
 
 def _join_impressions_plays(inputs: Mapping[str, DataFrame], pipeline: ImpressionsPlaysPipeline) -> DataFrame:
@@ -113,15 +127,12 @@ def _device_health(inputs: Mapping[str, DataFrame], pipeline: DeviceHealthPipeli
 
 
 def _check_device_rules(inputs: Mapping[str, DataFrame], pipeline: DeviceHealthPipeline) -> dict[str, str]:
-    problems = invalid_rules(inputs["telemetry"], pipeline.data_points)
-    index = {rule.name: i for i, rule in enumerate(pipeline.data_points)}
-    return {
-        f"pipeline.data_points.{index[name]}.red_when": (
-            f"data point {name!r} red_when {pipeline.data_points[index[name]].red_when!r} is not a valid "
-            f"boolean expression: {why}"
-        )
-        for name, why in problems.items()
-    }
+    return _expression_problems(
+        invalid_rules(inputs["telemetry"], pipeline.data_points),
+        [(rule.name, rule.red_when or "") for rule in pipeline.data_points],
+        "pipeline.data_points.{}.red_when",
+        "data point {!r} red_when",
+    )
 
 
 def _enrich(inputs: Mapping[str, DataFrame], pipeline: EnricherPipeline) -> DataFrame:
