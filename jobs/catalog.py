@@ -28,7 +28,12 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 
 from jobs.attack_chains.transform import PARTITION_COLUMNS as ATTACK_CHAINS_PARTITIONS
-from jobs.attack_chains.transform import attack_chains
+from jobs.attack_chains.transform import (
+    RULE_EXPRESSION_FIELDS,
+    attack_chains,
+    invalid_rule_expressions,
+    rule_expressions,
+)
 from jobs.campaign_uniques.transform import PARTITION_COLUMNS as CAMPAIGN_UNIQUES_PARTITIONS
 from jobs.campaign_uniques.transform import campaign_uniques
 from jobs.device_health.transform import PARTITION_COLUMNS as DEVICE_HEALTH_PARTITIONS
@@ -122,6 +127,19 @@ def _attack_chains(inputs: Mapping[str, DataFrame], pipeline: AttackChainsPipeli
     return attack_chains(inputs["events"], pipeline)
 
 
+def _check_attack_rules(inputs: Mapping[str, DataFrame], pipeline: AttackChainsPipeline) -> dict[str, str]:
+    problems: dict[str, str] = {}
+    # A rule lacks most of these fields; it has no problem in them, so its "" is never quoted.
+    for field in RULE_EXPRESSION_FIELDS:
+        problems |= _expression_problems(
+            invalid_rule_expressions(inputs["events"], pipeline, field),
+            [(rule.name, rule_expressions(rule).get(field, "")) for rule in pipeline.rules],
+            f"pipeline.rules.{{}}.{field}",
+            f"rule {{!r}} {field}",
+        )
+    return problems
+
+
 def _device_health(inputs: Mapping[str, DataFrame], pipeline: DeviceHealthPipeline) -> DataFrame:
     return device_health(inputs["telemetry"], pipeline)
 
@@ -168,7 +186,9 @@ KINDS: dict[str, JobKind] = {
         transform=_enrich, partition_columns=ENRICHER_PARTITIONS, side_inputs=_enricher_side_inputs
     ),
     "campaign_uniques": JobKind(transform=_campaign_uniques, partition_columns=CAMPAIGN_UNIQUES_PARTITIONS),
-    "attack_chains": JobKind(transform=_attack_chains, partition_columns=ATTACK_CHAINS_PARTITIONS),
+    "attack_chains": JobKind(
+        transform=_attack_chains, partition_columns=ATTACK_CHAINS_PARTITIONS, check=_check_attack_rules
+    ),
     "device_health": JobKind(
         transform=_device_health, partition_columns=DEVICE_HEALTH_PARTITIONS, check=_check_device_rules
     ),

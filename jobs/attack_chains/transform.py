@@ -5,7 +5,8 @@ match: `rule`, `key`, the `event_ids` and `event_times` of the events that forme
 time order), `late` rows (an event older than the watermark, per rule it was tagged for) and
 `dead_letter` rows (malformed lines with `dead_letter_reason` and `raw`).
 
-Rules (`ops.pipelines.PatternRule`, declared in the job file; filters are Spark SQL):
+Rules (`ops.pipelines.PatternRule`, declared in the job file; filters are Spark SQL, checked by
+the analyzer with `invalid_rule_expressions` before the query starts):
 
 * `sequence`: an event matching `first`, then one matching `then` with the same `key`, at most
   `within_seconds` later (inclusive: exactly 15:00 after matches, 15:00.001 does not). The `then`
@@ -49,6 +50,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
+from jobs.expressions import invalid_boolean_expressions
 from jobs.runtime import DEAD_LETTER_REASON, RAW
 from ops.pipelines import (
     DEAD_LETTER_ROUTE,
@@ -86,6 +88,29 @@ _MICROS = 1_000_000
 Record = list[Any]
 
 
+# The fields of a rule that hold Spark SQL filters, over all rule kinds.
+RULE_EXPRESSION_FIELDS = ("first", "then", "failure", "success", "filter")
+
+
+def rule_expressions(rule: PatternRule) -> dict[str, str]:
+    """The rule's Spark SQL filters by their field in the job file."""
+    if isinstance(rule, SequenceRule):
+        return {"first": rule.first, "then": rule.then}
+    if isinstance(rule, ThresholdThenRule):
+        return {"failure": rule.failure, "success": rule.success}
+    return {"filter": rule.filter}
+
+
+def invalid_rule_expressions(events: DataFrame, pipeline: AttackChainsPipeline, field: str) -> dict[str, str]:
+    """Rules whose filter `field` (`first`, ...) Spark cannot parse or resolve over the parsed
+    `events`, or that is not boolean, mapped to why. Only the analyzer runs: nothing is read."""
+    expressions = {rule.name: rule_expressions(rule).get(field) for rule in pipeline.rules}
+    return invalid_boolean_expressions(
+        _with_event_time(events, pipeline),
+        {name: expression for name, expression in expressions.items() if expression is not None},
+    )
+
+
 def rule_roles(rule: PatternRule) -> tuple[Column, Column, Column]:
     """(first, then, target) of an event for `rule`: which roles it can play, and its target."""
     if isinstance(rule, SequenceRule):
@@ -117,9 +142,7 @@ def tag_events(valid: DataFrame, rules: Sequence[PatternRule]) -> DataFrame:
 
 def attack_chains(events: DataFrame, pipeline: AttackChainsPipeline) -> DataFrame:
     """Parsed security events -> match, late and dead-letter rows (see the module docstring)."""
-    event_time = pipeline.source.event_time_field
-    if event_time != "event_time":
-        events = events.withColumnRenamed(event_time, "event_time")
+    events = _with_event_time(events, pipeline)
     if events.isStreaming:
         events = events.withWatermark("event_time", f"{pipeline.allowed_lateness_seconds} seconds")
     tagged = tag_events(events.where(F.col(DEAD_LETTER_REASON).isNull()), pipeline.rules)
@@ -169,6 +192,12 @@ def attack_chains(events: DataFrame, pipeline: AttackChainsPipeline) -> DataFram
         F.to_date("event_time").alias(EVENT_DATE),
     )
     return matches.unionByName(dead)
+
+
+def _with_event_time(events: DataFrame, pipeline: AttackChainsPipeline) -> DataFrame:
+    """`events` with the source's event time field named `event_time`, as the rules see it."""
+    event_time = pipeline.source.event_time_field
+    return events if event_time == "event_time" else events.withColumnRenamed(event_time, "event_time")
 
 
 # --- the matchers (plain Python, shared by the stream and the batch) ----------------------------

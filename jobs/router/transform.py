@@ -29,11 +29,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
+from jobs.expressions import invalid_boolean_expressions
 from jobs.runtime import DEAD_LETTER_REASON, EVENT_DATE, EVENT_HOUR, RAW
 from ops.pipelines import DEAD_LETTER_ROUTE, Route
 
@@ -54,16 +53,7 @@ def invalid_route_filters(events: DataFrame, routes: Sequence[Route]) -> dict[st
     Maps the route name to why, so a bad filter is refused before any query starts. Only Spark's
     analyzer runs: nothing is read.
     """
-    problems: dict[str, str] = {}
-    for route in routes:
-        try:
-            data_type = events.select(route_condition(route).alias(ROUTE)).schema[ROUTE].dataType
-        except AnalysisException as exc:
-            problems[route.name] = str(exc).strip().splitlines()[0]
-            continue
-        if not isinstance(data_type, T.BooleanType):
-            problems[route.name] = f"is of type {data_type.simpleString()}, not boolean"
-    return problems
+    return invalid_boolean_expressions(events, {route.name: route.filter for route in routes})
 
 
 def routed_columns(events: DataFrame, routes: Sequence[Route]) -> list[str]:

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
 from pyspark.testing import assertDataFrameEqual
 
 from jobs.attack_chains.transform import SINK_COLUMNS, attack_chains
+from jobs.catalog import sink_rows
 from jobs.runtime import parse_events
 from ops.config import PlatformConfig, find_job
+from ops.exceptions import ConfigError
 from ops.listener import state_rows
 from ops.pipelines import AttackChainsPipeline
 from tests.jobs.test_campaign_uniques import one_file_per_batch, run_stream, write_landing
+from tests.support.drivers import edit_job
 
 JOB = "attack_chains"
 SCHEMA = (
@@ -102,6 +106,47 @@ def test_batch_rules_windows_and_duplicates(spark: SparkSession, platform_conf: 
         dead("invalid JSON", "{not json"),
     ]
     assertDataFrameEqual(actual, spark.createDataFrame(expected, SCHEMA))
+
+
+SYNTAX_ERROR = "[PARSE_SYNTAX_ERROR] Syntax error at or near '='. SQLSTATE: 42601 (line 1, pos 13)"
+UNKNOWN_OUTCOM = (
+    "[UNRESOLVED_COLUMN.WITH_SUGGESTION] A column, variable, or function parameter with name `outcom` "
+    "cannot be resolved. Did you mean one of the following? [`outcome`, `host`, `raw`, `dst_ip`, `src_ip`]. "
+    "SQLSTATE: 42703; line 1 pos 25;"
+)
+
+
+@pytest.mark.parametrize(
+    ("rule", "name", "field", "expression", "why"),
+    [
+        (0, "download_then_exec", "first", "event_type = = 'download'", SYNTAX_ERROR),
+        (0, "download_then_exec", "then", "event_type = = 'exec'", SYNTAX_ERROR),
+        (1, "brute_force_success", "failure", "event_type = 'login' AND outcom = 'failure'", UNKNOWN_OUTCOM),
+        (1, "brute_force_success", "success", "outcome", "is of type string, not boolean"),
+        (2, "port_scan", "filter", "event_type = = 'connection'", SYNTAX_ERROR),
+    ],
+)
+def test_a_rule_filter_that_spark_cannot_parse_names_the_field_and_the_rule(
+    rule: int,
+    name: str,
+    field: str,
+    expression: str,
+    why: str,
+    spark: SparkSession,
+    platform_conf: PlatformConfig,
+) -> None:
+    def break_rule(spec: dict[str, Any]) -> None:
+        spec["pipeline"]["rules"][rule][field] = expression
+
+    edit_job(platform_conf, JOB, break_rule)
+    spec = find_job(JOB, platform_conf.conf_dir)
+    raw = spark.createDataFrame([(download("a1", "10:00:00", "h1"),)], "value string")
+    with pytest.raises(ConfigError) as raised:
+        sink_rows(platform_conf, spec, {"events": raw})
+    assert str(raised.value) == (
+        f"{platform_conf.conf_dir / 'jobs' / 'attack_chains.yaml'}: field 'pipeline.rules.{rule}.{field}': "
+        f"rule {name!r} {field} {expression!r} is not a valid boolean expression: {why}"
+    )
 
 
 @pytest.mark.parametrize("checkpoint_format", [1, 2])
