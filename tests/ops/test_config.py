@@ -33,6 +33,14 @@ def test_repo_conf_validates() -> None:
     assert platform.resolved_ledger_url == f"sqlite:///{DEFAULT_CONF_DIR.parent.resolve()}/.runtime/ledger.db"
 
 
+def test_every_repo_job_pages_with_its_own_runbook() -> None:
+    runbooks = {
+        name: spec.operations.alerts.runbook for name, spec in load_jobs(DEFAULT_CONF_DIR).specs.items()
+    }
+    assert runbooks == {name: f"ops/runbooks/{name}.md" for name in runbooks}
+    assert [name for name in runbooks if not (DEFAULT_CONF_DIR.parent / runbooks[name]).is_file()] == []
+
+
 @pytest.mark.parametrize(
     ("mutate", "field", "problem"),
     [
