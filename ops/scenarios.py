@@ -18,7 +18,7 @@ import json
 import os
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -62,6 +62,17 @@ IMPRESSIONS_PLAYS_START = datetime(2025, 1, 1, tzinfo=UTC)
 
 def _event_time_text(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+# A flush event comes this long after its scenario's start: far past every scenario event and the
+# allowed lateness, so the watermark passes them all and closes every window and session.
+FLUSH_AFTER = timedelta(days=30)
+
+
+def _flush_file(landing_dir: Path, file_name: str, start: datetime, fields: Mapping[str, str]) -> Path:
+    """A landing file of one event of `fields`, `FLUSH_AFTER` after a scenario starting at `start`."""
+    event = {**fields, "event_time": _event_time_text(start + FLUSH_AFTER)}
+    return write_json_lines(landing_dir, file_name, [json.dumps(event)])
 
 
 def write_json_lines(landing_dir: Path, file_name: str, lines: list[str], age_seconds: float = 0.0) -> Path:
@@ -159,12 +170,19 @@ def impressions_plays_scenario(
 
 def impressions_plays_flush(landing_root: Path) -> list[Path]:
     """An impression and a play 30 days later, of different profiles (so they join nothing)."""
-    moment = _event_time_text(IMPRESSIONS_PLAYS_START + timedelta(days=30))
-    impression = {"impression_id": "i-flush", "profile_id": "flush-i", "title_id": "t", "event_time": moment}
-    play = {"play_id": "q-flush", "profile_id": "flush-q", "title_id": "t", "event_time": moment}
     return [
-        write_json_lines(landing_root / "impressions", "impressions-flush.json", [json.dumps(impression)]),
-        write_json_lines(landing_root / "plays", "plays-flush.json", [json.dumps(play)]),
+        _flush_file(
+            landing_root / "impressions",
+            "impressions-flush.json",
+            IMPRESSIONS_PLAYS_START,
+            {"impression_id": "i-flush", "profile_id": "flush-i", "title_id": "t"},
+        ),
+        _flush_file(
+            landing_root / "plays",
+            "plays-flush.json",
+            IMPRESSIONS_PLAYS_START,
+            {"play_id": "q-flush", "profile_id": "flush-q", "title_id": "t"},
+        ),
     ]
 
 
@@ -218,7 +236,7 @@ def sessionizer_scenario(
 
 def sessionizer_flush(landing_root: Path) -> list[Path]:
     """One event per source 30 days after any scenario event, from a user of its own."""
-    moment = DEFAULT_START + timedelta(days=30)
+    moment = DEFAULT_START + FLUSH_AFTER
     paths = []
     for source in SESSION_SOURCES:
         event = {**make_event(random.Random(0), moment), "user_id": f"flush_{source}"}
@@ -324,14 +342,9 @@ def campaign_uniques_scenario(landing_root: Path, n_events: int, seed: int) -> l
 
 def campaign_uniques_flush(landing_root: Path) -> list[Path]:
     """One engagement 30 days later, of a user and campaign of its own."""
-    event = {
-        "event_id": "g-flush",
-        "campaign_id": "c-flush",
-        "user_id": "u-flush",
-        "event_time": _event_time_text(CAMPAIGN_UNIQUES_START + timedelta(days=30)),
-    }
+    event = {"event_id": "g-flush", "campaign_id": "c-flush", "user_id": "u-flush"}
     return [
-        write_json_lines(landing_root / "engagements", "engagements-flush.json", [json.dumps(event)], 0.0)
+        _flush_file(landing_root / "engagements", "engagements-flush.json", CAMPAIGN_UNIQUES_START, event)
     ]
 
 
@@ -396,15 +409,8 @@ def attack_chains_scenario(landing_root: Path, n_events: int, seed: int) -> list
 
 def attack_chains_flush(landing_root: Path) -> list[Path]:
     """One event 30 days later that no rule is interested in."""
-    event = {
-        "event_id": "s-flush",
-        "event_type": "heartbeat",
-        "host": "h-flush",
-        "event_time": _event_time_text(ATTACK_CHAINS_START + timedelta(days=30)),
-    }
-    return [
-        write_json_lines(landing_root / "security_events", "security-flush.json", [json.dumps(event)], 0.0)
-    ]
+    event = {"event_id": "s-flush", "event_type": "heartbeat", "host": "h-flush"}
+    return [_flush_file(landing_root / "security_events", "security-flush.json", ATTACK_CHAINS_START, event)]
 
 
 # Per data point: (GREEN range, RED range) of the values the device_health scenario draws from,
