@@ -3,7 +3,6 @@ drivers launched by the supervisor, a real S3 server and a real Slack stand-in."
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,21 +18,12 @@ from ops.generator import write_batch
 from ops.ledger import Ledger
 from ops.rewind import replay_dir
 from ops.supervisor import Supervisor, stop_all_jobs
-from tests.support.drivers import caught_up, edit_job, fast_trigger
+from tests.support.drivers import caught_up, edit_job, fast_trigger, wait_for
 from tests.support.slack import SlackReceiver
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
 RIGHT = "event_type = 'purchase' AND amount > 0"
 WRONG = "event_type = 'purchase'"
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
 
 
 def purchase_filter(expression: str) -> Callable[[dict[str, Any]], None]:

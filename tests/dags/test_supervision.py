@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from ops.ledger import Ledger
 from ops.pipelines import DEAD_LETTER_ROUTE
 from ops.supervisor import stop_all_jobs
 from ops.telemetry import heartbeat_path, read_heartbeat
+from tests.support.drivers import wait_for
 from tests.support.slack import SlackReceiver
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
@@ -39,15 +39,6 @@ def expected_routes(event: dict) -> list[str]:
     if event.get("device") in ("ios", "android"):
         routes.append("mobile_activity")
     return routes
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,17 +19,8 @@ from ops.generator import write_batch
 from ops.ledger import Ledger
 from ops.supervisor import Supervisor, stop_all_jobs
 from ops.upgrade import upgrade
-from tests.support.drivers import caught_up, edit_job, fast_trigger, write_sessions_input
+from tests.support.drivers import caught_up, edit_job, fast_trigger, wait_for, write_sessions_input
 from tests.support.slack import SlackReceiver
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
 
 
 def candidate(platform: PlatformConfig, job: str, edit: Callable[[dict[str, Any]], None], path: Path) -> Path:

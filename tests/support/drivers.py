@@ -27,6 +27,16 @@ from ops.telemetry import Heartbeat, heartbeat_path, read_heartbeat
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll `condition` every half second until it holds; fail naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+
+
 def edit_job(platform: PlatformConfig, job: str, edit: Callable[[dict[str, Any]], None]) -> None:
     """Rewrite `conf/jobs/<job>.yaml` of the throwaway platform through `edit`."""
     path = platform.conf_dir / "jobs" / f"{job}.yaml"
