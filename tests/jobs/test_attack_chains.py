@@ -17,7 +17,12 @@ from ops.config import PlatformConfig, find_job
 from ops.exceptions import ConfigError
 from ops.listener import state_rows
 from ops.pipelines import AttackChainsPipeline
-from tests.jobs.test_campaign_uniques import one_file_per_batch, run_stream, write_landing
+from tests.jobs.test_campaign_uniques import (
+    assert_state_levels_off,
+    one_file_per_batch,
+    run_stream,
+    write_landing,
+)
 from tests.support.drivers import edit_job
 
 JOB = "attack_chains"
@@ -233,8 +238,4 @@ def test_state_stays_bounded(spark: SparkSession, platform_conf: PlatformConfig)
             lines.append(connect(f"k{batch}-{i}", moment, f"10.0.{batch // 3}.{i % 3}", f"10.1.0.{i}"))
         files.append(lines)
     write_landing(platform_conf.landing_root / "security_events", files)
-    progress = run_stream(spark, platform_conf, spec)
-    rows = [state_rows(p) or 0 for p in progress if p["numInputRows"]]
-    third = len(rows) // 3
-    assert max(rows[-third:]) <= max(rows[third : 2 * third]) * 1.2
-    assert max(rows) < 60
+    assert_state_levels_off(run_stream(spark, platform_conf, spec), below=60)
