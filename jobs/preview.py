@@ -32,7 +32,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from jobs.catalog import pipeline_stages, stage_names
-from jobs.runtime import read_landing
+from jobs.runtime import read_job_landing
 from ops.config import JobSpec, PlatformConfig
 from ops.exceptions import ConfigError
 from ops.preview import (
@@ -86,12 +86,8 @@ def start_taps(
     check_stages(platform, spec)
     queries = []
     for stage in taps.stages:
-        raw = {
-            name: read_landing(spark, platform, source, spec.operations.trigger.max_files_per_trigger)
-            for name, source in spec.pipeline.inputs.items()
-        }
         writer = (
-            pipeline_stages(platform, spec, raw)[stage]
+            pipeline_stages(platform, spec, read_job_landing(spark, platform, spec))[stage]
             .writeStream.queryName(tap_query_name(spec.name, stage))
             .foreachBatch(capture_batch(platform, spec, stage))
             .option("checkpointLocation", str(preview_dir(platform, spec.name) / "_checkpoints" / stage))

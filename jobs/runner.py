@@ -24,7 +24,7 @@ from jobs.runtime import (
     QueryPlan,
     ShutdownRequest,
     configure_logging,
-    read_landing,
+    read_job_landing,
     run_streaming_job,
 )
 from ops.config import JOB_NAME_PATTERN, JobSpec, PlatformConfig, find_job, load_platform
@@ -40,13 +40,8 @@ def plan_job(platform: PlatformConfig, spec: JobSpec) -> QueryPlan:
     def plan(spark: SparkSession) -> DataStreamWriter:
         # A tap on a stage the kind lacks is a config error, found before anything starts.
         check_stages(platform, spec)
-        max_files = spec.operations.trigger.max_files_per_trigger
-        raw = {
-            name: read_landing(spark, platform, source, max_files)
-            for name, source in spec.pipeline.inputs.items()
-        }
         return (
-            sink_rows(platform, spec, raw)
+            sink_rows(platform, spec, read_job_landing(spark, platform, spec))
             .writeStream.queryName(spec.name)
             .format("parquet")
             .outputMode("append")

@@ -140,6 +140,15 @@ def read_landing(
     return reader.load(str(landing_dir))
 
 
+def read_job_landing(spark: SparkSession, platform: PlatformConfig, spec: JobSpec) -> dict[str, DataFrame]:
+    """Each input of the job's pipeline as a stream of raw lines, by input name, in trigger-sized batches."""
+    max_files = spec.operations.trigger.max_files_per_trigger
+    return {
+        name: read_landing(spark, platform, source, max_files)
+        for name, source in spec.pipeline.inputs.items()
+    }
+
+
 def read_landing_files(spark: SparkSession, landing_dir: Path) -> DataFrame:
     """The landing files present in a directory, read once (the batch runner's input)."""
     return spark.read.format("text").option("pathGlobFilter", LANDING_GLOB).load(str(landing_dir))
