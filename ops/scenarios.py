@@ -6,6 +6,11 @@ always write the same files. Scenarios never write an event later than the kind'
 lateness, so the streaming and the batch runner agree on them row for row; tests that need late,
 duplicate or out-of-order events write them by hand.
 
+A kind whose sink has a `late` output also has a `late` writer: a few well-formed events a day
+before the scenario's first event, in a file of their own. Written after a stream has run over
+the scenario, every one of them is behind its watermark, so the stream sends each to `late` and
+nothing else changes: the stream's other rows are still the batch rows of the scenario's files.
+
 A stateful kind also has a `flush`: one event per source, far later than any scenario event, so
 the watermark passes every session, window or join interval the scenario opened and the streaming
 run emits everything the batch run computes from the scenario's files. The flush events' own
@@ -43,6 +48,10 @@ class Scenario:
     period: timedelta | None = None
     # (lake_root, seed) -> the side inputs the kind reads from the lake (e.g. a lookup table).
     lake: Callable[[Path, int], list[Path]] | None = None
+    # For a kind with a `late` output: (landing_root, seed) -> the ids of the late events written.
+    late: Callable[[Path, int], list[str]] | None = None
+    # The sink column naming the event of a `late` row (or, for an array column, its events).
+    late_id_column: str = "event_id"
 
 
 def router_scenario(landing_root: Path, n_events: int, seed: int) -> list[Path]:
@@ -88,6 +97,18 @@ def write_json_lines(landing_dir: Path, file_name: str, lines: list[str], age_se
     os.utime(temp_path, (modified, modified))
     os.replace(temp_path, path)
     return path
+
+
+# How far before a scenario's first event its late events are: behind any watermark the scenario
+# leaves, and before every window, session or match it opens.
+LATE_BEFORE = timedelta(days=1)
+LATE_EVENTS = 24
+
+
+def _write_late(landing_dir: Path, file_name: str, events: list[dict[str, object]]) -> list[str]:
+    """Well-formed `events` as one landing file (the newest); returns their event ids."""
+    write_json_lines(landing_dir, file_name, [json.dumps(event) for event in events])
+    return [str(event["event_id"]) for event in events]
 
 
 def _broken(rng: random.Random, event: dict[str, object], id_field: str) -> str:
@@ -244,6 +265,20 @@ def sessionizer_flush(landing_root: Path) -> list[Path]:
     return paths
 
 
+def sessionizer_late(landing_root: Path, seed: int) -> list[str]:
+    """Events of the scenario's users a day before it, half per source."""
+    rng = random.Random(seed)
+    ids = []
+    per_source = LATE_EVENTS // len(SESSION_SOURCES)
+    for source_index, source in enumerate(SESSION_SOURCES):
+        events: list[dict[str, object]] = []
+        for position in range(per_source):
+            moment = DEFAULT_START - LATE_BEFORE + timedelta(minutes=position + 60 * source_index)
+            events.append({**make_event(rng, moment), "user_id": f"u{rng.randrange(SESSION_USERS):05d}"})
+        ids += _write_late(landing_root / source, f"{source}-{seed}-late.json", events)
+    return ids
+
+
 # The hour before midnight, so the scenario spans two event dates.
 WAREHOUSE_START = datetime(2024, 12, 31, 23, tzinfo=UTC)
 
@@ -348,6 +383,22 @@ def campaign_uniques_flush(landing_root: Path) -> list[Path]:
     ]
 
 
+def campaign_uniques_late(landing_root: Path, seed: int) -> list[str]:
+    """Engagements of the scenario's users and campaigns a day before it."""
+    rng = random.Random(seed)
+    events: list[dict[str, object]] = [
+        {
+            "event_id": f"g-{seed}-late-{i:03d}",
+            "campaign_id": f"c{rng.randrange(12):02d}",
+            "user_id": f"u{rng.randrange(150):03d}",
+            "event_type": rng.choice(("open", "click")),
+            "event_time": _event_time_text(CAMPAIGN_UNIQUES_START - LATE_BEFORE + timedelta(minutes=5 * i)),
+        }
+        for i in range(LATE_EVENTS)
+    ]
+    return _write_late(landing_root / "engagements", f"engagements-{seed}-late.json", events)
+
+
 # conf/jobs/attack_chains.yaml's allowed lateness; its scenario delays events by at most half.
 ATTACK_CHAINS_LATENESS = timedelta(seconds=300)
 ATTACK_CHAINS_START = datetime(2025, 1, 1, tzinfo=UTC)
@@ -413,6 +464,30 @@ def attack_chains_flush(landing_root: Path) -> list[Path]:
     return [_flush_file(landing_root / "security_events", "security-flush.json", ATTACK_CHAINS_START, event)]
 
 
+def attack_chains_late(landing_root: Path, seed: int) -> list[str]:
+    """A day before the scenario: downloads, failed logins and connections, each of which one rule
+    of conf/jobs/attack_chains.yaml is interested in (so each is one `late` row)."""
+    rng = random.Random(seed)
+    events: list[dict[str, object]] = []
+    for i in range(LATE_EVENTS):
+        fields: dict[str, str]
+        if i % 3 == 0:
+            fields = {"event_type": "download", "host": f"h{rng.randrange(10):02d}"}
+        elif i % 3 == 1:
+            fields = {"event_type": "login", "user_id": f"u{rng.randrange(20):02d}", "outcome": "failure"}
+        else:
+            fields = {
+                "event_type": "connection",
+                "src_ip": "10.0.0.1",
+                "dst_ip": f"10.1.0.{rng.randrange(30)}",
+            }
+        moment = ATTACK_CHAINS_START - LATE_BEFORE + timedelta(seconds=20 * i)
+        events.append(
+            {"event_id": f"s-{seed}-late-{i:03d}", **fields, "event_time": _event_time_text(moment)}
+        )
+    return _write_late(landing_root / "security_events", f"security-{seed}-late.json", events)
+
+
 # Per data point: (GREEN range, RED range) of the values the device_health scenario draws from,
 # for the rules of conf/jobs/device_health.yaml; other specs' rules just see other transitions.
 DEVICE_READINGS = {
@@ -468,6 +543,27 @@ def device_health_scenario(landing_root: Path, n_events: int, seed: int) -> list
             write_json_lines(landing_root / "telemetry", f"telemetry-{seed}-{file_index}.json", lines)
         )
     return paths
+
+
+def device_health_late(landing_root: Path, seed: int) -> list[str]:
+    """Readings of the scenario's devices and data points a day before it, a quarter RED."""
+    rng = random.Random(seed)
+    readings: list[dict[str, object]] = []
+    for i in range(LATE_EVENTS):
+        data_point = rng.choice(sorted(DEVICE_READINGS))
+        green, red = DEVICE_READINGS[data_point]
+        low, high = red if i % 4 == 0 else green
+        moment = SCENARIO_START - LATE_BEFORE + timedelta(minutes=i)
+        readings.append(
+            {
+                "event_id": f"t{seed}-late-{i}",
+                "event_time": _event_time_text(moment),
+                "device_id": f"dev-{rng.randrange(SCENARIO_DEVICES):03d}",
+                "data_point": data_point,
+                "value": round(rng.uniform(low, high), 3),
+            }
+        )
+    return _write_late(landing_root / "telemetry", f"telemetry-{seed}-late.json", readings)
 
 
 # The enricher's lookup table (conf/jobs/enricher.yaml): titles t00..t09 are in it, t10 and t11 not.
@@ -556,10 +652,18 @@ SCENARIOS: dict[str, Scenario] = {
         flush=sessionizer_flush,
         write_from=sessionizer_scenario,
         period=timedelta(hours=4),
+        late=sessionizer_late,
     ),
     "warehouse_writer": Scenario(write=warehouse_writer_scenario),
-    "campaign_uniques": Scenario(write=campaign_uniques_scenario, flush=campaign_uniques_flush),
-    "attack_chains": Scenario(write=attack_chains_scenario, flush=attack_chains_flush),
-    "device_health": Scenario(write=device_health_scenario),
+    "campaign_uniques": Scenario(
+        write=campaign_uniques_scenario, flush=campaign_uniques_flush, late=campaign_uniques_late
+    ),
+    "attack_chains": Scenario(
+        write=attack_chains_scenario,
+        flush=attack_chains_flush,
+        late=attack_chains_late,
+        late_id_column="event_ids",
+    ),
+    "device_health": Scenario(write=device_health_scenario, late=device_health_late),
     "enricher": Scenario(write=enricher_scenario, lake=enricher_reference),
 }

@@ -1,4 +1,4 @@
-"""Device health transforms: telemetry -> diagnosis triggers, recoveries, stale readings, dead letters.
+"""Device health transforms: telemetry -> diagnoses, recoveries, stale and late readings, dead letters.
 
 The pattern (Comcast's device health): every device reports readings of a few data points
 (`signal_db`, `temperature`, `error_rate`, ...). Each data point has a declarative rule in the job
@@ -17,10 +17,14 @@ Design (decided for this job):
     nothing, nor does GREEN -> GREEN.
   - `output=stale`: a reading older than the key's latest one (out of order across micro-batches).
     It never changes the state; it is reported so late data stays visible.
+  - `output=late`: a reading at or behind the watermark when it arrives (streaming only). It is
+    not compared with the key's state and never changes it (a late reading of a key never seen
+    creates no state); the row is the reading and its own `health`, the `previous_*` are null.
   - `output=dead_letter`: malformed lines (from `parse_events`, with `raw`) and readings of a data
     point that has no rule ("no health rule for data point 'x'").
-  Every row carries the reading (`value`, `event_time`, `event_id`), its own `health`, and the
-  key's state when it was processed (`previous_health`, `previous_value`, `previous_event_time`).
+  Every row but a dead letter carries the reading (`value`, `event_time`, `event_id`) and its own
+  `health`; diagnosis, recovery and stale rows also the key's state when the reading was
+  processed (`previous_health`, `previous_value`, `previous_event_time`).
 * State: `transformWithStateInPandas` on RocksDB, one value state `latest` per key (value, event
   time, event id, health, `health_since`) - the queryable feature store, read by `warden state`
   through Spark's state data source. State is bounded by the number of keys, not by input.
@@ -28,27 +32,36 @@ Design (decided for this job):
   out-of-order events inside a batch are harmless. Across batches, a reading ordered before the
   key's latest one is `stale`. A reading with the latest one's event id and time is a duplicate
   and is dropped; an older duplicate is just an older reading, so it is reported as stale.
-* Time: event-time mode with a watermark of `allowed_lateness_seconds`. Spark drops readings older
-  than the watermark before they reach the state: too late to say anything about a device's
-  current health. Spark judges lateness against the watermark the previous micro-batch ran with
-  (it lags one batch), and transformWithState does not count these rows in the progress' rows
-  dropped by watermark. Besides, the watermark drives the silent-key TTL: a key with no reading
-  for `silent_ttl_seconds` of event time leaves the state (an event-time timer, set lazily:
+* Time: event-time mode with a watermark of `allowed_lateness_seconds`. A reading whose event time
+  is at or behind the watermark of the micro-batch it arrives in (Spark's own rule, as in
+  `jobs.sessionizer`) is too late to say anything about a device's current health: it goes to
+  `late`, nothing is dropped silently. Spark would drop such rows in front of the stateful
+  operator, judged against the previous micro-batch's watermark (it lags one batch) and not
+  counted in the progress' rows dropped by watermark. So, as the sessionizer does for
+  `applyInPandasWithState`, the operator's event time column is null for every row while keeping
+  the watermark metadata (checked on 4.3.0): Spark's late filter keeps every row, the watermark is
+  still computed upstream from the real event time, and the processor compares each reading's
+  time with the batch's watermark (`TimerValues.getCurrentWatermarkInMs`) itself. The state
+  schema is the same as when Spark dropped late rows.
+  Besides, the watermark drives the silent-key TTL: a key with no reading for
+  `silent_ttl_seconds` of event time leaves the state (an event-time timer, set lazily:
   registered when the key's state is created and, when it fires early because the key kept
   reporting, registered again at the new deadline, so a steady key costs no timer work per batch).
   Expiry emits nothing. Spark's own state TTL needs processing-time mode, with which an
-  available-now run never finishes (FACTS.md). The timers are not counted in the progress' state rows, which
-  stay at one per key.
+  available-now run never finishes (FACTS.md). The timers are not counted in the progress' state
+  rows, which stay at one per key.
 * Batch runs (`jobs.batch`) apply the same processor to all files at once: one "micro-batch", no
-  watermark, no expiry. The stream gives the same rows when each key's readings arrive in
-  (event_time, event_id) order across files, none is later than the allowed lateness and no key
-  is silent for longer than the TTL in between; `ops.scenarios` writes such input. The stream
-  emits rows as readings arrive, so nothing waits for a watermark: no flush is needed.
+  watermark, no expiry, nothing late. The stream gives the same rows when each key's readings
+  arrive in (event_time, event_id) order across files, none is later than the allowed lateness
+  and no key is silent for longer than the TTL in between; `ops.scenarios` writes such input.
+  Late readings change nothing else, so with them the stream differs from the batch run over the
+  on-time files by its `late` rows only. The stream emits rows as readings arrive, so nothing
+  waits for a watermark: no flush is needed.
 
 Malformed lines never enter the stateful operator: the dead-letter branch is a separate,
 stateless projection of the same parsed input, unioned with the processor's output (the input is
 scanned twice per batch, so the progress counts every input line twice; device telemetry lines
-are small, and dead letters must not be dropped by the watermark or grouped under a null key).
+are small, and dead letters must not be grouped under a null key).
 """
 
 from __future__ import annotations
@@ -76,6 +89,7 @@ OUTPUT = "output"
 DIAGNOSIS = "diagnosis"
 RECOVERY = "recovery"
 STALE = "stale"
+LATE = "late"
 PARTITION_COLUMNS = (OUTPUT, EVENT_DATE, EVENT_HOUR)
 KEY_COLUMNS = ("device_id", "data_point")
 RED = "RED"
@@ -176,11 +190,21 @@ def _utc(micros: int) -> datetime:
     return _EPOCH + timedelta(microseconds=micros)
 
 
+def _readings(readings: pd.DataFrame) -> Iterator[tuple[float, int, str, str]]:
+    """(value, event time us, event id, health) of each reading, in the frame's order."""
+    for value, event_us, event_id, red in zip(
+        readings["value"], readings[_EVENT_US], readings["event_id"], readings[_RED], strict=True
+    ):
+        yield float(value), int(event_us), event_id, RED if red else GREEN
+
+
 class DeviceHealthProcessor(StatefulProcessor):
     """The per-key state machine (see the module docstring): GREEN/RED, triggers on turning RED."""
 
-    def __init__(self, silent_ttl_seconds: int | None) -> None:
+    def __init__(self, silent_ttl_seconds: int | None, *, streaming: bool) -> None:
         self.silent_ttl_ms = None if silent_ttl_seconds is None else silent_ttl_seconds * 1000
+        # Only a stream has a watermark to be late against; in batch every reading is on time.
+        self.streaming = streaming
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
@@ -191,6 +215,13 @@ class DeviceHealthProcessor(StatefulProcessor):
     ) -> Iterator[pd.DataFrame]:
         device_id, data_point = key
         readings = pd.concat(list(rows), ignore_index=True).sort_values([_EVENT_US, "event_id"])
+        out: list[tuple[Any, ...]] = []
+        if self.streaming:
+            # Spark's rule: at or behind the batch's watermark. Such a reading leaves the state alone.
+            late = readings[_EVENT_US] <= timerValues.getCurrentWatermarkInMs() * 1000
+            for value, event_us, event_id, red in _readings(readings[late]):
+                out.append((LATE, device_id, data_point, value, event_us, event_id, red, None, None, None))
+            readings = readings[~late]
         stored = self.latest.get()
         # (value, event time us, event id, health, health since us) of the key's latest reading.
         latest = (
@@ -200,11 +231,7 @@ class DeviceHealthProcessor(StatefulProcessor):
         )
         created = latest is None
         changed = False
-        out: list[tuple[Any, ...]] = []
-        for value, event_us, event_id, red in zip(
-            readings["value"], readings[_EVENT_US], readings["event_id"], readings[_RED], strict=True
-        ):
-            value, event_us, health = float(value), int(event_us), RED if red else GREEN
+        for value, event_us, event_id, health in _readings(readings):
             previous = (None, None, None) if latest is None else (latest[3], latest[0], latest[1])
             if latest is not None and (event_us, event_id) <= (latest[1], latest[2]):
                 if (event_us, event_id) != (latest[1], latest[2]):
@@ -250,16 +277,21 @@ def device_health(events: DataFrame, pipeline: DeviceHealthPipeline) -> DataFram
     classified = classify_readings(events, pipeline.data_points)
     valid = F.col(DEAD_LETTER_REASON).isNull()
     event_time = pipeline.source.event_time_field
+    readings = classified.where(valid).withWatermark(
+        event_time, f"{pipeline.allowed_lateness_seconds} seconds"
+    )
     processed = (
-        classified.where(valid)
-        .withWatermark(event_time, f"{pipeline.allowed_lateness_seconds} seconds")
-        # The event time column stays: without it Spark cannot drop rows behind the watermark.
-        .select(
-            *KEY_COLUMNS, "value", "event_id", _RED, event_time, F.unix_micros(event_time).alias(_EVENT_US)
+        readings.select(
+            *KEY_COLUMNS,
+            "value",
+            "event_id",
+            _RED,
+            F.unix_micros(event_time).alias(_EVENT_US),
+            *_operator_event_time(readings, event_time),
         )
         .groupBy(*KEY_COLUMNS)
         .transformWithStateInPandas(
-            DeviceHealthProcessor(pipeline.silent_ttl_seconds),
+            DeviceHealthProcessor(pipeline.silent_ttl_seconds, streaming=readings.isStreaming),
             _PROCESSOR_OUTPUT,
             "Append",
             "EventTime",
@@ -276,6 +308,18 @@ def device_health(events: DataFrame, pipeline: DeviceHealthPipeline) -> DataFram
     # The sink's event time column is `event_time` whatever the source calls it.
     sink_time = pipeline.source.model_copy(update={"event_time_field": "event_time"})
     return transitions.unionByName(dead_letters).transform(with_event_partitions, sink_time)
+
+
+def _operator_event_time(readings: DataFrame, event_time: str) -> list[Column]:
+    """The event time column the stateful operator sees: all nulls, with the watermark metadata.
+
+    The metadata gives the processor the batch's watermark and event-time timers; being null, no
+    row matches Spark's late filter, so the processor sends late readings to `late` itself.
+    """
+    if not readings.isStreaming:
+        return []
+    metadata = readings.schema[event_time].metadata
+    return [F.lit(None).cast("timestamp").alias(event_time, metadata=metadata)]
 
 
 _SINK_TYPES = {"value": "double", "previous_value": "double", "previous_event_time": "timestamp"}

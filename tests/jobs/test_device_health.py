@@ -36,11 +36,10 @@ DAY = dt.date(2025, 1, 1)
 
 def reading(event_id: str, minute: int, device: str, data_point: str, value: object) -> str:
     """A telemetry line at `minute` past 10:00 on DAY (negative: before 10:00)."""
-    moment = dt.datetime(2025, 1, 1, 10) + dt.timedelta(minutes=minute)
     return json.dumps(
         {
             "event_id": event_id,
-            "event_time": moment.strftime("%Y-%m-%dT%H:%M:%S.000Z"),
+            "event_time": moment_at(minute).strftime("%Y-%m-%dT%H:%M:%S.000Z"),
             "device_id": device,
             "data_point": data_point,
             "value": value,
@@ -48,8 +47,13 @@ def reading(event_id: str, minute: int, device: str, data_point: str, value: obj
     )
 
 
+def moment_at(minute: int) -> dt.datetime:
+    """`minute` past 10:00 on DAY (negative: before 10:00)."""
+    return dt.datetime(2025, 1, 1, 10) + dt.timedelta(minutes=minute)
+
+
 def at(minute: int) -> str:
-    return f"2025-01-01 10:{minute:02d}:00"
+    return moment_at(minute).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def as_text(rows: DataFrame) -> DataFrame:
@@ -60,7 +64,7 @@ def as_text(rows: DataFrame) -> DataFrame:
 
 def expected(spark: SparkSession, rows: list[tuple[Any, ...]]) -> DataFrame:
     """Sink rows from (output, device, data point, value, minute, event id, health, previous
-    health, previous value, previous minute), all in hour 10 of DAY, no dead-letter fields."""
+    health, previous value, previous minute), all on DAY, no dead-letter fields."""
     full = [
         (
             output,
@@ -76,7 +80,7 @@ def expected(spark: SparkSession, rows: list[tuple[Any, ...]]) -> DataFrame:
             None,
             None,
             DAY,
-            10,
+            moment_at(minute).hour,
         )
         for output, device, data_point, value, minute, event_id, health, previous_health, previous_value, previous_minute in rows  # noqa: E501
     ]
@@ -213,7 +217,7 @@ def run_available_now(spark: SparkSession, platform: PlatformConfig) -> list[dic
     return list(query.recentProgress)
 
 
-def test_stream_over_micro_batches_keeps_state_reports_stale_and_drops_late_readings(
+def test_stream_over_micro_batches_keeps_state_and_reports_stale_and_late_readings(
     spark: SparkSession, stateful: PlatformConfig
 ) -> None:
     edit_job(stateful, "device_health", one_file_per_batch)
@@ -234,9 +238,13 @@ def test_stream_over_micro_batches_keeps_state_reports_stale_and_drops_late_read
             reading("c2", 20, "d2", "signal_db", -40.0),  # diagnosis; the watermark moves to 10:10
         ],
         [
-            # Behind the watermark (09:55, from batch 1's 10:05): Spark drops it before the state,
-            # so it is nowhere in the sink.
+            # This batch's watermark is 10:10 (10:20 - 10 minutes). Behind it: late, and the
+            # key's state is untouched (a5 below still recovers from d1's latest RED reading).
             reading("a4", -6, "d1", "signal_db", 3.0),
+            # Exactly on the watermark is late too (Spark's rule), and a late reading of a key
+            # never seen creates no state: d3's reading a minute later is its first.
+            reading("f1", 10, "d3", "temperature", 80.0),
+            reading("f2", 11, "d3", "temperature", 75.0),  # first seen RED: diagnosis
             reading("a5", 21, "d1", "signal_db", 3.0),  # recovery
             reading("b2", 21, "d1", "temperature", 60.0),  # recovery
         ],
@@ -245,7 +253,7 @@ def test_stream_over_micro_batches_keeps_state_reports_stale_and_drops_late_read
         write_landing(landing, f"batch-{i}", lines, i)
     progress = run_available_now(spark, stateful)
     # One batch per file; each line counts twice, as both branches (readings, dead letters) scan it.
-    assert [p["numInputRows"] for p in progress if p["numInputRows"]] == [6, 4, 6, 6]
+    assert [p["numInputRows"] for p in progress if p["numInputRows"]] == [6, 4, 6, 10]
 
     spec = find_job("device_health", stateful.conf_dir)
     streamed = as_text(spark.read.parquet(str(stateful.lake_root / spec.pipeline.sink.path)))
@@ -258,6 +266,9 @@ def test_stream_over_micro_batches_keeps_state_reports_stale_and_drops_late_read
                 ("diagnosis", "d1", "signal_db", -15.0, 3, "a2", "RED", "GREEN", -5.0, 0),
                 ("stale", "d1", "signal_db", 2.0, 4, "a0", "GREEN", "RED", -30.0, 5),
                 ("diagnosis", "d2", "signal_db", -40.0, 20, "c2", "RED", "GREEN", -3.0, 1),
+                ("late", "d1", "signal_db", 3.0, -6, "a4", "GREEN", None, None, None),
+                ("late", "d3", "temperature", 80.0, 10, "f1", "RED", None, None, None),
+                ("diagnosis", "d3", "temperature", 75.0, 11, "f2", "RED", None, None, None),
                 ("recovery", "d1", "signal_db", 3.0, 21, "a5", "GREEN", "RED", -30.0, 5),
                 ("recovery", "d1", "temperature", 60.0, 21, "b2", "GREEN", "RED", 75.0, 0),
             ],

@@ -6,6 +6,10 @@ with an available-now trigger and read back through the sink log; the batch side
 in `ops.scenarios` (no event later than the allowed lateness, so the two must agree row for row).
 For a stateful kind the scenario's flush then moves the watermark past everything the scenario
 opened, and the batch side reads the scenario's files only (a copy taken before the flush).
+
+Late events make the two differ by exactly what the stream sends to its `late` output: for every
+kind with a late writer in `ops.scenarios`, events written behind the stream's watermark are all
+in `late`, and the stream's other rows are the batch rows of the files without them.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import shutil
 
 import pytest
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
 from pyspark.testing import assertDataFrameEqual
 
 from jobs.batch import batch_rows
@@ -23,6 +29,10 @@ from ops.config import JobSpec, PlatformConfig, find_job, load_jobs
 from ops.scenarios import SCENARIOS
 
 JOBS = sorted(load_jobs().specs)
+# The jobs whose sink has a `late` output: their kind's scenario can write late events.
+LATE_JOBS = sorted(
+    name for name, spec in load_jobs().specs.items() if SCENARIOS[spec.pipeline.kind].late is not None
+)
 
 
 def run_available_now(spark: SparkSession, platform: PlatformConfig, spec: JobSpec) -> None:
@@ -53,3 +63,36 @@ def test_streaming_and_batch_runners_agree(
     batch = batch_rows(spark, platform_conf, spec, batch_landing)
     assert streamed.count() > 0
     assertDataFrameEqual(streamed.select(*batch.columns), batch)
+
+
+@pytest.mark.parametrize("job", LATE_JOBS)
+def test_late_events_are_the_only_difference(
+    job: str, spark: SparkSession, platform_conf: PlatformConfig
+) -> None:
+    spec = find_job(job, platform_conf.conf_dir)
+    for key, value in state_conf(spec).items():
+        spark.conf.set(key, value)
+    scenario = SCENARIOS[spec.pipeline.kind]
+    assert scenario.late is not None
+    scenario.write(platform_conf.landing_root, 300, 2)
+    if scenario.lake is not None:
+        scenario.lake(platform_conf.lake_root, 2)
+    batch_landing = platform_conf.runtime_root / "batch-landing"
+    shutil.copytree(platform_conf.landing_root, batch_landing)
+    # The first run moves the watermark past the scenario's start; the late events are before it.
+    run_available_now(spark, platform_conf, spec)
+    late_ids = scenario.late(platform_conf.landing_root, 2)
+    run_available_now(spark, platform_conf, spec)
+    if scenario.flush is not None:
+        scenario.flush(platform_conf.landing_root)
+        run_available_now(spark, platform_conf, spec)
+    streamed = spark.read.parquet(str(platform_conf.lake_root / spec.pipeline.sink.path))
+    is_late = F.col("output") == "late"
+    ids = F.col(scenario.late_id_column)
+    if isinstance(streamed.schema[scenario.late_id_column].dataType, T.ArrayType):
+        ids = F.explode(ids)
+    streamed_late = [row[0] for row in streamed.where(is_late).select(ids).collect()]
+    assert sorted(streamed_late) == sorted(late_ids)
+    batch = batch_rows(spark, platform_conf, spec, batch_landing)
+    assert batch.count() > 0
+    assertDataFrameEqual(streamed.where(~is_late).select(*batch.columns), batch)
