@@ -344,8 +344,10 @@ CAMPAIGN_UNIQUES_LATENESS = timedelta(seconds=600)
 CAMPAIGN_UNIQUES_START = datetime(2025, 1, 1, tzinfo=UTC)
 
 
-def campaign_uniques_scenario(landing_root: Path, n_events: int, seed: int) -> list[Path]:
-    """Engagements of 150 users with 12 campaigns over 6 hours, in `engagements/`.
+def campaign_uniques_scenario(
+    landing_root: Path, n_events: int, seed: int, start: datetime = CAMPAIGN_UNIQUES_START
+) -> list[Path]:
+    """Engagements of 150 users with 12 campaigns over 6 hours from `start`, in `engagements/`.
 
     Users engage with a few favourite campaigns, so per-hour uniques and the 24 h distinct
     campaigns per user both vary. Some events sit exactly on an hour boundary.
@@ -364,7 +366,7 @@ def campaign_uniques_scenario(landing_root: Path, n_events: int, seed: int) -> l
             "user_id": f"u{user:03d}",
             "event_type": rng.choice(("open", "click", "open", "delivered")),
         }
-        timed.append((CAMPAIGN_UNIQUES_START + offset, event))
+        timed.append((start + offset, event))
     return _files_by_arrival(
         rng,
         landing_root / "engagements",
@@ -655,8 +657,14 @@ SCENARIOS: dict[str, Scenario] = {
         late=sessionizer_late,
     ),
     "warehouse_writer": Scenario(write=warehouse_writer_scenario),
+    # 6 hours of engagements: writes 6 hours apart continue each other (the users' 24 h windows span
+    # several), and arrive at most 5 minutes late.
     "campaign_uniques": Scenario(
-        write=campaign_uniques_scenario, flush=campaign_uniques_flush, late=campaign_uniques_late
+        write=campaign_uniques_scenario,
+        flush=campaign_uniques_flush,
+        write_from=campaign_uniques_scenario,
+        period=timedelta(hours=6),
+        late=campaign_uniques_late,
     ),
     "attack_chains": Scenario(
         write=attack_chains_scenario,

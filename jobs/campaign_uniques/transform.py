@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -266,16 +267,42 @@ def window_end_us(event_us: int, slide_us: int) -> int:
     return (event_us // slide_us + 1) * slide_us
 
 
+def distinct_campaigns_by_end(
+    history: Iterable[Record], ends: Iterable[int], window_us: int
+) -> dict[int, int]:
+    """For each window end, the distinct campaigns of `history` in `[end - window_us, end)`.
+
+    One sweep over the history in time order with a count per campaign in the window, so the cost
+    is the sort, not history x windows (a user's engagements of a day, for each of them).
+    """
+    timeline = sorted((record[3], record[1]) for record in history)
+    in_window: Counter[str] = Counter()
+    counts: dict[int, int] = {}
+    first = last = 0
+    for end in sorted(ends):
+        while last < len(timeline) and timeline[last][0] < end:
+            in_window[timeline[last][1]] += 1
+            last += 1
+        while first < last and timeline[first][0] < end - window_us:
+            campaign = timeline[first][1]
+            in_window[campaign] -= 1
+            if not in_window[campaign]:
+                del in_window[campaign]
+            first += 1
+        counts[end] = len(in_window)
+    return counts
+
+
 def recent_counts(
     pending: Iterable[Record], history: list[Record], window_us: int, slide_us: int
 ) -> list[tuple[Any, ...]]:
     """Enriched rows for `pending`: each with the distinct campaigns of `history` in its window."""
-    rows = []
-    for event_id, campaign_id, event_type, event_us in pending:
-        end = window_end_us(event_us, slide_us)
-        campaigns = {campaign for _, campaign, _, at in history if end - window_us <= at < end}
-        rows.append((ENRICHED, event_id, campaign_id, event_type, event_us, end, len(campaigns)))
-    return rows
+    reported = [(record, window_end_us(record[3], slide_us)) for record in pending]
+    campaigns = distinct_campaigns_by_end(history, {end for _, end in reported}, window_us)
+    return [
+        (ENRICHED, event_id, campaign_id, event_type, event_us, end, campaigns[end])
+        for (event_id, campaign_id, event_type, event_us), end in reported
+    ]
 
 
 def _records(events: pd.DataFrame) -> list[Record]:

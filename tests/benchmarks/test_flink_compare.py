@@ -7,13 +7,19 @@ same rows into every sink partition (`--quick` for a two-minute smoke).
 
 from __future__ import annotations
 
+import json
+import re
 from collections import Counter
 from pathlib import Path
 
-from benchmarks.flink import router
+import pytest
+
+from benchmarks.flink import campaign_uniques, router
 from benchmarks.flink.landing_sql import DEFAULT_PARTITION
-from benchmarks.flink_compare import COMPARISONS, flink_partition_counts
+from benchmarks.flink_compare import CHUNKS_START, COMPARISONS, compared_counts, flink_partition_counts
+from jobs.campaign_uniques import transform as campaign_uniques_job
 from ops.config import find_job, load_jobs
+from ops.scenarios import SCENARIOS
 
 
 def write(path: Path, lines: int) -> None:
@@ -55,3 +61,61 @@ def test_router_sql_routes_every_route_of_the_spec_and_dead_letters() -> None:
     routes = [route.name for route in spec.pipeline.routes] + ["dead_letter"]  # type: ignore[union-attr]
     assert [name for name in routes if f"THEN '{name}' END" in insert] == routes
     assert all(f"({route.filter})" in insert for route in spec.pipeline.routes)  # type: ignore[union-attr]
+
+
+def test_campaign_uniques_sql_writes_the_compared_outputs_and_leaves_out_the_rest() -> None:
+    spec = find_job("campaign_uniques")
+    insert = campaign_uniques.statements(spec, Path("/landing"), Path("/out"))[-1]
+    written = set(re.findall(r"SELECT '(\w+)'", insert))
+    assert written == {"hourly_exact", "enriched", "dead_letter"}
+    # Every sink column of the Spark job, in its order, and the outputs it writes besides.
+    assert [name for name, _ in campaign_uniques.SINK_COLUMNS] == list(campaign_uniques_job.SINK_COLUMNS)
+    assert COMPARISONS["campaign_uniques"].uncompared_outputs == {campaign_uniques_job.HOURLY_APPROX}
+    assert written | {campaign_uniques.LATE} | campaign_uniques.UNCOMPARED_OUTPUTS == {
+        campaign_uniques_job.HOURLY_EXACT,
+        campaign_uniques_job.HOURLY_APPROX,
+        campaign_uniques_job.ENRICHED,
+        campaign_uniques_job.LATE,
+        "dead_letter",
+    }
+
+
+def test_the_check_leaves_out_the_flush_partitions_and_the_uncompared_outputs() -> None:
+    counts = Counter(
+        {
+            ("hourly_exact", "2025-01-01"): 5,
+            ("hourly_approx", "2025-01-01"): 5,
+            ("enriched", "2025-01-31"): 1,
+            ("dead_letter", "null"): 2,
+        }
+    )
+    echoed: list[str] = []
+    compared = compared_counts(counts, COMPARISONS["campaign_uniques"], {"2025-01-31"}, echoed.append)
+    assert compared == Counter({("hourly_exact", "2025-01-01"): 5, ("dead_letter", "null"): 2})
+    assert len(echoed) == 2
+
+
+def event_times(paths: list[Path]) -> list[str]:
+    """The well-formed event times of the files' lines, as the generator writes them."""
+    times = []
+    for path in paths:
+        for line in path.read_text().splitlines():
+            try:
+                moment = json.loads(line).get("event_time", "")
+            except json.JSONDecodeError:
+                continue
+            if re.fullmatch(r"\d{4}-\d\d-\d\dT[\d:.]+Z", moment):
+                times.append(moment)
+    return times
+
+
+@pytest.mark.parametrize(
+    "job", sorted({c.job for c in COMPARISONS.values() if SCENARIOS[find_job(c.job).pipeline.kind].flush})
+)
+def test_a_stateful_input_is_chunks_in_event_time_order(job: str, tmp_path: Path) -> None:
+    scenario = SCENARIOS[find_job(job).pipeline.kind]
+    assert scenario.write_from is not None and scenario.period is not None
+    first = scenario.write_from(tmp_path, 600, 0, CHUNKS_START)
+    second = scenario.write_from(tmp_path, 600, 1, CHUNKS_START + scenario.period)
+    assert not set(first) & set(second)
+    assert max(event_times(first)) < min(event_times(second))
