@@ -98,6 +98,8 @@ class ImpressionsPlaysPipeline(Model):
     allowed_lateness_seconds: int = Field(600, ge=0)
     # A play converts the impressions at most this long before it (both ends inclusive).
     conversion_window_seconds: int = Field(3600, gt=0)
+    # Fixed by the checkpoint (see `jobs/impressions_plays/transform.py`).
+    state_buckets: int = Field(64, ge=1, le=65536, description="Keys are hashed into this many state rows.")
 
     @property
     def inputs(self) -> dict[str, FileSource]:

@@ -1,22 +1,23 @@
 """Impressions-plays transforms: which title impressions led to a play within the hour (co-process join).
 
-Design: ONE streaming query, a stream-stream LEFT OUTER join of impressions (left) with plays
-(right), ONE Parquet file sink partitioned by `outcome`, `event_date`, `event_hour` (of the
-impression's event time; of the line's event time, when it parsed, for dead letters):
+Design: ONE streaming query, ONE Parquet file sink partitioned by `outcome`, `event_date`,
+`event_hour` (of the impression's event time for conversions and unconverted impressions; of the
+event's own time for late events, and of the line's event time, when it parsed, for dead letters):
 
 * `outcome=conversion`: one row per (impression, play) pair with the same `profile_id` and
   `title_id` and `impression_time <= play_time <= impression_time + window` (window =
   `conversion_window_seconds`, 1 hour; BOTH ends inclusive: a play at the impression's instant or
-  exactly one hour later converts, one millisecond outside does not). Emitted in the micro-batch
+  exactly one hour later converts, one microsecond outside does not). Emitted in the micro-batch
   in which the second of the two events arrives.
-* `outcome=unconverted`: an impression no play matched, play columns null. Spark emits it once the
-  watermark guarantees that no play can still match, i.e. once the global watermark passes
-  `impression_time + window`; since each watermark trails its source's newest event time by
-  `allowed_lateness_seconds`, that is when a play later than `impression_time + window +
-  lateness` has been seen (and as many micro-batches as that takes; a no-data batch does it when
-  nothing else arrives). Until then the impression waits in state.
+* `outcome=unconverted`: an impression no play matched, play columns null. Emitted once the
+  watermark reaches `impression_time + window`: from then on any play that could match is late.
+  Until then the impression waits in state.
+* `outcome=late`: an event (either source, `source` names it) at or behind the watermark of the
+  micro-batch it arrives in, with its own columns. It joins nothing: a late play's impressions may
+  already have been written as unconverted, a late impression's plays forgotten. Nothing is
+  dropped silently except resent duplicates.
 * `outcome=dead_letter`: malformed lines of either source with `source`, `dead_letter_reason` and
-  `raw`, written at once (stateless).
+  `raw`, written at once.
 
 Plays that match no impression are not written (the question is which impressions convert).
 
@@ -25,163 +26,354 @@ Semantics worth knowing (each is tested in tests/jobs/test_impressions_plays.py)
 * A play matching several impressions converts each of them: one conversion row per pair. An
   impression followed by several plays within the window gives one conversion row per play, and
   no unconverted row. So count conversions as `count(distinct impression_id)`, not rows.
-* Duplicates: a line resent with the same `impression_id` (or `play_id`) is dropped with
-  `dropDuplicatesWithinWatermark`; the first copy read wins (the batch runner keeps one of them;
-  resends are identical copies, so which one does not matter). The key is forgotten once the
-  watermark passes the first copy's event time plus the lateness, by which time a resend with that
-  event time would be late anyway.
+* Duplicates: a line resent with the same `impression_id` (or `play_id`) while the first copy is
+  in state is dropped; the first copy read wins (resends are identical copies, so which one does
+  not matter). An impression stays in state until the watermark reaches its time + window, a play
+  until the watermark reaches its time, so a resend arriving after that is late and goes to `late`.
 * Out-of-order events within the lateness are joined exactly as if they had arrived in order:
   either side may arrive first, the other waits in state.
-* Late events: a row whose event time is older than the global watermark (the minimum of both
-  sources' watermarks, as of the end of the previous micro-batch) is DROPPED by the first stateful
-  operator that sees it and counted in that operator's `numRowsDroppedByWatermark` in the query
-  progress. Spark offers no side output for them, and they cannot be honoured anyway: a late play's
-  impressions may already have been written as unconverted, and a late impression's plays evicted.
-  So a play arriving after its impression was written as unconverted leaves that row as it is. The
-  batch runner has no watermark and would join them: stream and batch agree only when no event is
-  later than the lateness (which the scenarios respect).
-* Both watermarks move only with their own source, and the global one is the slower of the two:
-  while one source is idle, impressions stay in state and no unconverted row is written.
+* Watermark: each source's trails its newest event time by `allowed_lateness_seconds`, and the
+  query's is the slower of the two (Spark's default `multipleWatermarkPolicy=min`): a lagging
+  source is never late, but while one source is idle, impressions stay in state and no
+  unconverted row is written.
 
-State: the join keeps impressions until the watermark passes `impression_time + window` and plays
-until it passes `play_time` (no later impression can precede them); deduplication keeps each id
-until the watermark passes its event time + lateness. All of it is bounded by the event-time
-span of window + lateness, not by the length of the stream.
+Why not Spark's stream-stream join: the join is the pattern Netflix implements as a keyed
+co-process function, and Spark's symmetric hash join is the slow way to do it here: it scans a
+key's whole value list in RocksDB per input row (6 state stores per shuffle partition with the
+deduplication), and Spark offers no side output for the rows its watermark drops. This job is a
+co-process function instead: both sources unioned, keys hashed into `state_buckets` buckets, one
+pandas call per bucket and micro-batch (`jobs.bucketed_state`) that deduplicates, joins the new
+events against the bucket's pending ones (a vectorised merge on profile and title), expires what
+the watermark has passed, and keeps the rest as the bucket's state. Measured against PyFlink's
+interval join in benchmarks/RESULTS.md.
 
-Each source is read twice per micro-batch (once for the join, once for its dead letters): a union
-plans one scan per branch, and a stateful join cannot share a projection with a stateless one the
-way the router's `inline` fan-out does.
+State: a bucket's pending impressions (with whether they converted) and plays, bounded by the
+event-time span of window + lateness, not by the length of the stream. `state_buckets` is fixed by
+the checkpoint: the function refuses state written for another bucket count.
+
+Batch (backfill, parity): the same join per bucket with no watermark: every event is on time and
+every impression is closed at the end of the input, so a stream whose watermark has passed
+everything gives the same rows.
 """
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
+import pandas as pd
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
+
+from jobs.bucketed_state import (
+    BUCKET,
+    batch_function,
+    bucket_of,
+    concat_frames,
+    frame_from_ipc,
+    frame_to_ipc,
+    operator_watermark,
+    stream_function,
+)
 from jobs.runtime import DEAD_LETTER_REASON, EVENT_DATE, EVENT_HOUR, RAW
 from ops.pipelines import DEAD_LETTER_ROUTE, FileSource, ImpressionsPlaysPipeline
 
 OUTCOME = "outcome"
 CONVERSION = "conversion"
 UNCONVERTED = "unconverted"
+LATE = "late"
 SOURCE = "source"
+IMPRESSIONS = "impressions"
+PLAYS = "plays"
 IMPRESSION_TIME = "impression_time"
 PLAY_TIME = "play_time"
 PARTITION_COLUMNS = (OUTCOME, EVENT_DATE, EVENT_HOUR)
-OUTPUT_COLUMNS = (
-    OUTCOME,
-    "impression_id",
-    "profile_id",
-    "title_id",
-    IMPRESSION_TIME,
-    "play_id",
-    PLAY_TIME,
-    SOURCE,
-    DEAD_LETTER_REASON,
-    RAW,
-)
 OUTPUT_SCHEMA = (
     "outcome string, impression_id string, profile_id string, title_id string, "
     "impression_time timestamp, play_id string, play_time timestamp, source string, "
     "dead_letter_reason string, raw string, event_date date, event_hour int"
 )
-# Column -> SQL type, parsed from OUTPUT_SCHEMA ("name type, ...").
-_TYPES = dict(column.strip().split(" ", 1) for column in OUTPUT_SCHEMA.split(","))
-_PLAY_PROFILE = "_play_profile_id"
-_PLAY_TITLE = "_play_title_id"
+KEY = ("profile_id", "title_id")
+# Each source's id field (its first join field).
+ID_FIELDS = {IMPRESSIONS: "impression_id", PLAYS: "play_id"}
+
+_EVENT_ID = "_event_id"
+_TIME_US = "_time_us"
+_CONVERTED = "_converted"
+_WATERMARK = "_wm"
+# The operator's output: times in microseconds, turned into timestamps and partitions after it.
+_OPERATOR_COLUMNS = (
+    OUTCOME,
+    "impression_id",
+    *KEY,
+    "impression_time_us",
+    "play_id",
+    "play_time_us",
+    SOURCE,
+    DEAD_LETTER_REASON,
+    RAW,
+    "event_time_us",
+)
+_OPERATOR_SCHEMA = T.StructType(
+    [
+        T.StructField(name, T.LongType() if name.endswith("_us") else T.StringType())
+        for name in _OPERATOR_COLUMNS
+    ]
+)
+# A bucket's pending events: either source's, `_converted` only meaningful for impressions.
+_PENDING = (SOURCE, _EVENT_ID, *KEY, _TIME_US, _CONVERTED)
+_STATE_SCHEMA = T.StructType(
+    [T.StructField("pending_events", T.BinaryType()), T.StructField("buckets", T.IntegerType())]
+)
 
 
-def watermarked(
-    parsed: DataFrame, source: FileSource, columns: dict[str, str], time_column: str, lateness_seconds: int
-) -> DataFrame:
-    """The valid rows of a parsed source, renamed (`columns`: field -> name), watermarked and deduplicated.
+@dataclass(frozen=True)
+class JoinRules:
+    """What the pandas functions need, in microseconds (picklable, small)."""
 
-    The first renamed column is the event's id: a second row with the same id within the watermark
-    is a resend and dropped (in a batch, every second row with the same id).
-    """
-    renamed = parsed.where(F.col(DEAD_LETTER_REASON).isNull()).select(
-        *(F.col(field).alias(name) for field, name in columns.items()),
-        F.col(source.event_time_field).alias(time_column),
-    )
-    id_column = next(iter(columns.values()))
-    events = renamed.withWatermark(time_column, f"{lateness_seconds} seconds")
-    # Spark refuses dropDuplicatesWithinWatermark on a batch DataFrame; without a watermark every
-    # copy is within it, which is what dropDuplicates does.
-    if events.isStreaming:
-        return events.dropDuplicatesWithinWatermark([id_column])
-    return events.dropDuplicates([id_column])
+    window_us: int
+    buckets: int
 
-
-def conversion_condition(window_seconds: int) -> Column:
-    """Same profile and title, and the play at most `window_seconds` after the impression (inclusive)."""
-    window = F.expr(f"INTERVAL {window_seconds} SECONDS")
-    return (
-        (F.col("profile_id") == F.col(_PLAY_PROFILE))
-        & (F.col("title_id") == F.col(_PLAY_TITLE))
-        & (F.col(PLAY_TIME) >= F.col(IMPRESSION_TIME))
-        & (F.col(PLAY_TIME) <= F.col(IMPRESSION_TIME) + window)
-    )
-
-
-def join_plays(impressions: DataFrame, plays: DataFrame, window_seconds: int) -> DataFrame:
-    """Impressions left-outer-joined to their plays: conversions, and unconverted impressions."""
-    joined = impressions.join(plays, conversion_condition(window_seconds), "left_outer")
-    outcome = F.when(F.col("play_id").isNull(), F.lit(UNCONVERTED)).otherwise(F.lit(CONVERSION))
-    return joined.select(
-        outcome.alias(OUTCOME),
-        "impression_id",
-        "profile_id",
-        "title_id",
-        IMPRESSION_TIME,
-        "play_id",
-        PLAY_TIME,
-        F.lit(None).cast("string").alias(SOURCE),
-        F.lit(None).cast("string").alias(DEAD_LETTER_REASON),
-        F.lit(None).cast("string").alias(RAW),
-        F.to_date(IMPRESSION_TIME).alias(EVENT_DATE),
-        F.hour(IMPRESSION_TIME).alias(EVENT_HOUR),
-    )
-
-
-def dead_letters(parsed: DataFrame, source: FileSource, name: str) -> DataFrame:
-    """The malformed rows of one parsed source in the output schema, `source` naming it."""
-    event_time = F.col(source.event_time_field)
-    nothing = {column: F.lit(None) for column in OUTPUT_COLUMNS}
-    values = {
-        **nothing,
-        OUTCOME: F.lit(DEAD_LETTER_ROUTE),
-        SOURCE: F.lit(name),
-        DEAD_LETTER_REASON: F.col(DEAD_LETTER_REASON),
-        RAW: F.col(RAW),
-    }
-    return parsed.where(F.col(DEAD_LETTER_REASON).isNotNull()).select(
-        *(value.cast(_TYPES[column]).alias(column) for column, value in values.items()),
-        F.to_date(event_time).alias(EVENT_DATE),
-        F.hour(event_time).alias(EVENT_HOUR),
-    )
+    @classmethod
+    def of(cls, pipeline: ImpressionsPlaysPipeline) -> JoinRules:
+        return cls(window_us=pipeline.conversion_window_seconds * 1_000_000, buckets=pipeline.state_buckets)
 
 
 def impressions_plays(
     impressions: DataFrame, plays: DataFrame, pipeline: ImpressionsPlaysPipeline
 ) -> DataFrame:
-    """Both parsed sources -> conversions, unconverted impressions and dead letters (OUTPUT_SCHEMA)."""
-    lateness = pipeline.allowed_lateness_seconds
-    left = watermarked(
-        impressions,
-        pipeline.impressions,
-        {"impression_id": "impression_id", "profile_id": "profile_id", "title_id": "title_id"},
-        IMPRESSION_TIME,
-        lateness,
+    """Both parsed sources -> conversions, unconverted impressions, late events and dead letters."""
+    lateness = f"{pipeline.allowed_lateness_seconds} seconds"
+    events = None
+    for name, parsed in ((IMPRESSIONS, impressions), (PLAYS, plays)):
+        projected = _project(parsed, name, pipeline.inputs[name])
+        if projected.isStreaming:
+            projected = projected.withWatermark(_WATERMARK, lateness)
+        events = projected if events is None else events.unionByName(projected)
+    assert events is not None
+    rules = JoinRules.of(pipeline)
+    # Dead letters (raw set) spread over the buckets by their text; valid rows go by key alone.
+    bucketed = events.select(
+        *(column for column in events.columns if column != _WATERMARK),
+        bucket_of([F.col(KEY[0]), F.col(KEY[1]), F.col(RAW)], rules.buckets),
+        *operator_watermark(events, _WATERMARK),
+    ).groupBy(BUCKET)
+    if events.isStreaming:
+        rows = bucketed.applyInPandasWithState(
+            stream_function(StreamJoin(rules)),
+            _OPERATOR_SCHEMA,
+            _STATE_SCHEMA,
+            "append",
+            GroupStateTimeout.EventTimeTimeout,
+        )
+    else:
+        rows = bucketed.applyInPandas(batch_function(BatchJoin(rules)), _OPERATOR_SCHEMA)
+    event_time = F.timestamp_micros("event_time_us")
+    return rows.select(
+        OUTCOME,
+        "impression_id",
+        *KEY,
+        F.timestamp_micros("impression_time_us").alias(IMPRESSION_TIME),
+        "play_id",
+        F.timestamp_micros("play_time_us").alias(PLAY_TIME),
+        SOURCE,
+        DEAD_LETTER_REASON,
+        RAW,
+        F.to_date(event_time).alias(EVENT_DATE),
+        F.hour(event_time).alias(EVENT_HOUR),
     )
-    right = watermarked(
-        plays,
-        pipeline.plays,
-        {"play_id": "play_id", "profile_id": _PLAY_PROFILE, "title_id": _PLAY_TITLE},
-        PLAY_TIME,
-        lateness,
+
+
+def _project(parsed: DataFrame, name: str, source: FileSource) -> DataFrame:
+    """One source's rows in the operator's input columns; `raw` only on malformed rows."""
+    valid = F.col(DEAD_LETTER_REASON).isNull()
+    event_time = F.col(source.event_time_field)
+    return parsed.select(
+        F.lit(name).alias(SOURCE),
+        F.col(ID_FIELDS[name]).alias(_EVENT_ID),
+        *KEY,
+        F.unix_micros(event_time).alias(_TIME_US),
+        DEAD_LETTER_REASON,
+        F.when(~valid, F.col(RAW)).alias(RAW),
+        F.when(valid, event_time).alias(_WATERMARK),
     )
-    return (
-        join_plays(left, right, pipeline.conversion_window_seconds)
-        .unionByName(dead_letters(impressions, pipeline.impressions, "impressions"))
-        .unionByName(dead_letters(plays, pipeline.plays, "plays"))
+
+
+# --- the pandas side -----------------------------------------------------------------------------
+
+
+def _rows(outcome: str, length: int, **columns: Any) -> pd.DataFrame:
+    """Operator output rows: `columns` given as arrays of `length` values, the others null."""
+    values = {name: columns.get(name) for name in _OPERATOR_COLUMNS}
+    return pd.DataFrame({**values, OUTCOME: outcome}, index=pd.RangeIndex(length))
+
+
+def _late_rows(events: pd.DataFrame) -> pd.DataFrame:
+    """Late events in the output layout: their side's id and time columns, `source` naming it."""
+    is_impression = events[SOURCE].to_numpy() == IMPRESSIONS
+    event_id, time_us = events[_EVENT_ID].to_numpy(), events[_TIME_US].to_numpy()
+    return _rows(
+        LATE,
+        len(events),
+        impression_id=np.where(is_impression, event_id, None),
+        profile_id=events[KEY[0]].to_numpy(),
+        title_id=events[KEY[1]].to_numpy(),
+        # NaN is null to Arrow.
+        impression_time_us=np.where(is_impression, time_us, np.nan),
+        play_id=np.where(is_impression, None, event_id),
+        play_time_us=np.where(is_impression, np.nan, time_us),
+        source=events[SOURCE].to_numpy(),
+        event_time_us=time_us,
     )
+
+
+def _dead_letter_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    return _rows(
+        DEAD_LETTER_ROUTE,
+        len(rows),
+        source=rows[SOURCE].to_numpy(),
+        dead_letter_reason=rows[DEAD_LETTER_REASON].to_numpy(),
+        raw=rows[RAW].to_numpy(),
+        event_time_us=rows[_TIME_US].to_numpy(),
+    )
+
+
+def _split_input(rows: pd.DataFrame) -> tuple[pd.DataFrame, list[pd.DataFrame]]:
+    """(valid events in the pending layout, dead-letter output frames) of one bucket's input."""
+    bad = rows[DEAD_LETTER_REASON].notna().to_numpy()
+    dead = [_dead_letter_rows(rows[bad])] if bad.any() else []
+    valid = rows.loc[~bad, list(_PENDING[:-1])].assign(**{_CONVERTED: False})
+    return valid.astype(_PENDING_TYPES), dead
+
+
+def join_bucket(
+    pending: pd.DataFrame, arrived: pd.DataFrame, rules: JoinRules, watermark_us: int | None
+) -> tuple[list[pd.DataFrame], pd.DataFrame]:
+    """Join a bucket's arrived events with its pending ones; expire what the watermark has passed.
+
+    `arrived` holds on-time events only (the caller sends late ones to `late`). With no watermark
+    (batch) every impression expires at the end. Returns (output frames, events still pending).
+    """
+    known = pd.MultiIndex.from_frame(pending[[SOURCE, _EVENT_ID]])
+    arrived = arrived.drop_duplicates([SOURCE, _EVENT_ID])
+    arrived = arrived[~pd.MultiIndex.from_frame(arrived[[SOURCE, _EVENT_ID]]).isin(known)]
+    events = pd.concat([pending.assign(_new=False), arrived.assign(_new=True)], ignore_index=True)
+    is_impression = events[SOURCE].to_numpy() == IMPRESSIONS
+    impressions, plays = events[is_impression], events[~is_impression]
+    output = []
+    if not arrived.empty and not impressions.empty and not plays.empty:
+        pairs = impressions.merge(plays, on=list(KEY), suffixes=("_i", "_p"))
+        shown, played = pairs[f"{_TIME_US}_i"].to_numpy(), pairs[f"{_TIME_US}_p"].to_numpy()
+        matched = (
+            (pairs["_new_i"].to_numpy() | pairs["_new_p"].to_numpy())
+            & (played >= shown)
+            & (played <= shown + rules.window_us)
+        )
+        pairs = pairs[matched]
+        if not pairs.empty:
+            output.append(
+                _rows(
+                    CONVERSION,
+                    len(pairs),
+                    impression_id=pairs[f"{_EVENT_ID}_i"].to_numpy(),
+                    profile_id=pairs[KEY[0]].to_numpy(),
+                    title_id=pairs[KEY[1]].to_numpy(),
+                    impression_time_us=pairs[f"{_TIME_US}_i"].to_numpy(),
+                    play_id=pairs[f"{_EVENT_ID}_p"].to_numpy(),
+                    play_time_us=pairs[f"{_TIME_US}_p"].to_numpy(),
+                    event_time_us=pairs[f"{_TIME_US}_i"].to_numpy(),
+                )
+            )
+            converted = impressions[_EVENT_ID].isin(pairs[f"{_EVENT_ID}_i"]).to_numpy()
+            impressions = impressions.assign(
+                **{_CONVERTED: impressions[_CONVERTED].to_numpy(bool) | converted}
+            )
+    shown = impressions[_TIME_US].to_numpy()
+    if watermark_us is None:
+        expired = np.ones(len(impressions), dtype=bool)
+        kept_plays = plays.iloc[0:0]
+    else:
+        expired = shown + rules.window_us <= watermark_us
+        kept_plays = plays[plays[_TIME_US].to_numpy() > watermark_us]
+    unconverted = impressions[expired & ~impressions[_CONVERTED].to_numpy(bool)]
+    if not unconverted.empty:
+        output.append(
+            _rows(
+                UNCONVERTED,
+                len(unconverted),
+                impression_id=unconverted[_EVENT_ID].to_numpy(),
+                profile_id=unconverted[KEY[0]].to_numpy(),
+                title_id=unconverted[KEY[1]].to_numpy(),
+                impression_time_us=unconverted[_TIME_US].to_numpy(),
+                event_time_us=unconverted[_TIME_US].to_numpy(),
+            )
+        )
+    still_pending = pd.concat([impressions[~expired], kept_plays], ignore_index=True)
+    return output, still_pending[list(_PENDING)]
+
+
+_PENDING_TYPES = {_TIME_US: "int64", _CONVERTED: "bool"}
+
+
+def _no_pending() -> pd.DataFrame:
+    return pd.DataFrame({column: pd.Series(dtype=_PENDING_TYPES.get(column, object)) for column in _PENDING})
+
+
+class BatchJoin:
+    """`applyInPandas` function: a whole bucket at rest, every impression closed at the end."""
+
+    def __init__(self, rules: JoinRules) -> None:
+        self.rules = rules
+
+    def __call__(self, rows: pd.DataFrame) -> pd.DataFrame:
+        valid, dead = _split_input(rows)
+        joined, _ = join_bucket(_no_pending(), valid, self.rules, None)
+        frames = dead + joined
+        return pd.concat(frames, ignore_index=True) if frames else _rows(CONVERSION, 0)
+
+
+class StreamJoin:
+    """`applyInPandasWithState` function: one bucket's new rows and pending events per batch."""
+
+    def __init__(self, rules: JoinRules) -> None:
+        self.rules = rules
+
+    def __call__(
+        self, _key: tuple[Any, ...], frames: Iterator[pd.DataFrame], state: GroupState
+    ) -> Iterator[pd.DataFrame]:
+        watermark_us = state.getCurrentWatermarkMs() * 1000
+        rows = concat_frames(frames)
+        arrived = _no_pending()
+        if rows is not None:
+            valid, dead = _split_input(rows)
+            yield from dead
+            late = valid[_TIME_US].to_numpy() <= watermark_us
+            if late.any():
+                yield _late_rows(valid[late])
+            arrived = valid[~late]
+        joined, still_pending = join_bucket(self._pending(state), arrived, self.rules, watermark_us)
+        yield from joined
+        if still_pending.empty:
+            state.remove()
+            return
+        state.update((frame_to_ipc(still_pending), self.rules.buckets))
+        # The next moment anything changes: an impression's window ends, or a play can be forgotten.
+        deadlines = still_pending[_TIME_US].to_numpy() + np.where(
+            still_pending[SOURCE].to_numpy() == IMPRESSIONS, self.rules.window_us, 0
+        )
+        state.setTimeoutTimestamp(int(deadlines.min()) // 1000)
+
+    def _pending(self, state: GroupState) -> pd.DataFrame:
+        if not state.exists:
+            return _no_pending()
+        pending_events, buckets = state.get
+        if buckets != self.rules.buckets:
+            raise ValueError(
+                f"incompatible impressions_plays state: the checkpoint has {buckets} state_buckets, "
+                f"the job has {self.rules.buckets}; start the new version from a fresh checkpoint"
+            )
+        return frame_from_ipc(pending_events)

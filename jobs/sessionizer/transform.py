@@ -34,18 +34,14 @@ state, because an out-of-order event may still bridge two pending sessions or mo
 State: `applyInPandasWithState` with `EventTimeTimeout`, over RocksDB with checkpoint format 1 or
 2. Picked over `transformWithStateInPandas` because its state travels with the Arrow batches (no
 state-server round trip per key), its event-time timeouts fire in the no-data batches that
-available-now runs, and its state schema is checked by Spark on restart. Spark drops input rows
-behind the watermark before a FlatMapGroupsWithState function sees them; to route them to `late`
-instead, the operator's watermark column (`_wm`) is null for every row (Spark's late filter keeps
-rows whose watermark predicate is null) while the watermark itself is still computed upstream.
+available-now runs, and its state schema is checked by Spark on restart. Late events reach the
+function (and go to `late`) through the null operator watermark of `jobs.bucketed_state`.
 
 Performance: keys are hashed into `state_buckets` groups and each group is one pandas call that
 sessionizes all its keys at once with numpy (sort, diff, cumsum); only a run of events longer than
-`max_session` is walked in Python. The obvious `groupBy(key)` would make one Python call (pandas
-frame, state conversion) per active key per micro-batch, which dominates on many small keys; not
-benchmarked here yet. The state row of a bucket holds the pending (not yet final)
-events of its keys as arrays, so state is bounded by the events of the last gap + lateness, not by
-the number of keys ever seen.
+`max_session` is walked in Python (`jobs.bucketed_state` says why buckets and not keys). The
+state row of a bucket holds the pending (not yet final) events of its keys, so state is bounded by
+the events of the last gap + lateness, not by the number of keys ever seen.
 
 Batch (backfill, parity): the same sessionizing function over each bucket with no watermark: every
 event is on time and every session is closed at the end of the input, so a stream whose watermark
@@ -57,26 +53,31 @@ state key schema (through typed null grouping columns): adding or retyping a key
 refuse the old checkpoint with STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE. A same-typed rename, or a
 new `state_buckets`, is caught by the function itself (the state records both), which fails
 naming the old and new values.
-
-A quirk met on the way: PySpark 4.3's worker cannot parse an array-typed state schema
-(KeyError 'elementType'), so a bucket's pending events are stored as one Arrow IPC blob, which is
-also the cheapest way to move them in and out of pandas.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
+from jobs.bucketed_state import (
+    BUCKET,
+    batch_function,
+    bucket_of,
+    concat_frames,
+    frame_from_ipc,
+    frame_to_ipc,
+    operator_watermark,
+    stream_function,
+)
 from jobs.runtime import DEAD_LETTER_REASON, EVENT_DATE, RAW
 from ops.pipelines import DEAD_LETTER_ROUTE, FileSource, SessionizerPipeline
 
@@ -91,7 +92,6 @@ EVENT_ID = "event_id"
 EVENT_TIME = "event_time"
 EVENT_TYPE = "event_type"
 SOURCE = "source"
-_BUCKET = "_bucket"
 _WATERMARK = "_wm"
 _TIME_US = "_event_time_us"
 _MINUTE_US = 60_000_000
@@ -166,21 +166,21 @@ def session_rows(events: DataFrame, pipeline: SessionizerPipeline) -> DataFrame:
         SOURCE,
         DEAD_LETTER_REASON,
         RAW,
-        F.pmod(F.xxhash64(*pipeline.key_fields), F.lit(rules.buckets)).cast("int").alias(_BUCKET),
+        bucket_of([F.col(name) for name in pipeline.key_fields], rules.buckets),
         *_key_schema_columns(key_types),
-        *_operator_watermark(events),
-    ).groupBy(_BUCKET, *(f"_key_{name}" for name in key_types))
+        *operator_watermark(events, _WATERMARK),
+    ).groupBy(BUCKET, *(f"_key_{name}" for name in key_types))
     output_schema = _output_schema(key_types)
     if events.isStreaming:
         rows = bucketed.applyInPandasWithState(
-            _stream_function(StreamSessionizer(rules)),
+            stream_function(StreamSessionizer(rules)),
             output_schema,
             _state_schema(),
             "append",
             GroupStateTimeout.EventTimeTimeout,
         )
     else:
-        rows = bucketed.applyInPandas(_batch_function(BatchSessionizer(rules)), output_schema)
+        rows = bucketed.applyInPandas(batch_function(BatchSessionizer(rules)), output_schema)
     return rows.select(
         OUTPUT,
         *pipeline.key_fields,
@@ -203,18 +203,6 @@ def session_rows(events: DataFrame, pipeline: SessionizerPipeline) -> DataFrame:
 def sessionize(inputs: Mapping[str, DataFrame], pipeline: SessionizerPipeline) -> DataFrame:
     """The job's transform: parsed sources -> sink rows."""
     return session_rows(unified_events(inputs, pipeline), pipeline)
-
-
-def _operator_watermark(events: DataFrame) -> list[Any]:
-    """The watermark column the stateful operator sees: all nulls, with the watermark metadata.
-
-    With it Spark gives the function the batch's watermark and fires event-time timeouts; being
-    null, its late filter drops no row, so the function can send late events to `late`.
-    """
-    if not events.isStreaming:
-        return []
-    metadata = events.schema[_WATERMARK].metadata
-    return [F.lit(None).cast("timestamp").alias(_WATERMARK, metadata=metadata)]
 
 
 def _key_types(events: DataFrame, key_fields: Sequence[str]) -> dict[str, T.DataType]:
@@ -366,10 +354,9 @@ def _split_input(
     frames: Iterator[pd.DataFrame], rules: SessionRules
 ) -> tuple[pd.DataFrame, list[pd.DataFrame]]:
     """(valid events, dead-letter output frames) of one bucket's input."""
-    batch = [frame for frame in frames if not frame.empty]
-    if not batch:
+    rows = concat_frames(frames)
+    if rows is None:
         return pd.DataFrame(columns=[*rules.key_fields, *_PENDING]), []
-    rows = pd.concat(batch, ignore_index=True) if len(batch) > 1 else batch[0]
     bad = rows[DEAD_LETTER_REASON].notna()
     dead = [_output_frame(rows[bad], DEAD_LETTER_ROUTE, rules.key_fields)] if bad.any() else []
     return rows[~bad], dead
@@ -434,31 +421,8 @@ class StreamSessionizer:
                 f"in {buckets} state_buckets, the job has [{self.key_fields_text}] in "
                 f"{self.rules.buckets}; start the new version from a fresh checkpoint"
             )
-        with pa.ipc.open_stream(pending_events) as reader:
-            return reader.read_pandas()[columns]
+        return frame_from_ipc(pending_events)[columns]
 
     def _state_value(self, pending: pd.DataFrame) -> tuple[Any, ...]:
-        table = pa.Table.from_pandas(pending[[*self.rules.key_fields, *_PENDING]], preserve_index=False)
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, table.schema) as writer:
-            writer.write_table(table)
-        return (sink.getvalue().to_pybytes(), self.key_fields_text, self.rules.buckets)
-
-
-# PySpark picks the kind of a pandas function from its signature, so it gets plain functions.
-def _batch_function(sessionizer: BatchSessionizer) -> Callable[[pd.DataFrame], pd.DataFrame]:
-    def apply(rows: pd.DataFrame) -> pd.DataFrame:
-        return sessionizer(rows)
-
-    return apply
-
-
-def _stream_function(
-    sessionizer: StreamSessionizer,
-) -> Callable[[tuple[Any, ...], Iterator[pd.DataFrame], GroupState], Iterator[pd.DataFrame]]:
-    def apply(
-        key: tuple[Any, ...], frames: Iterator[pd.DataFrame], state: GroupState
-    ) -> Iterator[pd.DataFrame]:
-        return sessionizer(key, frames, state)
-
-    return apply
+        blob = frame_to_ipc(pending[[*self.rules.key_fields, *_PENDING]])
+        return (blob, self.key_fields_text, self.rules.buckets)

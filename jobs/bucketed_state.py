@@ -1,0 +1,90 @@
+"""Pandas state per hash bucket: the plumbing the sessionizer and impressions_plays share.
+
+Both jobs hash their keys into `state_buckets` groups and make one pandas call per bucket and
+micro-batch (`applyInPandasWithState`, event-time timeouts) or per bucket at rest in batch
+(`applyInPandas`). A bucket's state row holds its pending events as one Arrow IPC blob: PySpark's
+worker cannot parse an array-typed state schema (KeyError 'elementType' on 4.3), and a blob is
+also the cheapest way in and out of pandas. One call per bucket rather than per key is what makes
+the Python path affordable on many small keys: the per-call cost (pandas frame, state conversion)
+is paid `state_buckets` times per batch, not once per active key.
+
+Late events: Spark drops rows at or behind the watermark in front of a FlatMapGroupsWithState
+function, silently. Both jobs route them to a `late` output instead, so the operator's watermark
+column is null on every row (`operator_watermark`: Spark's late filter keeps rows whose predicate
+is null) while the watermark itself is computed upstream and handed to the function by
+`GroupState.getCurrentWatermarkMs`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.streaming.state import GroupState
+
+BUCKET = "_bucket"
+
+StreamFunction = Callable[[tuple[Any, ...], Iterator[pd.DataFrame], GroupState], Iterator[pd.DataFrame]]
+BatchFunction = Callable[[pd.DataFrame], pd.DataFrame]
+
+
+def bucket_of(columns: list[Column], buckets: int) -> Column:
+    """The bucket (0 .. buckets-1) of a row's key columns; null columns are skipped by the hash."""
+    return F.pmod(F.xxhash64(*columns), F.lit(buckets)).cast("int").alias(BUCKET)
+
+
+def operator_watermark(events: DataFrame, column: str) -> list[Column]:
+    """The watermark column the stateful operator sees: all nulls, with the watermark metadata.
+
+    With it Spark gives the function the batch's watermark and fires event-time timeouts; being
+    null, its late filter drops no row, so the function can send late events to `late`.
+    Nothing in batch, where there is no watermark.
+    """
+    if not events.isStreaming:
+        return []
+    metadata = events.schema[column].metadata
+    return [F.lit(None).cast("timestamp").alias(column, metadata=metadata)]
+
+
+def frame_to_ipc(frame: pd.DataFrame) -> bytes:
+    """A pandas frame as Arrow IPC stream bytes (the index is not kept)."""
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def frame_from_ipc(blob: bytes) -> pd.DataFrame:
+    with pa.ipc.open_stream(blob) as reader:
+        return reader.read_pandas()
+
+
+def concat_frames(frames: Iterator[pd.DataFrame]) -> pd.DataFrame | None:
+    """One bucket's input frames as one frame; None when there are no rows (a timeout call)."""
+    batch = [frame for frame in frames if not frame.empty]
+    if not batch:
+        return None
+    return pd.concat(batch, ignore_index=True) if len(batch) > 1 else batch[0]
+
+
+# PySpark picks the kind of a pandas function from its signature, so it gets plain functions
+# wrapping the jobs' callable objects.
+def batch_function(apply_bucket: BatchFunction) -> BatchFunction:
+    def apply(rows: pd.DataFrame) -> pd.DataFrame:
+        return apply_bucket(rows)
+
+    return apply
+
+
+def stream_function(apply_bucket: StreamFunction) -> StreamFunction:
+    def apply(
+        key: tuple[Any, ...], frames: Iterator[pd.DataFrame], state: GroupState
+    ) -> Iterator[pd.DataFrame]:
+        return apply_bucket(key, frames, state)
+
+    return apply
