@@ -50,7 +50,8 @@ class Scenario:
     lake: Callable[[Path, int], list[Path]] | None = None
     # For a kind with a `late` output: (landing_root, seed) -> the ids of the late events written.
     late: Callable[[Path, int], list[str]] | None = None
-    # The sink column naming the event of a `late` row (or, for an array column, its events).
+    # A SQL expression over the sink's columns naming the event of a `late` row (or, when it is
+    # an array, its events).
     late_id_column: str = "event_id"
 
 
@@ -187,6 +188,24 @@ def impressions_plays_scenario(
             age = 10.0 * (FILES_PER_SCENARIO - k)
             written.append(write_json_lines(landing_root / source, f"{source}-{seed}-{k}.json", chunk, age))
     return written
+
+
+def impressions_plays_late(landing_root: Path, seed: int) -> list[str]:
+    """Impressions and plays of one profile and title a day before the scenario (they would join)."""
+    ids = []
+    for source, id_field, prefix in (("impressions", "impression_id", "i"), ("plays", "play_id", "q")):
+        events = [
+            {
+                id_field: f"{prefix}-{seed}-late-{i}",
+                "profile_id": "p00",
+                "title_id": "t00",
+                "event_time": _event_time_text(IMPRESSIONS_PLAYS_START - LATE_BEFORE + timedelta(minutes=i)),
+            }
+            for i in range(LATE_EVENTS // 2)
+        ]
+        write_json_lines(landing_root / source, f"{source}-{seed}-late.json", [json.dumps(e) for e in events])
+        ids += [str(event[id_field]) for event in events]
+    return ids
 
 
 def impressions_plays_flush(landing_root: Path) -> list[Path]:
@@ -647,6 +666,8 @@ SCENARIOS: dict[str, Scenario] = {
         flush=impressions_plays_flush,
         write_from=impressions_plays_scenario,
         period=timedelta(hours=6),
+        late=impressions_plays_late,
+        late_id_column="coalesce(impression_id, play_id)",
     ),
     # 3 hours of events, then an hour of silence: longer than the gap, so every session ends.
     "sessionizer": Scenario(

@@ -71,7 +71,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pandas as pd
-from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -82,6 +81,7 @@ from pyspark.sql.streaming.stateful_processor import (
     TimerValues,
 )
 
+from jobs.expressions import invalid_boolean_expressions
 from jobs.runtime import DEAD_LETTER_REASON, EVENT_DATE, EVENT_HOUR, RAW, with_event_partitions
 from ops.pipelines import DEAD_LETTER_ROUTE, DataPointRule, DeviceHealthPipeline
 
@@ -148,18 +148,12 @@ def red_condition(rule: DataPointRule) -> Column:
 def invalid_rules(events: DataFrame, rules: Sequence[DataPointRule]) -> dict[str, str]:
     """Data points whose `red_when` Spark cannot parse or resolve over `events`, or is not boolean.
 
-    Maps the data point's name to why; only the analyzer runs, nothing is read.
+    Maps the data point's name to why; only the analyzer runs, nothing is read. Bounds
+    (`red_below`, `red_above`) are numbers and always valid.
     """
-    problems: dict[str, str] = {}
-    for rule in rules:
-        try:
-            data_type = events.select(red_condition(rule).alias(_RED)).schema[_RED].dataType
-        except AnalysisException as exc:
-            problems[rule.name] = str(exc).strip().splitlines()[0]
-            continue
-        if not isinstance(data_type, T.BooleanType):
-            problems[rule.name] = f"is of type {data_type.simpleString()}, not boolean"
-    return problems
+    return invalid_boolean_expressions(
+        events, {rule.name: rule.red_when for rule in rules if rule.red_when is not None}
+    )
 
 
 def classify_readings(events: DataFrame, rules: Sequence[DataPointRule]) -> DataFrame:

@@ -23,6 +23,7 @@ from pyspark.sql import types as T
 from pyspark.testing import assertDataFrameEqual
 
 from jobs.batch import batch_rows
+from jobs.catalog import kind_of
 from jobs.runner import plan_job
 from jobs.runtime import state_conf, with_trigger
 from ops.config import JobSpec, PlatformConfig, find_job, load_jobs
@@ -87,11 +88,12 @@ def test_late_events_are_the_only_difference(
         scenario.flush(platform_conf.landing_root)
         run_available_now(spark, platform_conf, spec)
     streamed = spark.read.parquet(str(platform_conf.lake_root / spec.pipeline.sink.path))
-    is_late = F.col("output") == "late"
-    ids = F.col(scenario.late_id_column)
-    if isinstance(streamed.schema[scenario.late_id_column].dataType, T.ArrayType):
-        ids = F.explode(ids)
-    streamed_late = [row[0] for row in streamed.where(is_late).select(ids).collect()]
+    # The first partition column tells a job's outputs apart (`output`, `outcome`).
+    is_late = F.col(kind_of(spec).partition_columns[0]) == "late"
+    late = streamed.where(is_late).select(F.expr(scenario.late_id_column).alias("id"))
+    if isinstance(late.schema["id"].dataType, T.ArrayType):
+        late = late.select(F.explode("id"))
+    streamed_late = [row[0] for row in late.collect()]
     assert sorted(streamed_late) == sorted(late_ids)
     batch = batch_rows(spark, platform_conf, spec, batch_landing)
     assert batch.count() > 0
