@@ -43,9 +43,10 @@ key's whole value list in RocksDB per input row (6 state stores per shuffle part
 deduplication), and Spark offers no side output for the rows its watermark drops. This job is a
 co-process function instead: both sources unioned, keys hashed into `state_buckets` buckets, one
 pandas call per bucket and micro-batch (`jobs.bucketed_state`) that deduplicates, joins the new
-events against the bucket's pending ones (a vectorised merge on profile and title), expires what
-the watermark has passed, and keeps the rest as the bucket's state. Measured against PyFlink's
-interval join in benchmarks/RESULTS.md.
+events against the bucket's pending ones (`within_window`: a range join by binary search, not a
+merge per key, whose candidate pairs grow with the square of a key's events), expires what the
+watermark has passed, and keeps the rest as the bucket's state. Measured against PyFlink's
+interval join in benchmarks/RESULTS.md, before (Spark's join) and after.
 
 State: a bucket's pending impressions (with whether they converted) and plays, bounded by the
 event-time span of window + lateness, not by the length of the stream. `state_buckets` is fixed by
@@ -266,31 +267,30 @@ def join_bucket(
     impressions, plays = events[is_impression], events[~is_impression]
     output = []
     if not arrived.empty and not impressions.empty and not plays.empty:
-        pairs = impressions.merge(plays, on=list(KEY), suffixes=("_i", "_p"))
-        shown, played = pairs[f"{_TIME_US}_i"].to_numpy(), pairs[f"{_TIME_US}_p"].to_numpy()
-        matched = (
-            (pairs["_new_i"].to_numpy() | pairs["_new_p"].to_numpy())
-            & (played >= shown)
-            & (played <= shown + rules.window_us)
-        )
-        pairs = pairs[matched]
-        if not pairs.empty:
+        shown_at, played_at = within_window(events, is_impression, rules.window_us)
+        # A pair of two pending events was written when the second of them arrived.
+        new = events["_new"].to_numpy()
+        fresh = new[shown_at] | new[played_at]
+        shown_at, played_at = shown_at[fresh], played_at[fresh]
+        if len(shown_at):
+            column = {name: events[name].to_numpy() for name in (_EVENT_ID, *KEY, _TIME_US)}
             output.append(
                 _rows(
                     CONVERSION,
-                    len(pairs),
-                    impression_id=pairs[f"{_EVENT_ID}_i"].to_numpy(),
-                    profile_id=pairs[KEY[0]].to_numpy(),
-                    title_id=pairs[KEY[1]].to_numpy(),
-                    impression_time_us=pairs[f"{_TIME_US}_i"].to_numpy(),
-                    play_id=pairs[f"{_EVENT_ID}_p"].to_numpy(),
-                    play_time_us=pairs[f"{_TIME_US}_p"].to_numpy(),
-                    event_time_us=pairs[f"{_TIME_US}_i"].to_numpy(),
+                    len(shown_at),
+                    impression_id=column[_EVENT_ID][shown_at],
+                    profile_id=column[KEY[0]][shown_at],
+                    title_id=column[KEY[1]][shown_at],
+                    impression_time_us=column[_TIME_US][shown_at],
+                    play_id=column[_EVENT_ID][played_at],
+                    play_time_us=column[_TIME_US][played_at],
+                    event_time_us=column[_TIME_US][shown_at],
                 )
             )
-            converted = impressions[_EVENT_ID].isin(pairs[f"{_EVENT_ID}_i"]).to_numpy()
+            converted = np.zeros(len(events), dtype=bool)
+            converted[shown_at] = True
             impressions = impressions.assign(
-                **{_CONVERTED: impressions[_CONVERTED].to_numpy(bool) | converted}
+                **{_CONVERTED: impressions[_CONVERTED].to_numpy(bool) | converted[is_impression]}
             )
     shown = impressions[_TIME_US].to_numpy()
     if watermark_us is None:
@@ -317,6 +317,34 @@ def join_bucket(
 
 
 _PENDING_TYPES = {_TIME_US: "int64", _CONVERTED: "bool"}
+
+
+def within_window(
+    events: pd.DataFrame, is_impression: np.ndarray, window_us: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Every (impression, play) pair of `events` with the same key and the play at most `window_us`
+    after the impression (both ends inclusive), as two arrays of row positions in `events`.
+
+    A range join: impressions sorted by (key, time), then for each play two binary searches find
+    its impressions, so the cost is the sort plus the pairs, not impressions x plays per key.
+    Times are replaced by their rank among the bucket's distinct times, so (key, rank) packs into
+    one int64 without overflow whatever the time span.
+    """
+    key = events.groupby(list(KEY), sort=False).ngroup().to_numpy()
+    time_us = events[_TIME_US].to_numpy(dtype=np.int64)
+    times = np.unique(time_us)
+    stride = len(times) + 1
+    shown = np.flatnonzero(is_impression)
+    order = np.lexsort((time_us[shown], key[shown]))
+    shown = shown[order]
+    packed = key[shown] * stride + np.searchsorted(times, time_us[shown])
+    played = np.flatnonzero(~is_impression)
+    play_key, play_time = key[played] * stride, time_us[played]
+    first = np.searchsorted(packed, play_key + np.searchsorted(times, play_time - window_us, "left"), "left")
+    end = np.searchsorted(packed, play_key + np.searchsorted(times, play_time, "right"), "left")
+    counts = end - first
+    starts = np.repeat(first - (np.cumsum(counts) - counts), counts)
+    return shown[starts + np.arange(counts.sum())], np.repeat(played, counts)
 
 
 def _no_pending() -> pd.DataFrame:

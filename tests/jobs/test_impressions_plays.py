@@ -11,13 +11,15 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.testing import assertDataFrameEqual
 
 from jobs.bucketed_state import frame_from_ipc
-from jobs.impressions_plays.transform import OUTPUT_SCHEMA, impressions_plays
+from jobs.impressions_plays.transform import OUTPUT_SCHEMA, impressions_plays, within_window
 from jobs.runner import plan_job
 from jobs.runtime import parse_events, state_conf, with_trigger
 from ops.config import DEFAULT_CONF_DIR, PlatformConfig, find_job
@@ -173,6 +175,33 @@ def test_pairs_duplicates_unmatched_plays_and_dead_letters(spark: SparkSession) 
             ],
         ),
     )
+
+
+def test_range_join_finds_exactly_the_pairs_a_cross_join_would() -> None:
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        n = int(rng.integers(1, 60))
+        events = pd.DataFrame(
+            {
+                "source": rng.choice(["impressions", "plays"], n),
+                "profile_id": rng.choice(["p1", "p2", "p3"], n),
+                "title_id": rng.choice(["t1", "t2"], n),
+                # Coarse times, so equal times and both window ends occur.
+                "_time_us": rng.integers(0, 20, n) * 500,
+            }
+        )
+        window_us = int(rng.integers(0, 5000))
+        is_impression = events["source"].to_numpy() == "impressions"
+        shown, played = within_window(events, is_impression, window_us)
+        rows = events.to_dict("records")
+        expected_pairs = sorted(
+            (i, j)
+            for i in np.flatnonzero(is_impression)
+            for j in np.flatnonzero(~is_impression)
+            if (rows[i]["profile_id"], rows[i]["title_id"]) == (rows[j]["profile_id"], rows[j]["title_id"])
+            and rows[i]["_time_us"] <= rows[j]["_time_us"] <= rows[i]["_time_us"] + window_us
+        )
+        assert sorted(zip(shown.tolist(), played.tolist(), strict=True)) == expected_pairs
 
 
 # --- the real streaming query ----------------------------------------------------------------------
