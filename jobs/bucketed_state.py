@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame
@@ -70,6 +71,35 @@ def concat_frames(frames: Iterator[pd.DataFrame]) -> pd.DataFrame | None:
     if not batch:
         return None
     return pd.concat(batch, ignore_index=True) if len(batch) > 1 else batch[0]
+
+
+def range_pairs(
+    row_key: np.ndarray,
+    row_time: np.ndarray,
+    query_key: np.ndarray,
+    low: np.ndarray,
+    high: np.ndarray,
+    *,
+    include_high: bool,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Every (row, query) with the same integer key and `low <= row_time <= high` (`< high` unless
+    `include_high`), as two arrays of positions: rows, then queries.
+
+    A range join: rows sorted by (key, time), two binary searches per query, so the cost is the
+    sort plus the pairs, not rows x queries per key. Times are replaced by their rank among the
+    rows' distinct times, so (key, rank) packs into one int64 whatever the time span.
+    """
+    times = np.unique(row_time)
+    stride = len(times) + 1
+    order = np.lexsort((row_time, row_key))
+    packed = row_key[order] * stride + np.searchsorted(times, row_time[order])
+    base = query_key * stride
+    first = np.searchsorted(packed, base + np.searchsorted(times, low, "left"), "left")
+    high_rank = np.searchsorted(times, high, "right" if include_high else "left")
+    end = np.searchsorted(packed, base + high_rank, "left")
+    counts = end - first
+    starts = np.repeat(first - (np.cumsum(counts) - counts), counts)
+    return order[starts + np.arange(counts.sum())], np.repeat(np.arange(len(query_key)), counts)
 
 
 # PySpark picks the kind of a pandas function from its signature, so it gets plain functions

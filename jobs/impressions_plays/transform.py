@@ -78,6 +78,7 @@ from jobs.bucketed_state import (
     frame_from_ipc,
     frame_to_ipc,
     operator_watermark,
+    range_pairs,
     stream_function,
 )
 from jobs.runtime import DEAD_LETTER_REASON, EVENT_DATE, EVENT_HOUR, RAW
@@ -323,28 +324,19 @@ def within_window(
     events: pd.DataFrame, is_impression: np.ndarray, window_us: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Every (impression, play) pair of `events` with the same key and the play at most `window_us`
-    after the impression (both ends inclusive), as two arrays of row positions in `events`.
-
-    A range join: impressions sorted by (key, time), then for each play two binary searches find
-    its impressions, so the cost is the sort plus the pairs, not impressions x plays per key.
-    Times are replaced by their rank among the bucket's distinct times, so (key, rank) packs into
-    one int64 without overflow whatever the time span.
-    """
+    after the impression (both ends inclusive), as two arrays of row positions in `events`."""
     key = events.groupby(list(KEY), sort=False).ngroup().to_numpy()
     time_us = events[_TIME_US].to_numpy(dtype=np.int64)
-    times = np.unique(time_us)
-    stride = len(times) + 1
-    shown = np.flatnonzero(is_impression)
-    order = np.lexsort((time_us[shown], key[shown]))
-    shown = shown[order]
-    packed = key[shown] * stride + np.searchsorted(times, time_us[shown])
-    played = np.flatnonzero(~is_impression)
-    play_key, play_time = key[played] * stride, time_us[played]
-    first = np.searchsorted(packed, play_key + np.searchsorted(times, play_time - window_us, "left"), "left")
-    end = np.searchsorted(packed, play_key + np.searchsorted(times, play_time, "right"), "left")
-    counts = end - first
-    starts = np.repeat(first - (np.cumsum(counts) - counts), counts)
-    return shown[starts + np.arange(counts.sum())], np.repeat(played, counts)
+    shown, played = np.flatnonzero(is_impression), np.flatnonzero(~is_impression)
+    rows, queries = range_pairs(
+        key[shown],
+        time_us[shown],
+        key[played],
+        time_us[played] - window_us,
+        time_us[played],
+        include_high=True,
+    )
+    return shown[rows], played[queries]
 
 
 def _no_pending() -> pd.DataFrame:
