@@ -226,6 +226,8 @@ class CampaignUniquesPipeline(Model):
     # Sliding window of the per-user distinct-campaign count, and its slide.
     recent_window_seconds: int = Field(86400, gt=0)
     recent_slide_seconds: int = Field(3600, gt=0)
+    # Fixed by the checkpoint (see `jobs/campaign_uniques/transform.py`).
+    state_buckets: int = Field(64, ge=1, le=65536, description="Users are hashed into this many state rows.")
 
     @property
     def inputs(self) -> dict[str, FileSource]:

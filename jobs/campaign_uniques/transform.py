@@ -27,20 +27,19 @@ What Spark 4.3 supports, and so how each output is computed (checked on 4.3.0):
   distinct count. Sketches merge by register maximum, so the stream and the batch estimate agree.
 * The sliding distinct count joined back onto each event: a window aggregation joined back to
   the events would chain aggregation -> stream-stream join, with a 24 h window of join state for
-  each side, and its late rows would vanish without trace. Instead one per-user stateful
-  processor (`applyInPandasWithState`, event-time timeouts, RocksDB state) keeps the user's
-  accepted engagements of the last `recent_window` (for counting) and the engagements whose
-  window has not closed yet (pending, deduplicated by `event_id`). When the watermark reaches a
-  window's end every pending engagement of that window is emitted once, with the final count; a
-  timer at the next window end (or when the history expires) wakes the user with no new data.
-  State per user is bounded by their engagements in one `recent_window`.
+  each side, and its late rows would vanish without trace. Instead one stateful processor
+  (`applyInPandasWithState`, event-time timeouts, RocksDB state) keeps each user's accepted
+  engagements of the last `recent_window` (for counting), flagging those whose window has not
+  closed yet (pending, deduplicated by `event_id`). When the watermark reaches a window's end every
+  pending engagement of that window is emitted once, with the final count; a timer at the next
+  window end (or when the history expires) wakes the processor with no new data. Users are hashed
+  into `state_buckets` buckets, one pandas call and one state row per bucket
+  (`jobs.bucketed_state`); the counts are a range join of the window ends over the users' sorted
+  histories, with numpy. State is bounded by the engagements of one `recent_window`.
 
 Watermark and lateness: the watermark is the newest event time seen in earlier micro-batches
-minus `allowed_lateness_seconds`. The per-user processor sees every row: Spark 4.3 drops rows
-older than the previous batch's watermark in front of `applyInPandasWithState`, judged on the
-column tagged as event time (checked: such a row never reached the processor), so the processor
-gets the event time as plain microseconds plus a constant far-future tagged column (event-time
-timeouts require one), and decides itself:
+minus `allowed_lateness_seconds`. The processor sees every row (Spark would drop late rows in
+front of it; `jobs.bucketed_state.operator_watermark` says how they reach it) and decides itself:
 
 * an engagement with `event_time < watermark` of the batch it arrives in is `late`: written to
   the `late` output (its columns, no window, no count), and neither counted in nor enriched by
@@ -54,24 +53,34 @@ and such an engagement is older than the watermark, so it is also in `late`. An 
 older than the watermark while its hour is still open is counted in the hour and listed in `late`.
 
 In batch every window is closed and nothing is late: the hourly outputs are the same operators,
-and the enrichment runs the same per-user computation (`recent_counts`) over all of a user's
-engagements at once, after `dropDuplicates(event_id)`.
+and the enrichment runs the same bucket computation (`enrich_bucket`) over all engagements at
+once, after `dropDuplicates(event_id)`.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import json
-from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
+from jobs.bucketed_state import (
+    BUCKET,
+    batch_function,
+    bucket_of,
+    concat_frames,
+    frame_from_ipc,
+    frame_to_ipc,
+    operator_watermark,
+    range_pairs,
+    stream_function,
+)
 from jobs.runtime import DEAD_LETTER_REASON, RAW
 from ops.pipelines import DEAD_LETTER_ROUTE, CampaignUniquesPipeline
 
@@ -119,22 +128,9 @@ _PROCESSOR_OUTPUT = (
     "user_id string, output string, event_id string, campaign_id string, event_type string, "
     "event_us long, window_end_us long, distinct_campaigns long"
 )
-_PROCESSOR_STATE = "state string"
-# Spark accepts event-time timeouts only when the processor's input has a column tagged as event
-# time, and then drops the rows whose tagged column is older than the previous batch's watermark
-# before the processor sees them. The processor decides lateness itself, so its input carries the
-# event time as plain microseconds plus this far-future column tagged as event time: nothing is
-# dropped in front of it. The watermark itself comes from `withWatermark` on the real event time.
-_TIMER = "_timer"
-# Within pandas timestamps (the processor receives the column), far beyond any event.
-_FAR_FUTURE = dt.datetime(2200, 1, 1)
-
-
-def undroppable_event_time() -> Column:
-    """A constant far-future timestamp tagged as event time (see above)."""
-    return F.lit(_FAR_FUTURE).alias(_TIMER, metadata={"spark.watermarkDelayMs": 0})
-
-
+_PROCESSOR_STATE = T.StructType(
+    [T.StructField("kept_events", T.BinaryType()), T.StructField("buckets", T.IntegerType())]
+)
 _MICROS = 1_000_000
 
 
@@ -213,29 +209,28 @@ def hourly_approx(valid: DataFrame, pipeline: CampaignUniquesPipeline) -> DataFr
 def enriched(valid: DataFrame, pipeline: CampaignUniquesPipeline) -> DataFrame:
     """Each engagement once, with its user's distinct campaigns in the window ending after it;
     in a stream also the `late` engagements."""
-    window_us = pipeline.recent_window_seconds * _MICROS
-    slide_us = pipeline.recent_slide_seconds * _MICROS
+    rules = EnrichRules.of(pipeline)
     columns = valid.select(
-        "user_id", "event_id", "campaign_id", "event_type", F.unix_micros("event_time").alias("event_us")
+        *_RECORD[:-1],
+        F.unix_micros("event_time").alias("event_us"),
+        bucket_of([F.col("user_id")], rules.buckets),
     )
     if valid.isStreaming:
-        columns = columns.select("*", undroppable_event_time())
-
-        def process(
-            key: tuple[Any, ...], batches: Iterator[pd.DataFrame], state: GroupState
-        ) -> Iterator[pd.DataFrame]:
-            yield from _process_user(key, batches, state, window_us, slide_us)
-
-        rows = columns.groupBy("user_id").applyInPandasWithState(
-            process, _PROCESSOR_OUTPUT, _PROCESSOR_STATE, "append", GroupStateTimeout.EventTimeTimeout
+        # The watermark column the processor sees (all nulls, see `operator_watermark`).
+        columns = columns.select("*", *operator_watermark(valid, "event_time"))
+        rows = columns.groupBy(BUCKET).applyInPandasWithState(
+            stream_function(StreamEnricher(rules)),
+            _PROCESSOR_OUTPUT,
+            _PROCESSOR_STATE,
+            "append",
+            GroupStateTimeout.EventTimeTimeout,
         )
     else:
-
-        def batch(key: tuple[Any, ...], events: pd.DataFrame) -> pd.DataFrame:
-            pending = _records(events)
-            return _frame(key, recent_counts(pending, pending, window_us, slide_us))
-
-        rows = columns.dropDuplicates(["event_id"]).groupBy("user_id").applyInPandas(batch, _PROCESSOR_OUTPUT)
+        rows = (
+            columns.dropDuplicates(["event_id"])
+            .groupBy(BUCKET)
+            .applyInPandas(batch_function(BatchEnricher(rules)), _PROCESSOR_OUTPUT)
+        )
     event_time = F.timestamp_micros("event_us")
     window_end = F.timestamp_micros("window_end_us")
     return _conform(
@@ -256,121 +251,163 @@ def enriched(valid: DataFrame, pipeline: CampaignUniquesPipeline) -> DataFrame:
     )
 
 
-# --- the per-user computation (plain Python, shared by the stream and the batch) ----------------
+# --- the bucket computation (pandas and numpy, shared by the stream and the batch) ---------------
 
-# An engagement as the processor keeps it: [event_id, campaign_id, event_type, event_us].
-Record = list[Any]
+# An engagement as the processor keeps it, and whether its window is still to be reported.
+_RECORD = ("user_id", "event_id", "campaign_id", "event_type", "event_us")
+_PENDING = "_pending"
+_OUTPUT_COLUMNS = [column.split(" ")[0] for column in _PROCESSOR_OUTPUT.split(", ")]
 
 
-def window_end_us(event_us: int, slide_us: int) -> int:
+@dataclass(frozen=True)
+class EnrichRules:
+    """What the pandas functions need, in microseconds (picklable, small)."""
+
+    window_us: int
+    slide_us: int
+    buckets: int
+
+    @classmethod
+    def of(cls, pipeline: CampaignUniquesPipeline) -> EnrichRules:
+        return cls(
+            window_us=pipeline.recent_window_seconds * _MICROS,
+            slide_us=pipeline.recent_slide_seconds * _MICROS,
+            buckets=pipeline.state_buckets,
+        )
+
+
+def window_end_us(event_us: np.ndarray, slide_us: int) -> np.ndarray:
     """The end of the sliding window an event is reported in: the first slide boundary after it."""
     return (event_us // slide_us + 1) * slide_us
 
 
-def distinct_campaigns_by_end(
-    history: Iterable[Record], ends: Iterable[int], window_us: int
-) -> dict[int, int]:
-    """For each window end, the distinct campaigns of `history` in `[end - window_us, end)`.
-
-    One sweep over the history in time order with a count per campaign in the window, so the cost
-    is the sort, not history x windows (a user's engagements of a day, for each of them).
-    """
-    timeline = sorted((record[3], record[1]) for record in history)
-    in_window: Counter[str] = Counter()
-    counts: dict[int, int] = {}
-    first = last = 0
-    for end in sorted(ends):
-        while last < len(timeline) and timeline[last][0] < end:
-            in_window[timeline[last][1]] += 1
-            last += 1
-        while first < last and timeline[first][0] < end - window_us:
-            campaign = timeline[first][1]
-            in_window[campaign] -= 1
-            if not in_window[campaign]:
-                del in_window[campaign]
-            first += 1
-        counts[end] = len(in_window)
-    return counts
-
-
-def recent_counts(
-    pending: Iterable[Record], history: list[Record], window_us: int, slide_us: int
-) -> list[tuple[Any, ...]]:
-    """Enriched rows for `pending`: each with the distinct campaigns of `history` in its window."""
-    reported = [(record, window_end_us(record[3], slide_us)) for record in pending]
-    campaigns = distinct_campaigns_by_end(history, {end for _, end in reported}, window_us)
-    return [
-        (ENRICHED, event_id, campaign_id, event_type, event_us, end, campaigns[end])
-        for (event_id, campaign_id, event_type, event_us), end in reported
-    ]
-
-
-def _records(events: pd.DataFrame) -> list[Record]:
-    return [
-        [
-            row.event_id,
-            row.campaign_id,
-            None if pd.isna(row.event_type) else row.event_type,
-            int(row.event_us),
-        ]
-        for row in events.itertuples(index=False)
-    ]
-
-
-def _frame(key: tuple[Any, ...], rows: list[tuple[Any, ...]]) -> pd.DataFrame:
-    columns = [
-        "output",
-        "event_id",
-        "campaign_id",
-        "event_type",
-        "event_us",
-        "window_end_us",
-        "distinct_campaigns",
-    ]
-    frame = pd.DataFrame(rows, columns=columns).astype(
-        {"event_us": "int64", "window_end_us": "Int64", "distinct_campaigns": "Int64"}
+def distinct_campaigns(
+    history: pd.DataFrame, users: np.ndarray, ends: np.ndarray, window_us: int
+) -> np.ndarray:
+    """For each (user, window end), the distinct campaigns of the user's `history` engagements in
+    `[end - window_us, end)`: a range join of the ends over the histories, then distinct pairs."""
+    user_codes, _ = pd.factorize(np.concatenate([history["user_id"].to_numpy(), users]))
+    campaign_codes, _ = pd.factorize(history["campaign_id"])
+    rows, queries = range_pairs(
+        user_codes[: len(history)],
+        history["event_us"].to_numpy(dtype=np.int64),
+        user_codes[len(history) :],
+        ends - window_us,
+        ends,
+        include_high=False,
     )
-    frame.insert(0, "user_id", key[0])
-    return frame
+    stride = len(campaign_codes) + 1
+    distinct = np.unique(queries * stride + campaign_codes[rows])
+    return np.bincount(distinct // stride, minlength=len(ends))
 
 
-def _process_user(
-    key: tuple[Any, ...], batches: Iterator[pd.DataFrame], state: GroupState, window_us: int, slide_us: int
-) -> Iterator[pd.DataFrame]:
-    """One user's call of the stream processor: accept/late/dedup new rows, emit closed windows."""
-    watermark_us = state.getCurrentWatermarkMs() * 1000
-    kept: dict[str, list[Record]] = (
-        json.loads(state.get[0]) if state.exists else {"history": [], "pending": []}
+def _output(output: str, records: pd.DataFrame, **columns: Any) -> pd.DataFrame:
+    values = {name: records[name].to_numpy() for name in _RECORD}
+    return pd.DataFrame({**values, **columns, OUTPUT: output}, index=pd.RangeIndex(len(records)))[
+        _OUTPUT_COLUMNS
+    ]
+
+
+def enrich_bucket(
+    kept: pd.DataFrame, arrived: pd.DataFrame, rules: EnrichRules, watermark_us: int | None
+) -> tuple[list[pd.DataFrame], pd.DataFrame]:
+    """One bucket's call: accept, dedup or mark late the arrived engagements, report the windows the
+    watermark has closed (all of them when None, in batch). Returns (output frames, kept)."""
+    output = []
+    pending = kept[kept[_PENDING].to_numpy(bool)]
+    known = pd.MultiIndex.from_frame(pending[["user_id", "event_id"]])
+    arrived = arrived[~pd.MultiIndex.from_frame(arrived[["user_id", "event_id"]]).isin(known)]
+    if watermark_us is not None:
+        late = arrived["event_us"].to_numpy() < watermark_us
+        if late.any():
+            output.append(_output(LATE, arrived[late], window_end_us=None, distinct_campaigns=None))
+        arrived = arrived[~late]
+    arrived = arrived.drop_duplicates(["user_id", "event_id"]).assign(**{_PENDING: True})
+    kept = pd.concat([kept, arrived], ignore_index=True)
+    ends = window_end_us(kept["event_us"].to_numpy(dtype=np.int64), rules.slide_us)
+    is_pending = kept[_PENDING].to_numpy(bool)
+    closing = is_pending if watermark_us is None else is_pending & (ends <= watermark_us)
+    if closing.any():
+        closed = kept[closing]
+        closed_ends = ends[closing]
+        window_of, windows = pd.factorize(pd.MultiIndex.from_arrays([closed["user_id"], closed_ends]))
+        counts = distinct_campaigns(
+            kept,
+            windows.get_level_values(0).to_numpy(),
+            windows.get_level_values(1).to_numpy(dtype=np.int64),
+            rules.window_us,
+        )
+        output.append(
+            _output(ENRICHED, closed, window_end_us=closed_ends, distinct_campaigns=counts[window_of])
+        )
+    if watermark_us is None:
+        return output, kept.iloc[0:0]
+    # Windows still to be reported end after the watermark, so they start after watermark - window.
+    still = is_pending & ~closing
+    keep = still | (kept["event_us"].to_numpy() > watermark_us - rules.window_us)
+    return output, kept[keep].assign(**{_PENDING: still[keep]})
+
+
+_KEPT_TYPES = {"event_us": "int64", _PENDING: "bool"}
+
+
+def _no_kept() -> pd.DataFrame:
+    return pd.DataFrame(
+        {name: pd.Series(dtype=_KEPT_TYPES.get(name, object)) for name in (*_RECORD, _PENDING)}
     )
-    history, pending = kept["history"], kept["pending"]
-    pending_ids = {record[0] for record in pending}
-    rows: list[tuple[Any, ...]] = []
-    if not state.hasTimedOut:
-        for events in batches:
-            for record in _records(events):
-                event_id, campaign_id, event_type, event_us = record
-                if event_id in pending_ids:
-                    continue
-                if event_us < watermark_us:
-                    rows.append((LATE, event_id, campaign_id, event_type, event_us, None, None))
-                else:
-                    pending_ids.add(event_id)
-                    pending.append(record)
-                    history.append(record)
-    closed = [record for record in pending if window_end_us(record[3], slide_us) <= watermark_us]
-    rows.extend(recent_counts(closed, history, window_us, slide_us))
-    pending = [record for record in pending if window_end_us(record[3], slide_us) > watermark_us]
-    # Windows still to be emitted end after the watermark, so they start after watermark - window.
-    history = [record for record in history if record[3] > watermark_us - window_us]
-    if pending or history:
-        state.update((json.dumps({"history": history, "pending": pending}),))
-        wake_us = min(
-            [window_end_us(record[3], slide_us) for record in pending]
-            + [max(record[3] for record in history) + window_us]
+
+
+def _no_output() -> pd.DataFrame:
+    return pd.DataFrame({name: pd.Series(dtype=object) for name in _OUTPUT_COLUMNS})
+
+
+class BatchEnricher:
+    """`applyInPandas` function: a whole bucket at rest, every window reported."""
+
+    def __init__(self, rules: EnrichRules) -> None:
+        self.rules = rules
+
+    def __call__(self, rows: pd.DataFrame) -> pd.DataFrame:
+        frames, _ = enrich_bucket(_no_kept(), rows[list(_RECORD)], self.rules, None)
+        return pd.concat(frames, ignore_index=True) if frames else _no_output()
+
+
+class StreamEnricher:
+    """`applyInPandasWithState` function: one bucket's new engagements and kept ones per batch."""
+
+    def __init__(self, rules: EnrichRules) -> None:
+        self.rules = rules
+
+    def __call__(
+        self, _key: tuple[Any, ...], frames: Iterator[pd.DataFrame], state: GroupState
+    ) -> Iterator[pd.DataFrame]:
+        watermark_us = state.getCurrentWatermarkMs() * 1000
+        rows = concat_frames(frames)
+        arrived = _no_kept() if rows is None else rows[list(_RECORD)]
+        output, kept = enrich_bucket(self._kept(state), arrived, self.rules, watermark_us)
+        yield from output
+        if kept.empty:
+            state.remove()
+            return
+        state.update((frame_to_ipc(kept), self.rules.buckets))
+        pending = kept[_PENDING].to_numpy(bool)
+        event_us = kept["event_us"].to_numpy(dtype=np.int64)
+        # The next pending window end, or else when the newest engagement leaves every window.
+        wake_us = (
+            int(window_end_us(event_us[pending], self.rules.slide_us).min())
+            if pending.any()
+            else int(event_us.max()) + self.rules.window_us
         )
         # The timer fires once the watermark (ms) is > the timestamp, i.e. >= the wake-up time.
         state.setTimeoutTimestamp(-(-wake_us // 1000) - 1)
-    else:
-        state.remove()
-    if rows:
-        yield _frame(key, rows)
+
+    def _kept(self, state: GroupState) -> pd.DataFrame:
+        if not state.exists:
+            return _no_kept()
+        kept_events, buckets = state.get
+        if buckets != self.rules.buckets:
+            raise ValueError(
+                f"incompatible campaign_uniques state: the checkpoint has {buckets} state_buckets, "
+                f"the job has {self.rules.buckets}; start the new version from a fresh checkpoint"
+            )
+        return frame_from_ipc(kept_events)

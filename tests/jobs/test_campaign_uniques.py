@@ -8,11 +8,13 @@ import os
 import time
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
-from jobs.campaign_uniques.transform import SINK_COLUMNS, campaign_uniques, distinct_campaigns_by_end
+from jobs.campaign_uniques.transform import SINK_COLUMNS, campaign_uniques, distinct_campaigns
 from jobs.runner import plan_job
 from jobs.runtime import parse_events, state_conf, with_trigger
 from ops.config import JobSpec, PlatformConfig, find_job
@@ -145,23 +147,20 @@ def test_batch_counts_dedups_and_slides(spark: SparkSession, platform_conf: Plat
     assertDataFrameEqual(actual, spark.createDataFrame(expected, SCHEMA))
 
 
-def test_distinct_campaigns_by_end_counts_each_window_from_one_sweep() -> None:
+def test_distinct_campaigns_counts_each_users_window_start_in_end_out() -> None:
     hour = 3600 * 1_000_000
-    history = [
-        ["e1", "c1", None, 0],
-        ["e4", "c3", None, 3 * hour - 1],
-        ["e2", "c2", None, hour],
-        ["e3", "c1", None, 2 * hour],
-    ]
-    ends = [4 * hour, hour, 3 * hour, 2 * hour, 5 * hour]
-    # Two-hour windows [end - 2 h, end): the start is in, the end is out.
-    assert distinct_campaigns_by_end(history, ends, 2 * hour) == {
-        hour: 1,
-        2 * hour: 2,
-        3 * hour: 3,
-        4 * hour: 2,
-        5 * hour: 0,
-    }
+    history = pd.DataFrame(
+        {
+            "user_id": ["u1", "u1", "u1", "u1", "u2"],
+            "campaign_id": ["c1", "c3", "c2", "c1", "c9"],
+            "event_us": [0, 3 * hour - 1, hour, 2 * hour, hour],
+        }
+    )
+    ends = np.array([4 * hour, hour, 3 * hour, 2 * hour, 5 * hour, 2 * hour, 3 * hour])
+    users = np.array(["u1"] * 5 + ["u2", "u3"])
+    # Two-hour windows [end - 2 h, end): the start is in, the end is out; users apart.
+    counts = distinct_campaigns(history, users, ends, 2 * hour)
+    assert counts.tolist() == [2, 1, 3, 2, 0, 1, 0]
 
 
 def write_landing(landing: Path, files: list[list[str]]) -> None:
