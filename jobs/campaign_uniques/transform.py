@@ -22,9 +22,10 @@ What Spark 4.3 supports, and so how each output is computed (checked on 4.3.0):
   tumbling-window `count` per campaign and hour, emitted once in append mode when the watermark
   passes the hour's end. Spark >= 3.4 allows several stateful operators in one append query and
   propagates the watermark between them.
-* Approximate: `approx_count_distinct` is a plain streaming aggregation whose state is one sketch
-  per campaign and hour, over the raw (not deduplicated) events: duplicates cannot change a
-  distinct count. Sketches merge by register maximum, so the stream and the batch estimate agree.
+* Approximate: `approx_count_distinct` in the same aggregation, over the deduplicated rows: a
+  HyperLogLog sketch ignores duplicates, so it estimates the same as over the raw events, and one
+  aggregation (one read of the input, one state store per partition) gives both rows of an hour.
+  Sketches merge by register maximum, so the stream and the batch estimate agree.
 * The sliding distinct count joined back onto each event: a window aggregation joined back to
   the events would chain aggregation -> stream-stream join, with a 24 h window of join state for
   each side, and its late rows would vanish without trace. Instead one stateful processor
@@ -160,22 +161,31 @@ def campaign_uniques(engagements: DataFrame, pipeline: CampaignUniquesPipeline) 
         RAW,
         F.to_date("event_time").alias(EVENT_DATE),
     )
-    return (
-        hourly_exact(valid, pipeline)
-        .unionByName(hourly_approx(valid, pipeline))
-        .unionByName(enriched(valid, pipeline))
-        .unionByName(_conform(dead))
+    return hourly(valid, pipeline).unionByName(enriched(valid, pipeline)).unionByName(_conform(dead))
+
+
+def hourly(valid: DataFrame, pipeline: CampaignUniquesPipeline) -> DataFrame:
+    """Distinct users per campaign and hour, exact and HyperLogLog++: deduplicate (campaign, hour,
+    user), then count the rows and sketch the users; one `hourly_exact` and one `hourly_approx`
+    row per campaign and hour."""
+    counts = (
+        valid.withColumn(_HOUR, F.window("event_time", f"{pipeline.hour_seconds} seconds"))
+        .dropDuplicates(["campaign_id", "user_id", _HOUR])
+        .groupBy("campaign_id", _HOUR)
+        .agg(
+            F.count(F.lit(1)).alias(HOURLY_EXACT),
+            F.approx_count_distinct("user_id", pipeline.approx_rsd).alias(HOURLY_APPROX),
+        )
     )
-
-
-def _with_hour(valid: DataFrame, pipeline: CampaignUniquesPipeline) -> DataFrame:
-    return valid.withColumn(_HOUR, F.window("event_time", f"{pipeline.hour_seconds} seconds"))
-
-
-def _hourly_rows(counts: DataFrame, output: str) -> DataFrame:
+    both = F.array(
+        *(
+            F.struct(F.lit(output).alias(OUTPUT), F.col(output).alias("unique_users"))
+            for output in (HOURLY_EXACT, HOURLY_APPROX)
+        )
+    )
     return _conform(
-        counts.select(
-            F.lit(output).alias(OUTPUT),
+        counts.select("campaign_id", _HOUR, F.inline(both)).select(
+            OUTPUT,
             "campaign_id",
             F.col(f"{_HOUR}.start").alias("window_start"),
             F.col(f"{_HOUR}.end").alias("window_end"),
@@ -183,27 +193,6 @@ def _hourly_rows(counts: DataFrame, output: str) -> DataFrame:
             F.to_date(F.col(f"{_HOUR}.start")).alias(EVENT_DATE),
         )
     )
-
-
-def hourly_exact(valid: DataFrame, pipeline: CampaignUniquesPipeline) -> DataFrame:
-    """Exact distinct users per campaign and hour: deduplicate (campaign, hour, user), then count."""
-    counts = (
-        _with_hour(valid, pipeline)
-        .dropDuplicates(["campaign_id", "user_id", _HOUR])
-        .groupBy("campaign_id", _HOUR)
-        .agg(F.count(F.lit(1)).alias("unique_users"))
-    )
-    return _hourly_rows(counts, HOURLY_EXACT)
-
-
-def hourly_approx(valid: DataFrame, pipeline: CampaignUniquesPipeline) -> DataFrame:
-    """HyperLogLog++ estimate of the distinct users per campaign and hour (one sketch per key)."""
-    counts = (
-        _with_hour(valid, pipeline)
-        .groupBy("campaign_id", _HOUR)
-        .agg(F.approx_count_distinct("user_id", pipeline.approx_rsd).alias("unique_users"))
-    )
-    return _hourly_rows(counts, HOURLY_APPROX)
 
 
 def enriched(valid: DataFrame, pipeline: CampaignUniquesPipeline) -> DataFrame:
