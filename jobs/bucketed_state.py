@@ -25,6 +25,7 @@ import pandas as pd
 import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 from pyspark.sql.streaming.state import GroupState
 
 BUCKET = "_bucket"
@@ -63,6 +64,39 @@ def frame_to_ipc(frame: pd.DataFrame) -> bytes:
 def frame_from_ipc(blob: bytes) -> pd.DataFrame:
     with pa.ipc.open_stream(blob) as reader:
         return reader.read_pandas()
+
+
+# A bucket's state row: its events, and the bucket count they were hashed with (fixed by the
+# checkpoint: another count would put keys in other buckets).
+STATE_SCHEMA = T.StructType(
+    [T.StructField("events", T.BinaryType()), T.StructField("buckets", T.IntegerType())]
+)
+
+
+def read_state(state: GroupState, job: str, buckets: int) -> pd.DataFrame | None:
+    """The events a bucket's state holds (None when it holds none); refuses state written for
+    another bucket count, naming both."""
+    if not state.exists:
+        return None
+    events, written_with = state.get
+    if written_with != buckets:
+        raise ValueError(
+            f"incompatible {job} state: the checkpoint has {written_with} state_buckets, "
+            f"the job has {buckets}; start the new version from a fresh checkpoint"
+        )
+    return frame_from_ipc(events)
+
+
+def write_state(
+    state: GroupState, events: pd.DataFrame, buckets: int, wake_ms: Callable[[pd.DataFrame], int]
+) -> None:
+    """Keep a bucket's events and wake it at `wake_ms(events)` of event time, or drop its state
+    row when there are none."""
+    if events.empty:
+        state.remove()
+        return
+    state.update((frame_to_ipc(events), buckets))
+    state.setTimeoutTimestamp(wake_ms(events))
 
 
 def concat_frames(frames: Iterator[pd.DataFrame]) -> pd.DataFrame | None:

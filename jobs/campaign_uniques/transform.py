@@ -73,14 +73,15 @@ from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
 from jobs.bucketed_state import (
     BUCKET,
+    STATE_SCHEMA,
     batch_function,
     bucket_of,
     concat_frames,
-    frame_from_ipc,
-    frame_to_ipc,
     operator_watermark,
     range_pairs,
+    read_state,
     stream_function,
+    write_state,
 )
 from jobs.runtime import DEAD_LETTER_REASON, RAW
 from ops.pipelines import DEAD_LETTER_ROUTE, CampaignUniquesPipeline
@@ -128,9 +129,6 @@ _HOUR = "_hour"
 _PROCESSOR_OUTPUT = (
     "user_id string, output string, event_id string, campaign_id string, event_type string, "
     "event_us long, window_end_us long, distinct_campaigns long"
-)
-_PROCESSOR_STATE = T.StructType(
-    [T.StructField("kept_events", T.BinaryType()), T.StructField("buckets", T.IntegerType())]
 )
 _MICROS = 1_000_000
 
@@ -210,7 +208,7 @@ def enriched(valid: DataFrame, pipeline: CampaignUniquesPipeline) -> DataFrame:
         rows = columns.groupBy(BUCKET).applyInPandasWithState(
             stream_function(StreamEnricher(rules)),
             _PROCESSOR_OUTPUT,
-            _PROCESSOR_STATE,
+            STATE_SCHEMA,
             "append",
             GroupStateTimeout.EventTimeTimeout,
         )
@@ -373,30 +371,19 @@ class StreamEnricher:
         watermark_us = state.getCurrentWatermarkMs() * 1000
         rows = concat_frames(frames)
         arrived = _no_kept() if rows is None else rows[list(_RECORD)]
-        output, kept = enrich_bucket(self._kept(state), arrived, self.rules, watermark_us)
+        kept = read_state(state, "campaign_uniques", self.rules.buckets)
+        output, kept = enrich_bucket(_no_kept() if kept is None else kept, arrived, self.rules, watermark_us)
         yield from output
-        if kept.empty:
-            state.remove()
-            return
-        state.update((frame_to_ipc(kept), self.rules.buckets))
+        write_state(state, kept, self.rules.buckets, self._wake_ms)
+
+    def _wake_ms(self, kept: pd.DataFrame) -> int:
+        """The next pending window end, or else when the newest engagement leaves every window."""
         pending = kept[_PENDING].to_numpy(bool)
         event_us = kept["event_us"].to_numpy(dtype=np.int64)
-        # The next pending window end, or else when the newest engagement leaves every window.
         wake_us = (
             int(window_end_us(event_us[pending], self.rules.slide_us).min())
             if pending.any()
             else int(event_us.max()) + self.rules.window_us
         )
         # The timer fires once the watermark (ms) is > the timestamp, i.e. >= the wake-up time.
-        state.setTimeoutTimestamp(-(-wake_us // 1000) - 1)
-
-    def _kept(self, state: GroupState) -> pd.DataFrame:
-        if not state.exists:
-            return _no_kept()
-        kept_events, buckets = state.get
-        if buckets != self.rules.buckets:
-            raise ValueError(
-                f"incompatible campaign_uniques state: the checkpoint has {buckets} state_buckets, "
-                f"the job has {self.rules.buckets}; start the new version from a fresh checkpoint"
-            )
-        return frame_from_ipc(kept_events)
+        return -(-wake_us // 1000) - 1

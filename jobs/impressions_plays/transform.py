@@ -72,14 +72,15 @@ from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
 from jobs.bucketed_state import (
     BUCKET,
+    STATE_SCHEMA,
     batch_function,
     bucket_of,
     concat_frames,
-    frame_from_ipc,
-    frame_to_ipc,
     operator_watermark,
     range_pairs,
+    read_state,
     stream_function,
+    write_state,
 )
 from jobs.runtime import DEAD_LETTER_REASON, EVENT_DATE, EVENT_HOUR, RAW
 from ops.pipelines import DEAD_LETTER_ROUTE, FileSource, ImpressionsPlaysPipeline
@@ -128,9 +129,6 @@ _OPERATOR_SCHEMA = T.StructType(
 )
 # A bucket's pending events: either source's, `_converted` only meaningful for impressions.
 _PENDING = (SOURCE, _EVENT_ID, *KEY, _TIME_US, _CONVERTED)
-_STATE_SCHEMA = T.StructType(
-    [T.StructField("pending_events", T.BinaryType()), T.StructField("buckets", T.IntegerType())]
-)
 
 
 @dataclass(frozen=True)
@@ -168,7 +166,7 @@ def impressions_plays(
         rows = bucketed.applyInPandasWithState(
             stream_function(StreamJoin(rules)),
             _OPERATOR_SCHEMA,
-            _STATE_SCHEMA,
+            STATE_SCHEMA,
             "append",
             GroupStateTimeout.EventTimeTimeout,
         )
@@ -375,25 +373,16 @@ class StreamJoin:
             if late.any():
                 yield _late_rows(valid[late])
             arrived = valid[~late]
-        joined, still_pending = join_bucket(self._pending(state), arrived, self.rules, watermark_us)
-        yield from joined
-        if still_pending.empty:
-            state.remove()
-            return
-        state.update((frame_to_ipc(still_pending), self.rules.buckets))
-        # The next moment anything changes: an impression's window ends, or a play can be forgotten.
-        deadlines = still_pending[_TIME_US].to_numpy() + np.where(
-            still_pending[SOURCE].to_numpy() == IMPRESSIONS, self.rules.window_us, 0
+        pending = read_state(state, "impressions_plays", self.rules.buckets)
+        joined, still_pending = join_bucket(
+            _no_pending() if pending is None else pending, arrived, self.rules, watermark_us
         )
-        state.setTimeoutTimestamp(int(deadlines.min()) // 1000)
+        yield from joined
+        write_state(state, still_pending, self.rules.buckets, self._wake_ms)
 
-    def _pending(self, state: GroupState) -> pd.DataFrame:
-        if not state.exists:
-            return _no_pending()
-        pending_events, buckets = state.get
-        if buckets != self.rules.buckets:
-            raise ValueError(
-                f"incompatible impressions_plays state: the checkpoint has {buckets} state_buckets, "
-                f"the job has {self.rules.buckets}; start the new version from a fresh checkpoint"
-            )
-        return frame_from_ipc(pending_events)
+    def _wake_ms(self, pending: pd.DataFrame) -> int:
+        """The next moment anything changes: an impression's window ends, or a play can be forgotten."""
+        deadlines = pending[_TIME_US].to_numpy() + np.where(
+            pending[SOURCE].to_numpy() == IMPRESSIONS, self.rules.window_us, 0
+        )
+        return int(deadlines.min()) // 1000

@@ -317,8 +317,8 @@ def test_state_stays_bounded_as_the_watermark_advances(
 def pending_events(spark: SparkSession, platform: PlatformConfig) -> int:
     """The events held in the job's state (each bucket's Arrow blob), read with Spark's state reader."""
     state = spark.read.format("statestore").load(str(platform.checkpoint_root / JOB))
-    blobs = state.select("value.groupState.pending_events").collect()
-    return sum(len(frame_from_ipc(row.pending_events)) for row in blobs)
+    blobs = state.select("value.groupState.events").collect()
+    return sum(len(frame_from_ipc(row.events)) for row in blobs)
 
 
 def clock(minutes: int) -> str:

@@ -15,6 +15,7 @@ in `late`, and the stream's other rows are the batch rows of the files without t
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
@@ -27,7 +28,7 @@ from jobs.catalog import kind_of
 from jobs.runner import plan_job
 from jobs.runtime import state_conf, with_trigger
 from ops.config import JobSpec, PlatformConfig, find_job, load_jobs
-from ops.scenarios import SCENARIOS
+from ops.scenarios import SCENARIOS, Scenario
 
 JOBS = sorted(load_jobs().specs)
 # The jobs whose sink has a `late` output: their kind's scenario can write late events.
@@ -43,19 +44,28 @@ def run_available_now(spark: SparkSession, platform: PlatformConfig, spec: JobSp
     assert query.exception() is None
 
 
+def write_scenario(
+    spark: SparkSession, platform: PlatformConfig, job: str, events: int, seed: int
+) -> tuple[JobSpec, Scenario, Path]:
+    """The job's spec (its state confs set on the session) and its kind's scenario written to the
+    landing (side inputs to the lake), with a copy of the landing for the batch side."""
+    spec = find_job(job, platform.conf_dir)
+    for key, value in state_conf(spec).items():
+        spark.conf.set(key, value)
+    scenario = SCENARIOS[spec.pipeline.kind]
+    scenario.write(platform.landing_root, events, seed)
+    if scenario.lake is not None:
+        scenario.lake(platform.lake_root, seed)
+    batch_landing = platform.runtime_root / "batch-landing"
+    shutil.copytree(platform.landing_root, batch_landing)
+    return spec, scenario, batch_landing
+
+
 @pytest.mark.parametrize("job", JOBS)
 def test_streaming_and_batch_runners_agree(
     job: str, spark: SparkSession, platform_conf: PlatformConfig
 ) -> None:
-    spec = find_job(job, platform_conf.conf_dir)
-    for key, value in state_conf(spec).items():
-        spark.conf.set(key, value)
-    scenario = SCENARIOS[spec.pipeline.kind]
-    scenario.write(platform_conf.landing_root, 900, 1)
-    if scenario.lake is not None:
-        scenario.lake(platform_conf.lake_root, 1)
-    batch_landing = platform_conf.runtime_root / "batch-landing"
-    shutil.copytree(platform_conf.landing_root, batch_landing)
+    spec, scenario, batch_landing = write_scenario(spark, platform_conf, job, events=900, seed=1)
     run_available_now(spark, platform_conf, spec)
     if scenario.flush is not None:
         scenario.flush(platform_conf.landing_root)
@@ -70,16 +80,8 @@ def test_streaming_and_batch_runners_agree(
 def test_late_events_are_the_only_difference(
     job: str, spark: SparkSession, platform_conf: PlatformConfig
 ) -> None:
-    spec = find_job(job, platform_conf.conf_dir)
-    for key, value in state_conf(spec).items():
-        spark.conf.set(key, value)
-    scenario = SCENARIOS[spec.pipeline.kind]
+    spec, scenario, batch_landing = write_scenario(spark, platform_conf, job, events=300, seed=2)
     assert scenario.late is not None
-    scenario.write(platform_conf.landing_root, 300, 2)
-    if scenario.lake is not None:
-        scenario.lake(platform_conf.lake_root, 2)
-    batch_landing = platform_conf.runtime_root / "batch-landing"
-    shutil.copytree(platform_conf.landing_root, batch_landing)
     # The first run moves the watermark past the scenario's start; the late events are before it.
     run_available_now(spark, platform_conf, spec)
     late_ids = scenario.late(platform_conf.landing_root, 2)
