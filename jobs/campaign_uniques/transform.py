@@ -128,7 +128,7 @@ _HOUR = "_hour"
 # The per-user processor's rows: times as microseconds since the epoch, converted back in Spark.
 _PROCESSOR_OUTPUT = (
     "user_id string, output string, event_id string, campaign_id string, event_type string, "
-    "event_us long, window_end_us long, distinct_campaigns long"
+    "event_us long, window_end_us long, distinct_campaigns long, dead_letter_reason string, raw string"
 )
 _MICROS = 1_000_000
 
@@ -153,13 +153,7 @@ def campaign_uniques(engagements: DataFrame, pipeline: CampaignUniquesPipeline) 
     if engagements.isStreaming:
         engagements = engagements.withWatermark("event_time", f"{pipeline.allowed_lateness_seconds} seconds")
     valid = engagements.where(F.col(DEAD_LETTER_REASON).isNull())
-    dead = engagements.where(F.col(DEAD_LETTER_REASON).isNotNull()).select(
-        F.lit(DEAD_LETTER_ROUTE).alias(OUTPUT),
-        DEAD_LETTER_REASON,
-        RAW,
-        F.to_date("event_time").alias(EVENT_DATE),
-    )
-    return hourly(valid, pipeline).unionByName(enriched(valid, pipeline)).unionByName(_conform(dead))
+    return hourly(valid, pipeline).unionByName(enriched(engagements, pipeline))
 
 
 def hourly(valid: DataFrame, pipeline: CampaignUniquesPipeline) -> DataFrame:
@@ -193,18 +187,26 @@ def hourly(valid: DataFrame, pipeline: CampaignUniquesPipeline) -> DataFrame:
     )
 
 
-def enriched(valid: DataFrame, pipeline: CampaignUniquesPipeline) -> DataFrame:
+def enriched(engagements: DataFrame, pipeline: CampaignUniquesPipeline) -> DataFrame:
     """Each engagement once, with its user's distinct campaigns in the window ending after it;
-    in a stream also the `late` engagements."""
+    in a stream also the `late` engagements; and the malformed lines as dead letters.
+
+    The dead letters pass through the processor (which writes them at once) so that the input
+    is read and parsed once for the enrichment and the dead letters together.
+    """
     rules = EnrichRules.of(pipeline)
-    columns = valid.select(
+    valid = F.col(DEAD_LETTER_REASON).isNull()
+    columns = engagements.select(
         *_RECORD[:-1],
         F.unix_micros("event_time").alias("event_us"),
-        bucket_of([F.col("user_id")], rules.buckets),
+        DEAD_LETTER_REASON,
+        F.when(~valid, F.col(RAW)).alias(RAW),
+        # Dead letters spread over the buckets by their text; engagements go by user alone.
+        bucket_of([F.col("user_id"), F.col(RAW)], rules.buckets),
     )
-    if valid.isStreaming:
+    if engagements.isStreaming:
         # The watermark column the processor sees (all nulls, see `operator_watermark`).
-        columns = columns.select("*", *operator_watermark(valid, "event_time"))
+        columns = columns.select("*", *operator_watermark(engagements, "event_time"))
         rows = columns.groupBy(BUCKET).applyInPandasWithState(
             stream_function(StreamEnricher(rules)),
             _PROCESSOR_OUTPUT,
@@ -213,11 +215,8 @@ def enriched(valid: DataFrame, pipeline: CampaignUniquesPipeline) -> DataFrame:
             GroupStateTimeout.EventTimeTimeout,
         )
     else:
-        rows = (
-            columns.dropDuplicates(["event_id"])
-            .groupBy(BUCKET)
-            .applyInPandas(batch_function(BatchEnricher(rules)), _PROCESSOR_OUTPUT)
-        )
+        once = columns.where(valid).dropDuplicates(["event_id"]).unionByName(columns.where(~valid))
+        rows = once.groupBy(BUCKET).applyInPandas(batch_function(BatchEnricher(rules)), _PROCESSOR_OUTPUT)
     event_time = F.timestamp_micros("event_us")
     window_end = F.timestamp_micros("window_end_us")
     return _conform(
@@ -226,13 +225,15 @@ def enriched(valid: DataFrame, pipeline: CampaignUniquesPipeline) -> DataFrame:
             "campaign_id",
             "user_id",
             "event_id",
-            event_time.alias("event_time"),
+            F.when(F.col(OUTPUT) != DEAD_LETTER_ROUTE, event_time).alias("event_time"),
             "event_type",
             (window_end - F.make_dt_interval(secs=F.lit(pipeline.recent_window_seconds))).alias(
                 "window_start"
             ),
             window_end.alias("window_end"),
             "distinct_campaigns",
+            DEAD_LETTER_REASON,
+            RAW,
             F.to_date(event_time).alias(EVENT_DATE),
         )
     )
@@ -289,10 +290,11 @@ def distinct_campaigns(
 
 
 def _output(output: str, records: pd.DataFrame, **columns: Any) -> pd.DataFrame:
+    """Processor output rows: the records' columns, then `columns` (arrays), the others null."""
     values = {name: records[name].to_numpy() for name in _RECORD}
-    return pd.DataFrame({**values, **columns, OUTPUT: output}, index=pd.RangeIndex(len(records)))[
-        _OUTPUT_COLUMNS
-    ]
+    nothing = dict.fromkeys(_OUTPUT_COLUMNS)
+    frame = pd.DataFrame({**nothing, **values, **columns, OUTPUT: output}, index=pd.RangeIndex(len(records)))
+    return frame[_OUTPUT_COLUMNS]
 
 
 def enrich_bucket(
@@ -307,7 +309,7 @@ def enrich_bucket(
     if watermark_us is not None:
         late = arrived["event_us"].to_numpy() < watermark_us
         if late.any():
-            output.append(_output(LATE, arrived[late], window_end_us=None, distinct_campaigns=None))
+            output.append(_output(LATE, arrived[late]))
         arrived = arrived[~late]
     arrived = arrived.drop_duplicates(["user_id", "event_id"]).assign(**{_PENDING: True})
     kept = pd.concat([kept, arrived], ignore_index=True)
@@ -348,6 +350,25 @@ def _no_output() -> pd.DataFrame:
     return pd.DataFrame({name: pd.Series(dtype=object) for name in _OUTPUT_COLUMNS})
 
 
+def _split_input(rows: pd.DataFrame) -> tuple[pd.DataFrame, list[pd.DataFrame]]:
+    """(valid engagements as records, dead-letter output frames) of one bucket's input."""
+    bad = rows[DEAD_LETTER_REASON].notna().to_numpy()
+    dead = []
+    if bad.any():
+        malformed = rows[bad]
+        # As a dead letter: reason, raw and (for its date) the event time when it parsed.
+        dead = [
+            _output(
+                DEAD_LETTER_ROUTE,
+                malformed,
+                **dict.fromkeys(_RECORD[:-1]),
+                dead_letter_reason=malformed[DEAD_LETTER_REASON].to_numpy(),
+                raw=malformed[RAW].to_numpy(),
+            )
+        ]
+    return rows.loc[~bad, list(_RECORD)].astype({"event_us": "int64"}), dead
+
+
 class BatchEnricher:
     """`applyInPandas` function: a whole bucket at rest, every window reported."""
 
@@ -355,8 +376,9 @@ class BatchEnricher:
         self.rules = rules
 
     def __call__(self, rows: pd.DataFrame) -> pd.DataFrame:
-        frames, _ = enrich_bucket(_no_kept(), rows[list(_RECORD)], self.rules, None)
-        return pd.concat(frames, ignore_index=True) if frames else _no_output()
+        arrived, dead = _split_input(rows)
+        frames, _ = enrich_bucket(_no_kept(), arrived, self.rules, None)
+        return pd.concat(dead + frames, ignore_index=True) if dead or frames else _no_output()
 
 
 class StreamEnricher:
@@ -370,7 +392,10 @@ class StreamEnricher:
     ) -> Iterator[pd.DataFrame]:
         watermark_us = state.getCurrentWatermarkMs() * 1000
         rows = concat_frames(frames)
-        arrived = _no_kept() if rows is None else rows[list(_RECORD)]
+        arrived = _no_kept()[list(_RECORD)]
+        if rows is not None:
+            arrived, dead = _split_input(rows)
+            yield from dead
         kept = read_state(state, "campaign_uniques", self.rules.buckets)
         output, kept = enrich_bucket(_no_kept() if kept is None else kept, arrived, self.rules, watermark_us)
         yield from output
