@@ -196,13 +196,14 @@ def enriched(engagements: DataFrame, pipeline: CampaignUniquesPipeline) -> DataF
     """
     rules = EnrichRules.of(pipeline)
     valid = F.col(DEAD_LETTER_REASON).isNull()
+    malformed_raw = F.when(~valid, F.col(RAW))
     columns = engagements.select(
         *_RECORD[:-1],
         F.unix_micros("event_time").alias("event_us"),
         DEAD_LETTER_REASON,
-        F.when(~valid, F.col(RAW)).alias(RAW),
+        malformed_raw.alias(RAW),
         # Dead letters spread over the buckets by their text; engagements go by user alone.
-        bucket_of([F.col("user_id"), F.col(RAW)], rules.buckets),
+        bucket_of([F.col("user_id"), malformed_raw], rules.buckets),
     )
     if engagements.isStreaming:
         # The watermark column the processor sees (all nulls, see `operator_watermark`).
