@@ -7,7 +7,7 @@ input closes every window):
 * `output=hourly_exact`: a TUMBLE window TVF of `hour_seconds` per campaign with
   COUNT(DISTINCT user_id), one row per campaign and hour (Spark: dropDuplicates, then a count);
 * `output=enriched`: each engagement once (ROW_NUMBER per user and event id on processing time,
-  the first copy kept, as the job's per-user processor keeps the first pending copy), joined on
+  the first copy kept, as the job's processor keeps the first pending copy), joined on
   user and window end to a HOP window TVF (slide `recent_slide_seconds`, size
   `recent_window_seconds`) with COUNT(DISTINCT campaign_id) per user. The window an engagement is
   reported in ends at the first slide boundary strictly after it: the end of its TUMBLE window of
@@ -24,7 +24,7 @@ Not computed, so not compared (`Comparison.uncompared_outputs`):
   the planner refuses it ("APPROX_COUNT_DISTINCT aggregate function does not support yet for
   streaming", checked), and no other built-in sketch exists. An exact COUNT(DISTINCT) in its place
   would be a second hourly_exact, not the same computation;
-* `output=late`: Flink has no counterpart of the job's per-user lateness decision (its windows
+* `output=late`: Flink has no counterpart of the job's lateness decision (its windows
   drop late rows silently). The benchmark input has no late engagement, so Spark writes no `late`
   row either, and that partition is still checked: a Spark `late` row fails the comparison.
 

@@ -125,7 +125,7 @@ _SINK_TYPES: dict[str, T.DataType] = {
     EVENT_DATE: T.DateType(),
 }
 _HOUR = "_hour"
-# The per-user processor's rows: times as microseconds since the epoch, converted back in Spark.
+# The processor's rows: times as microseconds since the epoch, converted back in Spark.
 _PROCESSOR_OUTPUT = (
     "user_id string, output string, event_id string, campaign_id string, event_type string, "
     "event_us long, window_end_us long, distinct_campaigns long, dead_letter_reason string, raw string"
