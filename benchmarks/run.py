@@ -1,6 +1,7 @@
 """`make bench`: every benchmark, its figures and ratios, written to benchmarks/RESULTS.md.
 
-python -m benchmarks.run [--only throughput|recovery|restatement|flink] [--rounds N] [--events N | --quick]
+python -m benchmarks.run [--only throughput|recovery|restatement|jobs|flink] [--rounds N]
+                         [--events N | --quick]
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import sys
 from datetime import date
 from pathlib import Path
 
-from benchmarks import flink_compare, recovery, restatement, throughput
+from benchmarks import flink_compare, jobs, recovery, restatement, throughput
 
 HERE = Path(__file__).resolve().parent
 WORKDIR = HERE / "out"
@@ -84,6 +85,11 @@ def restatement_section() -> str:
     return table(("figure", "value", "baseline (same run)", "ratio", "target"), [f.row() for f in figures])
 
 
+def jobs_section(events: int, rounds: int) -> str:
+    echo("== every job on its scenario's input: events/s ==")
+    return jobs.table([jobs.measure(job, events, rounds, echo) for job in jobs.all_jobs()])
+
+
 def flink_section(events: int, rounds: int) -> str:
     echo("== Streamwarden vs PyFlink SQL: the same job on the same files, same run ==")
     results = [
@@ -101,7 +107,7 @@ def flink_section(events: int, rounds: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=["throughput", "recovery", "restatement", "flink"])
+    parser.add_argument("--only", choices=["throughput", "recovery", "restatement", "jobs", "flink"])
     parser.add_argument("--rounds", type=int, default=2, help="throughput and flink rounds")
     size = parser.add_mutually_exclusive_group()
     size.add_argument(
@@ -117,6 +123,10 @@ def main(argv: list[str] | None = None) -> int:
         sections.append(("Recovery from kill -9 (embedded platform, Airflow scheduler)", recovery_section()))
     if args.only in (None, "restatement"):
         sections.append(("Savepoints, rewind and replay (SeaweedFS on loopback)", restatement_section()))
+    if args.only in (None, "jobs"):
+        # Every job, so at most the jobs benchmark's default size.
+        events = min(args.events, jobs.DEFAULT_EVENTS)
+        sections.append((f"Every job, {events:,} events (2 cores)", jobs_section(events, args.rounds)))
     if args.only in (None, "flink"):
         sections.append(
             ("Streamwarden vs PyFlink 2.3 SQL (2 cores)", flink_section(args.events, args.rounds))
