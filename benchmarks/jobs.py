@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 import time
@@ -43,6 +44,8 @@ def measure(job: str, events: int, rounds: int, echo: Callable[[str], None]) -> 
     """Write the job's input, run its child, and return its table row."""
     spec = find_job(job)
     workdir = WORKDIR / job
+    # A fresh start: an earlier run's checkpoints would have read these files already.
+    shutil.rmtree(workdir, ignore_errors=True)
     echo(f"{job}: generating {events:,} events ({spec.pipeline.kind} scenario)")
     written, _ = write_input(spec, workdir / "input" / "landing", events, 0, echo)
     write_input(spec, workdir / "warm-up" / "landing", WARMUP_EVENTS, WARMUP_SEED, lambda _line: None)
