@@ -153,8 +153,10 @@ def test_savepoints_taken_during_a_backlog_each_restore_the_same_output(
                 savepoints.append(take_savepoint(platform, ledger, job))
                 assert query.isActive, "the job never stops for a savepoint"
             time.sleep(0.2)
-        while not caught_up(platform, job, files=12):
-            time.sleep(0.5)
+        # Until no batch, not even a watermark-only one, is left to run: the snapshot of the sink
+        # below must be the whole output, and stopping must not interrupt a batch.
+        query.processAllAvailable()
+        assert caught_up(platform, job, files=12)
     finally:
         query.stop()
     assert len({sp.batch_id for sp in savepoints}) == 3 and savepoints[-1].batch_id < 11

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from ops.checkpoint import log_entries, source_files
+from ops.checkpoint import log_entries, read_offsets, source_files, source_log_offset
 from ops.config import CONF_DIR_ENV, PlatformConfig
 from ops.generator import DEFAULT_START, make_event
 from ops.rewind import pending_replay
@@ -113,19 +113,20 @@ def start_driver(platform_conf: PlatformConfig) -> Iterator[Callable[..., Driver
 
 
 def caught_up(platform: PlatformConfig, job: str, files: int) -> bool:
-    """Whether the job's checkpoint shows `files` input files read and every planned batch committed.
+    """Whether the job's newest committed batch had read `files` input files of its first source,
+    no later batch is planned and nothing is queued for replay.
 
-    Reads the first source's log; nothing is queued for replay.
+    Asks the committed batch's own offsets, not the source log: Spark logs a batch's files before
+    its offsets, so "every file listed and every planned batch committed" can hold for a moment
+    while the batch that reads the last files is still being planned.
     """
     checkpoint = platform.checkpoint_root / job
     commits, offsets = log_entries(checkpoint / "commits"), log_entries(checkpoint / "offsets")
-    read = set(source_files(checkpoint / "sources" / "0"))
-    return (
-        bool(commits)
-        and max(commits) == max(offsets)
-        and len(read) == files
-        and not pending_replay(platform, job)
-    )
+    if not commits or max(commits) != max(offsets) or pending_replay(platform, job):
+        return False
+    _, positions = read_offsets(offsets[max(commits)][0].read_bytes())
+    upto = source_log_offset(positions[0])
+    return len(source_files(checkpoint / "sources" / "0", upto=upto)) == files
 
 
 def write_sessions_input(platform: PlatformConfig, seed: int) -> object:
