@@ -1,6 +1,6 @@
-"""Pandas state per hash bucket: the plumbing the sessionizer and impressions_plays share.
+"""Pandas state per hash bucket: the plumbing the sessionizer, impressions_plays and campaign_uniques share.
 
-Both jobs hash their keys into `state_buckets` groups and make one pandas call per bucket and
+These jobs hash their keys into `state_buckets` groups and make one pandas call per bucket and
 micro-batch (`applyInPandasWithState`, event-time timeouts) or per bucket at rest in batch
 (`applyInPandas`). A bucket's state row holds its pending events as one Arrow IPC blob: PySpark's
 worker cannot parse an array-typed state schema (KeyError 'elementType' on 4.3), and a blob is
@@ -8,11 +8,13 @@ also the cheapest way in and out of pandas. One call per bucket rather than per 
 the Python path affordable on many small keys: the per-call cost (pandas frame, state conversion)
 is paid `state_buckets` times per batch, not once per active key.
 
-Late events: Spark drops rows at or behind the watermark in front of a FlatMapGroupsWithState
-function, silently. Both jobs route them to a `late` output instead, so the operator's watermark
-column is null on every row (`operator_watermark`: Spark's late filter keeps rows whose predicate
-is null) while the watermark itself is computed upstream and handed to the function by
-`GroupState.getCurrentWatermarkMs`.
+Late events: every job applies Spark's own rule, an event is late when its event time is at or
+behind the watermark of the micro-batch it arrives in. Spark drops such rows in front of a
+FlatMapGroupsWithState function, silently; the jobs route them to a `late` output instead, so
+the operator's watermark column is null on every row (`operator_watermark`: Spark's late filter
+keeps rows whose predicate is null) while the watermark itself is computed upstream and handed to
+the function by `GroupState.getCurrentWatermarkMs`. attack_chains, keyed rather than bucketed,
+uses the same column and `timeout_reaching`.
 """
 
 from __future__ import annotations
@@ -50,6 +52,14 @@ def operator_watermark(events: DataFrame, column: str) -> list[Column]:
         return []
     metadata = events.schema[column].metadata
     return [F.lit(None).cast("timestamp").alias(column, metadata=metadata)]
+
+
+def timeout_reaching(at_us: int) -> int:
+    """The event-time timeout (ms) that wakes a group once the watermark reaches `at_us`.
+
+    Spark fires a timeout when the watermark is past it, so this is the millisecond before.
+    """
+    return -(-at_us // 1000) - 1
 
 
 def frame_to_ipc(frame: pd.DataFrame) -> bytes:

@@ -218,11 +218,10 @@ def cmd_rewind(args: argparse.Namespace) -> int:
 
 
 def cmd_restate(args: argparse.Namespace) -> int:
-    supervisor = Supervisor.for_platform(load_platform())
     if args.dry_run:
         return cmd_rewind(args)
     restatement = restate(
-        supervisor,
+        Supervisor.for_platform(load_platform()),
         args.job,
         reason=args.reason,
         savepoint_id=args.savepoint,

@@ -318,17 +318,19 @@ def _while_running(view: JobView, now: datetime, inputs: dict[str, Any]) -> Plan
 
 @dataclass(frozen=True)
 class SavepointOutcome:
-    """A savepoint taken, and what retention deleted after it."""
+    """A savepoint taken, and what retention deleted after it (or why it could not)."""
 
     savepoint: SavepointRecord
     pruned: list[str]
+    retention_error: str | None = None
 
     def line(self) -> str:
         sp = self.savepoint
         pruned = f"; retention deleted {len(self.pruned)}" if self.pruned else ""
+        failed = f"; retention failed, retried later: {self.retention_error}" if self.retention_error else ""
         return (
             f"savepoint {sp.id} at batch {sp.batch_id}: {sp.total_bytes / 1e6:.1f} MB, "
-            f"{sp.uploaded_bytes / 1e6:.1f} MB uploaded{pruned}"
+            f"{sp.uploaded_bytes / 1e6:.1f} MB uploaded{pruned}{failed}"
         )
 
 
@@ -548,7 +550,9 @@ class Supervisor:
         return outcome
 
     def _save(self, spec: JobSpec, state: str, run_url: str | None) -> SavepointOutcome:
-        """Take a savepoint and apply retention; a failure pages (`savepoint_failed`) and raises."""
+        """Take a savepoint and apply retention; a failed savepoint pages (`savepoint_failed`) and
+        raises. Retention failing after a good savepoint is only reported: the savepoint stands,
+        and retention runs again after the next one and in the platform DAG."""
         try:
             record = take_savepoint(self.platform, self.ledger, spec.name)
         except SavepointError as error:
@@ -571,7 +575,13 @@ class Supervisor:
         self.alerts.resolve(
             spec.name, "savepoint_failed", f"savepoint {record.id} taken at batch {record.batch_id}"
         )
-        return SavepointOutcome(record, self.prune_savepoints(spec))
+        try:
+            return SavepointOutcome(record, self.prune_savepoints(spec))
+        except SavepointError as error:
+            log.warning(
+                "retention failed after a savepoint", job=spec.name, savepoint=record.id, error=str(error)
+            )
+            return SavepointOutcome(record, [], retention_error=str(error))
 
     def prune_savepoints(self, spec: JobSpec) -> list[str]:
         """Apply the spec's savepoint retention; the ids deleted."""

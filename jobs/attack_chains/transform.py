@@ -2,7 +2,7 @@
 
 One query, one Parquet sink partitioned by `output` and `event_date`: `match` rows (one per
 match: `rule`, `key`, the `event_ids` and `event_times` of the events that formed it, in event
-time order), `late` rows (an event older than the watermark, per rule it was tagged for) and
+time order), `late` rows (an event at or behind the watermark, per rule it was tagged for) and
 `dead_letter` rows (malformed lines with `dead_letter_reason` and `raw`).
 
 Rules (`ops.pipelines.PatternRule`, declared in the job file; filters are Spark SQL, checked by
@@ -32,15 +32,15 @@ rule window plus the allowed lateness per active key. The watermark is the newes
 earlier micro-batches minus `allowed_lateness_seconds`.
 
 Duplicates (same `event_id`) are dropped while the original is buffered or processed at most
-`allowed_lateness` ago. An event older than the watermark when it arrives cannot be put in order
-any more: it goes to `late` (per rule), never silently dropped. Spark would drop such rows in front
-of the processor, so, as in `jobs.campaign_uniques`, the processor receives the event time as
-microseconds plus a constant far-future column tagged as event time.
+`allowed_lateness` ago. An event at or behind the watermark when it arrives (Spark's own rule, as
+in every job with a `late` output) cannot be put in order any more: it goes to `late` (per rule),
+never silently dropped. Spark would drop such rows in front of the processor, so, as in the
+bucketed jobs, its watermark column is null (`jobs.bucketed_state.operator_watermark`) and it
+receives the event time as microseconds.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -50,6 +50,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
+from jobs.bucketed_state import operator_watermark, timeout_reaching
 from jobs.expressions import invalid_boolean_expressions
 from jobs.runtime import DEAD_LETTER_REASON, RAW
 from ops.pipelines import (
@@ -77,9 +78,6 @@ SINK_COLUMNS = (
     EVENT_DATE,
 )
 _TAGGED = "_tagged"
-_TIMER = "_timer"
-# Within pandas timestamps (the processor receives the column), far beyond any event.
-_FAR_FUTURE = dt.datetime(2200, 1, 1)
 _PROCESSOR_OUTPUT = "output string, rule string, key string, event_ids array<string>, event_us array<long>"
 _PROCESSOR_STATE = "state string"
 _MICROS = 1_000_000
@@ -153,11 +151,14 @@ def attack_chains(events: DataFrame, pipeline: AttackChainsPipeline) -> DataFram
         def process(
             key: tuple[Any, ...], batches: Iterator[pd.DataFrame], state: GroupState
         ) -> Iterator[pd.DataFrame]:
+            if key[0] not in rules:
+                # A rule since removed from the job file: its keys' state goes at their next timer.
+                state.remove()
+                return
             yield from _process_key(key, batches, state, rules[key[0]], lateness_us)
 
-        timer = F.lit(_FAR_FUTURE).alias(_TIMER, metadata={"spark.watermarkDelayMs": 0})
         rows = (
-            tagged.select("*", timer)
+            tagged.select("*", *operator_watermark(events, "event_time"))
             .groupBy("rule", "key")
             .applyInPandasWithState(
                 process, _PROCESSOR_OUTPUT, _PROCESSOR_STATE, "append", GroupStateTimeout.EventTimeTimeout
@@ -304,13 +305,14 @@ def _process_key(
             for record in _records(frame):
                 if record[0] in seen:
                     continue
-                if record[1] < watermark_us:
+                if record[1] <= watermark_us:
                     rows.append((LATE, [record[0]], [record[1]]))
                     continue
                 seen[record[0]] = record[1]
                 buffer.append(record)
     buffer.sort(key=lambda record: (record[1], record[0]))
-    ready = [record for record in buffer if record[1] < watermark_us]
+    # No on-time event at or behind the watermark can arrive any more: these are in order.
+    ready = [record for record in buffer if record[1] <= watermark_us]
     buffer = buffer[len(ready) :]
     open_events, matches = _run(rule, kept["open"], ready)
     rows.extend(matches)
@@ -319,12 +321,12 @@ def _process_key(
     seen = {event_id: at for event_id, at in seen.items() if at >= watermark_us - lateness_us}
     if buffer or open_events or seen:
         state.update((json.dumps({"buffer": buffer, "open": open_events, "seen": seen}),))
+        # Wake when the watermark reaches the first buffered event, or passes the window of an
+        # open event or the lateness of a remembered id.
         wake_us = [buffer[0][1]] if buffer else []
-        wake_us += [min(event[1] for event in open_events) + rule["within_us"]] if open_events else []
-        wake_us += [min(seen.values()) + lateness_us] if seen else []
-        # Fires once the watermark (ms) is > the timestamp: after the buffered event, or once an
-        # open event falls out of the window or a remembered id out of the lateness.
-        state.setTimeoutTimestamp(max(min(wake_us) // 1000, state.getCurrentWatermarkMs()))
+        wake_us += [min(event[1] for event in open_events) + rule["within_us"] + 1] if open_events else []
+        wake_us += [min(seen.values()) + lateness_us + 1] if seen else []
+        state.setTimeoutTimestamp(timeout_reaching(min(wake_us)))
     else:
         state.remove()
     if rows:

@@ -42,7 +42,8 @@ Watermark and lateness: the watermark is the newest event time seen in earlier m
 minus `allowed_lateness_seconds`. The processor sees every row (Spark would drop late rows in
 front of it; `jobs.bucketed_state.operator_watermark` says how they reach it) and decides itself:
 
-* an engagement with `event_time < watermark` of the batch it arrives in is `late`: written to
+* an engagement with `event_time <= watermark` of the batch it arrives in is `late` (Spark's own
+  rule, as in every job with a `late` output): written to
   the `late` output (its columns, no window, no count), and neither counted in nor enriched by
   the sliding windows; nothing is dropped silently;
 * an engagement whose `event_id` is already pending for its user is a duplicate and is dropped
@@ -81,6 +82,7 @@ from jobs.bucketed_state import (
     range_pairs,
     read_state,
     stream_function,
+    timeout_reaching,
     write_state,
 )
 from jobs.runtime import DEAD_LETTER_REASON, RAW
@@ -308,7 +310,7 @@ def enrich_bucket(
     known = pd.MultiIndex.from_frame(pending[["user_id", "event_id"]])
     arrived = arrived[~pd.MultiIndex.from_frame(arrived[["user_id", "event_id"]]).isin(known)]
     if watermark_us is not None:
-        late = arrived["event_us"].to_numpy() < watermark_us
+        late = arrived["event_us"].to_numpy() <= watermark_us
         if late.any():
             output.append(_output(LATE, arrived[late]))
         arrived = arrived[~late]
@@ -411,5 +413,4 @@ class StreamEnricher:
             if pending.any()
             else int(event_us.max()) + self.rules.window_us
         )
-        # The timer fires once the watermark (ms) is > the timestamp, i.e. >= the wake-up time.
-        return -(-wake_us // 1000) - 1
+        return timeout_reaching(wake_us)

@@ -80,6 +80,7 @@ from jobs.bucketed_state import (
     range_pairs,
     read_state,
     stream_function,
+    timeout_reaching,
     write_state,
 )
 from jobs.runtime import DEAD_LETTER_REASON, EVENT_DATE, EVENT_HOUR, RAW
@@ -385,4 +386,4 @@ class StreamJoin:
         deadlines = pending[_TIME_US].to_numpy() + np.where(
             pending[SOURCE].to_numpy() == IMPRESSIONS, self.rules.window_us, 0
         )
-        return int(deadlines.min()) // 1000
+        return timeout_reaching(int(deadlines.min()))

@@ -77,6 +77,7 @@ from jobs.bucketed_state import (
     frame_to_ipc,
     operator_watermark,
     stream_function,
+    timeout_reaching,
 )
 from jobs.runtime import DEAD_LETTER_REASON, EVENT_DATE, RAW
 from ops.pipelines import DEAD_LETTER_ROUTE, FileSource, SessionizerPipeline
@@ -405,7 +406,8 @@ class StreamSessionizer:
         next_end_us = int(
             still_pending.groupby("_session")[_TIME_US].agg(["min", "max"]).pipe(self._session_ends).min()
         )
-        state.setTimeoutTimestamp(next_end_us // 1000)
+        # A session is final once the watermark is past its end.
+        state.setTimeoutTimestamp(timeout_reaching(next_end_us + 1))
 
     def _session_ends(self, bounds: pd.DataFrame) -> pd.Series:
         return np.minimum(bounds["min"] + self.rules.cap_us, bounds["max"] + self.rules.gap_us)

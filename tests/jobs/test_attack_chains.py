@@ -187,11 +187,13 @@ def test_stream_out_of_order_late_and_matches_once(
                     for k, (event_id, clock) in enumerate(SCAN)
                 ],
             ],
-            # More targets after the match; and a failure older than the watermark (09:59).
+            # More targets after the match; a failure older than the watermark (09:59) and one
+            # exactly at it (late too: Spark's rule, at or behind).
             [
                 connect("c10", "10:03:20", "10.0.0.1", "10.1.0.10"),
                 connect("c11", "10:03:40", "10.0.0.1", "10.1.0.11"),
                 login("l1", "09:50:00", "u9", "failure"),
+                login("l2", "09:59:00", "u8", "failure"),
             ],
             [execute("b1", "10:15:00", "h1")],
             [download("a2", "10:11:00", "h2"), execute("b2", "10:26:01", "h2")],
@@ -218,10 +220,38 @@ def test_stream_out_of_order_late_and_matches_once(
         ),
         row("match", "port_scan", "10.0.0.1", SCAN),
         row("late", "brute_force_success", "u9", [("l1", "09:50:00")]),
+        row("late", "brute_force_success", "u8", [("l2", "09:59:00")]),
         dead("invalid JSON", "{not json"),
     ]
     assertDataFrameEqual(sink, spark.createDataFrame(expected, SCHEMA))
     # Every key's state is gone once the watermark passed its windows.
+    assert state_rows(progress[-1]) == 0
+
+
+def test_state_of_a_removed_rule_is_dropped_at_its_next_timer(
+    spark: SparkSession, platform_conf: PlatformConfig
+) -> None:
+    spec = one_file_per_batch(find_job(JOB, platform_conf.conf_dir))
+    landing = platform_conf.landing_root / "security_events"
+    first = [download("a1", "10:00:00", "h1"), login("f1", "10:00:10", "u1", "failure")]
+    write_landing(landing, [first])
+    progress = run_stream(spark, platform_conf, spec)
+    assert state_rows(progress[-1]) == 2, "h1's download and u1's failure wait in state"
+
+    # The next version drops download_then_exec; h1's timer fires for a rule the job no longer has.
+    kept = [rule for rule in pipeline_of(platform_conf).rules if rule.name != "download_then_exec"]
+    later = [
+        *[login(f"f{k}", f"10:00:{10 * k}", "u1", "failure") for k in range(2, 6)],
+        login("ok1", "10:04:00", "u1", "success"),
+        execute("b1", "10:05:00", "h1"),
+    ]
+    flush = [sec("z", "12:00:00", event_type="heartbeat", host="h9")]
+    write_landing(landing, [first, later, flush])
+    progress = run_stream(spark, platform_conf, one_file_per_batch(spec, rules=kept))
+    sink = spark.read.parquet(str(platform_conf.lake_root / spec.pipeline.sink.path)).select(*SINK_COLUMNS)
+    failures = [(f"f{k}", f"10:00:{10 * k}") for k in range(1, 6)]
+    expected = [row("match", "brute_force_success", "u1", [*failures, ("ok1", "10:04:00")])]
+    assertDataFrameEqual(sink, spark.createDataFrame(expected, SCHEMA))
     assert state_rows(progress[-1]) == 0
 
 

@@ -223,11 +223,14 @@ def test_stream_watermark_late_duplicates_and_out_of_order(
                 engagement("e3", "u2", "c1", "2025-01-01T10:50:00"),
                 "{broken",
             ],
-            # e7 is out of order but not older than the watermark (10:40); e1 is resent while pending.
+            # e7 is out of order but not older than the watermark (10:40); e1 is resent while pending;
+            # e11 is exactly at the watermark: late for the enrichment (Spark's rule, at or behind),
+            # counted in hour 10, which Spark's hourly operators close only at 11:00.
             [
                 engagement("e4", "u1", "c2", "2025-01-01T11:00:00"),
                 engagement("e7", "u3", "c1", "2025-01-01T10:42:00"),
                 engagement("e1", "u1", "c1", "2025-01-01T10:00:00"),
+                engagement("e11", "u6", "c1", "2025-01-01T10:40:00"),
             ],
             [engagement("e8", "u1", "c3", "2025-01-01T12:30:00")],
             # Older than the watermark (12:20) while hour 10 is still open for Spark's hourly
@@ -244,7 +247,7 @@ def test_stream_watermark_late_duplicates_and_out_of_order(
     expected = [
         *hourly_both(
             [
-                ("c1", "2025-01-01T10:00:00", 4),
+                ("c1", "2025-01-01T10:00:00", 5),
                 ("c2", "2025-01-01T11:00:00", 1),
                 ("c3", "2025-01-01T12:00:00", 1),
             ]
@@ -257,6 +260,7 @@ def test_stream_watermark_late_duplicates_and_out_of_order(
         enriched("e8", "u1", "c3", "2025-01-01T12:30:00", "2025-01-01T13:00:00", 3),
         late("e9", "u4", "c1", "2025-01-01T10:20:00"),
         late("e10", "u5", "c1", "2025-01-01T10:05:00"),
+        late("e11", "u6", "c1", "2025-01-01T10:40:00"),
         dead("invalid JSON", "{broken"),
     ]
     assertDataFrameEqual(sink(spark, platform_conf, spec), spark.createDataFrame(expected, SCHEMA))

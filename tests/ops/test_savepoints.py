@@ -14,6 +14,7 @@ import time
 import uuid
 import zipfile
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -277,6 +278,35 @@ def test_supervisor_takes_periodic_savepoints_and_an_s3_outage_pages_while_the_j
         assert ledger.current_run("router").run_id == run.run_id
     finally:
         stop_all_jobs(platform)
+
+
+def test_retention_failing_after_a_good_savepoint_reports_it_taken(
+    platform: PlatformConfig, ledger: Ledger, s3_server: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """S3 goes down between the copy and retention: the real `take_savepoint` is wrapped to start a
+    real outage as it returns."""
+    edit_job(platform, "router", lambda spec: spec["operations"]["savepoints"].update(keep_count=1))
+    supervisor = Supervisor.for_platform(platform)
+    write_checkpoint_batch(platform, "router", 0)
+    first = supervisor.savepoint("router", "first").savepoint
+    write_checkpoint_batch(platform, "router", 1)
+    outage = ExitStack()
+
+    def copy_then_lose_s3(*args: Any, **kwargs: Any) -> SavepointRecord:
+        record = take_savepoint(*args, **kwargs)
+        outage.enter_context(s3_server.outage())
+        return record
+
+    monkeypatch.setattr("ops.supervisor.take_savepoint", copy_then_lose_s3)
+    with outage:
+        outcome = supervisor.savepoint("router", "second")
+    assert outcome.savepoint.batch_id == 1 and outcome.pruned == []
+    assert f"retention failed, retried later: S3 at {s3_server.endpoint_url} unreachable" in outcome.line()
+    assert ledger.decisions("router", action="savepoint")[0].outcome == outcome.line()
+    assert [sp.id for sp in ledger.savepoints("router")] == [outcome.savepoint.id, first.id]
+
+    assert supervisor.prune_all_savepoints() == [f"router: deleted savepoints {first.id}"]
+    assert [sp.id for sp in ledger.savepoints("router")] == [outcome.savepoint.id]
 
 
 def test_retention_keeps_the_newest_and_deletes_older_manifests_and_unreferenced_objects(
