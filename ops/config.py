@@ -142,6 +142,15 @@ class HealthThresholds(Model):
     stuck_grace_seconds: float = Field(30.0, gt=0)
     startup_grace_seconds: float = Field(90.0, gt=0)
     falling_behind_window_batches: int = Field(5, ge=2)
+    max_state_memory_mb: float | None = Field(
+        None, gt=0, description="State memory (all stateful operators) that degrades the job; null: no limit."
+    )
+    max_watermark_lag_seconds: float | None = Field(
+        None,
+        gt=0,
+        description="How far the event-time watermark may trail the wall clock; null: no limit "
+        "(replayed or historical input always lags).",
+    )
 
 
 class RestartPolicy(Model):

@@ -10,13 +10,13 @@ landing files that the checkpoint's file-source log has not yet recorded as read
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 from ops.checkpoint import source_files
-from ops.config import Operations
+from ops.config import HealthThresholds, Operations
 from ops.ledger import RunRecord
 from ops.telemetry import Heartbeat
 
@@ -30,6 +30,16 @@ class Signal(enum.Enum):
     DEAD = "driver process gone or query terminated"
     STUCK = "no progress or idle event within trigger interval + grace"
     FALLING_BEHIND = "processing slower than input over the recent window"
+    STATE_PRESSURE = "state memory above operations.health.max_state_memory_mb"
+    WATERMARK_LAG = "watermark further behind the wall clock than operations.health.max_watermark_lag_seconds"
+
+
+# The signals of a job that runs but is not well (state DEGRADED), each with its alert kind.
+DEGRADING = {
+    Signal.FALLING_BEHIND: "falling_behind",
+    Signal.STATE_PRESSURE: "state_pressure",
+    Signal.WATERMARK_LAG: "watermark_lag",
+}
 
 
 @dataclass(frozen=True)
@@ -56,8 +66,11 @@ class Observation:
 
 @dataclass(frozen=True)
 class Assessment:
+    """The signals that hold, what they amount to, and why each degrading signal holds."""
+
     signals: frozenset[Signal]
     detail: str
+    reasons: Mapping[Signal, str] = field(default_factory=dict)
 
     def has(self, signal: Signal) -> bool:
         return signal in self.signals
@@ -94,9 +107,14 @@ def assess(observation: Observation, operations: Operations) -> Assessment:
         return Assessment(frozenset({Signal.STUCK}), f"last heartbeat {age:.0f}s ago (limit {limit:g}s)")
     if heartbeat.event == "started":
         return Assessment(frozenset({Signal.STARTING}), "query started, no batch or idle event yet")
-    behind = _falling_behind(heartbeat, operations)
-    if behind:
-        return Assessment(frozenset({Signal.HEALTHY, Signal.FALLING_BEHIND}), behind)
+    checks = {
+        Signal.FALLING_BEHIND: _falling_behind(heartbeat, operations),
+        Signal.STATE_PRESSURE: _state_pressure(heartbeat, operations.health),
+        Signal.WATERMARK_LAG: _watermark_lag(heartbeat, observation.at, operations.health),
+    }
+    reasons = {signal: reason for signal, reason in checks.items() if reason is not None}
+    if reasons:
+        return Assessment(frozenset({Signal.HEALTHY, *reasons}), "; ".join(reasons.values()), reasons)
     return Assessment(frozenset({Signal.HEALTHY}), f"{heartbeat.event} at batch {heartbeat.batch_id}")
 
 
@@ -130,3 +148,26 @@ def _falling_behind(heartbeat: Heartbeat, operations: Operations) -> str | None:
         n = len(window)
         return f"processed {processed_rate / n:.0f} rows/s < input {input_rate / n:.0f} rows/s"
     return None
+
+
+def _state_pressure(heartbeat: Heartbeat, health: HealthThresholds) -> str | None:
+    """Why the state's memory is too high, or None (no limit, or a stateless query)."""
+    limit, used = health.max_state_memory_mb, heartbeat.state_memory_bytes
+    if limit is None or used is None or used <= limit * 1e6:
+        return None
+    return f"state holds {used / 1e6:.1f} MB in memory (limit {limit:g} MB)"
+
+
+def _watermark_lag(heartbeat: Heartbeat, now: datetime, health: HealthThresholds) -> str | None:
+    """Why the watermark trails the wall clock too far, or None (no limit, or no watermark yet:
+    Spark reports the epoch until its first batch with event times)."""
+    limit = health.max_watermark_lag_seconds
+    if limit is None or heartbeat.watermark is None:
+        return None
+    watermark = datetime.fromisoformat(heartbeat.watermark)
+    if watermark.timestamp() <= 0:
+        return None
+    lag = (now - watermark).total_seconds()
+    if lag <= limit:
+        return None
+    return f"watermark {heartbeat.watermark} is {lag:.0f}s behind the wall clock (limit {limit:g}s)"

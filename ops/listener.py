@@ -76,8 +76,17 @@ def batch_sample(progress: Mapping[str, Any]) -> BatchSample:
 
 def state_rows(progress: Mapping[str, Any]) -> int | None:
     """Rows held in state across all stateful operators, or None for a stateless query."""
+    return _state_total(progress, "numRowsTotal")
+
+
+def state_memory_bytes(progress: Mapping[str, Any]) -> int | None:
+    """Memory the state stores of all stateful operators use, or None for a stateless query."""
+    return _state_total(progress, "memoryUsedBytes")
+
+
+def _state_total(progress: Mapping[str, Any], metric: str) -> int | None:
     operators = progress.get("stateOperators") or []
-    return sum(int(operator.get("numRowsTotal", 0)) for operator in operators) if operators else None
+    return sum(int(operator.get(metric, 0)) for operator in operators) if operators else None
 
 
 def describe_failure(exception_text: str, error_condition: str | None) -> tuple[str, str]:
@@ -122,6 +131,17 @@ class _Metrics:
         self.state_rows = Gauge(
             "streamwarden_state_rows", "Rows held in state by all stateful operators", registry=registry
         )
+        self.dropped_by_watermark = Counter(
+            "streamwarden_rows_dropped_by_watermark",
+            "Rows Spark's stateful operators dropped as behind the watermark (jobs with a `late` "
+            "output route theirs there instead)",
+            registry=registry,
+        )
+        self.state_memory = Gauge(
+            "streamwarden_state_memory_bytes",
+            "Memory used by the state stores of all stateful operators",
+            registry=registry,
+        )
         self.heartbeat = Gauge(
             "streamwarden_heartbeat_timestamp_seconds",
             "When the driver last wrote its heartbeat",
@@ -157,6 +177,7 @@ class TelemetryListener(StreamingQueryListener):
         self._recent: deque[BatchSample] = deque(maxlen=RECENT_BATCHES)
         self._batch_id: int | None = None
         self._state_rows: int | None = None
+        self._state_memory_bytes: int | None = None
         self._watermark: str | None = None
         self._lock = threading.Lock()
         self._terminated = threading.Event()
@@ -182,14 +203,18 @@ class TelemetryListener(StreamingQueryListener):
             self._recent.append(sample)
             self._batch_id = sample.batch_id
             self._state_rows = state_rows(progress)
+            self._state_memory_bytes = state_memory_bytes(progress)
             self._watermark = (progress.get("eventTime") or {}).get("watermark")
         self._metrics.last_batch_id.set(sample.batch_id)
         self._metrics.input_rows.inc(sample.num_input_rows)
+        self._metrics.dropped_by_watermark.inc(_state_total(progress, "numRowsDroppedByWatermark") or 0)
         self._metrics.input_rate.set(sample.input_rows_per_second)
         self._metrics.processed_rate.set(sample.processed_rows_per_second)
         self._metrics.batch_duration.set(sample.duration_ms / 1000)
         if self._state_rows is not None:
             self._metrics.state_rows.set(self._state_rows)
+        if self._state_memory_bytes is not None:
+            self._metrics.state_memory.set(self._state_memory_bytes)
         log.info(
             "batch",
             batch=sample.batch_id,
@@ -237,6 +262,7 @@ class TelemetryListener(StreamingQueryListener):
                 at=time.time(),
                 batch_id=self._batch_id,
                 state_rows=self._state_rows,
+                state_memory_bytes=self._state_memory_bytes,
                 watermark=self._watermark,
                 error_class=error_class,
                 error_message=error_message,

@@ -28,7 +28,7 @@ import structlog
 from ops.alerts import Alert, AlertCenter
 from ops.config import JobSpec, PlatformConfig, RestartPolicy, find_job, load_jobs
 from ops.exceptions import ConfigError, JobBusyError, LaunchError, SavepointError, WardenError
-from ops.health import Assessment, Observation, Signal, assess, landing_backlog
+from ops.health import DEGRADING, Assessment, Observation, Signal, assess, landing_backlog
 from ops.launcher import LaunchBackend, LocalProcessBackend
 from ops.ledger import JobRecord, Ledger, RunRecord, SavepointRecord, utcnow
 from ops.locks import job_lock
@@ -304,13 +304,13 @@ def _while_running(view: JobView, now: datetime, inputs: dict[str, Any]) -> Plan
     due = savepoint_due(view, now)
     if due is not None:
         actions.append(TakeSavepoint(due))
-    if assessment.has(Signal.FALLING_BEHIND):
-        if "falling_behind" not in view.open_alert_kinds:
-            actions.append(RaiseAlert("falling_behind", "warning", assessment.detail))
-        return Plan(Lifecycle.DEGRADED, assessment.detail, tuple(actions), inputs)
-    if "falling_behind" in view.open_alert_kinds:
-        actions.append(ResolveAlert("falling_behind", f"caught up: {assessment.detail}"))
-    return Plan(Lifecycle.RUNNING, assessment.detail, tuple(actions), inputs)
+    for signal, kind in DEGRADING.items():
+        if assessment.has(signal) and kind not in view.open_alert_kinds:
+            actions.append(RaiseAlert(kind, "warning", assessment.reasons[signal]))
+        elif not assessment.has(signal) and kind in view.open_alert_kinds:
+            actions.append(ResolveAlert(kind, f"back within limits: {assessment.detail}"))
+    state = Lifecycle.DEGRADED if assessment.reasons else Lifecycle.RUNNING
+    return Plan(state, assessment.detail, tuple(actions), inputs)
 
 
 # --- the loop ----------------------------------------------------------------------------------

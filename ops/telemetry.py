@@ -42,6 +42,7 @@ class Heartbeat:
     at: float
     batch_id: int | None = None
     state_rows: int | None = None
+    state_memory_bytes: int | None = None
     watermark: str | None = None
     error_class: str | None = None
     error_message: str | None = None

@@ -11,7 +11,14 @@ import pytest
 from pyspark.sql import SparkSession
 
 from ops.config import PlatformConfig
-from ops.listener import TelemetryListener, batch_sample, describe_failure, serve_metrics, state_rows
+from ops.listener import (
+    TelemetryListener,
+    batch_sample,
+    describe_failure,
+    serve_metrics,
+    state_memory_bytes,
+    state_rows,
+)
 from ops.services import free_loopback_port
 from ops.telemetry import Heartbeat, read_heartbeat
 
@@ -24,7 +31,10 @@ def test_batch_sample_reads_a_progress_record() -> None:
         "processedRowsPerSecond": 240.5,
         "batchDuration": 500,
         "sources": [{"metrics": {"numFilesOutstanding": "7"}}, {"metrics": {}}],
-        "stateOperators": [{"numRowsTotal": 3}, {"numRowsTotal": 5}],
+        "stateOperators": [
+            {"numRowsTotal": 3, "memoryUsedBytes": 1000},
+            {"numRowsTotal": 5, "memoryUsedBytes": 24},
+        ],
     }
     sample = batch_sample(progress)
     assert (sample.batch_id, sample.num_input_rows, sample.duration_ms, sample.backlog_files) == (
@@ -34,11 +44,11 @@ def test_batch_sample_reads_a_progress_record() -> None:
         7,
     )
     assert (sample.input_rows_per_second, sample.processed_rows_per_second) == (60.0, 240.5)
-    assert state_rows(progress) == 8
+    assert (state_rows(progress), state_memory_bytes(progress)) == (8, 1024)
     # Spark leaves out rates it cannot compute, and stateless queries have no operators.
     bare = batch_sample({"batchId": 0, "sources": [{"metrics": {}}]})
     assert (bare.input_rows_per_second, bare.backlog_files) == (0.0, None)
-    assert state_rows({"stateOperators": []}) is None
+    assert state_rows({"stateOperators": []}) is None and state_memory_bytes({}) is None
 
 
 def test_describe_failure_keeps_class_condition_and_message() -> None:
@@ -93,6 +103,7 @@ def test_listener_writes_heartbeats_and_serves_metrics(
         second = wait_for(listener, lambda hb: hb.batch_id == 1)
         assert [sample.batch_id for sample in second.recent] == [0, 1]
         assert second.state_rows == 3
+        assert second.state_memory_bytes is not None and second.state_memory_bytes > 0
         wait_for(listener, lambda hb: hb.event == "idle")
         with (
             serve_metrics(listener.registry, port),
@@ -102,6 +113,8 @@ def test_listener_writes_heartbeats_and_serves_metrics(
         assert "streamwarden_input_rows_total 4.0" in metrics
         assert "streamwarden_last_committed_batch_id 1.0" in metrics
         assert "streamwarden_state_rows 3.0" in metrics
+        assert "streamwarden_rows_dropped_by_watermark_total 0.0" in metrics
+        assert f"streamwarden_state_memory_bytes {float(second.state_memory_bytes)}" in metrics
     finally:
         query.stop()
     assert listener.wait_terminated(timeout=30)

@@ -1,12 +1,17 @@
-"""The supervisor's act step against a real ledger, with a launch backend that refuses to start."""
+"""The supervisor's act step against a real ledger: a launch backend that refuses to start, and a
+real sessionizer driver whose state and watermark cross the job's health limits."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from ops.alerts import AlertCenter
 from ops.config import JobSpec, PlatformConfig
 from ops.exceptions import LaunchError
 from ops.ledger import Ledger, RunRecord
-from ops.supervisor import FAILURE, Supervisor
+from ops.supervisor import FAILURE, Supervisor, stop_all_jobs
+from tests.support.drivers import caught_up, edit_job, wait_for, write_sessions_input
+from tests.support.slack import SlackReceiver
 
 
 class RefusingBackend:
@@ -43,3 +48,30 @@ def test_a_launch_that_fails_is_a_failed_run_and_backs_off(
     assert second.state == "RESTARTING"
     (run,) = ledger.runs("router")
     assert run.exit_reason.startswith(FAILURE + "launch:") and run.stopped_at is not None
+
+
+def tight_limits(spec: dict[str, Any]) -> None:
+    spec["operations"]["trigger"] = {"interval_seconds": 1, "max_files_per_trigger": 1}
+    # Any RocksDB state is above 0.001 MB; the scenario's event times are in 2025.
+    spec["operations"]["health"].update(max_state_memory_mb=0.001, max_watermark_lag_seconds=3600)
+
+
+def test_state_pressure_and_watermark_lag_of_a_running_driver_degrade_it_and_page(
+    platform_conf: PlatformConfig, ledger: Ledger, slack_webhook: SlackReceiver
+) -> None:
+    platform = platform_conf
+    edit_job(platform, "sessionizer", tight_limits)
+    for seed in range(2):
+        write_sessions_input(platform, seed)
+    supervisor = Supervisor.for_platform(platform)
+    try:
+        supervisor.reconcile("sessionizer")
+        wait_for(lambda: caught_up(platform, "sessionizer", files=2), 240, "the sessionizer's batches")
+        wait_for(lambda: supervisor.reconcile("sessionizer").state == "DEGRADED", 30, "DEGRADED")
+        (run,) = ledger.runs("sessionizer")
+        assert run.stopped_at is None, "a degraded job keeps running"
+        texts = [message["text"] for message in slack_webhook.messages]
+        assert any("state holds" in text and "limit 0.001 MB" in text for text in texts), texts
+        assert any("behind the wall clock (limit 3600s)" in text for text in texts), texts
+    finally:
+        stop_all_jobs(platform)

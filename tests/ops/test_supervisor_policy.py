@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -250,6 +251,53 @@ def test_falling_behind_degrades_and_warns_once() -> None:
         NOW,
     )
     assert again.actions == ()
+
+
+def with_health(**thresholds: float) -> JobSpec:
+    health = SPEC.operations.health.model_copy(update=thresholds)
+    return SPEC.model_copy(update={"operations": SPEC.operations.model_copy(update={"health": health})})
+
+
+def test_state_pressure_and_watermark_lag_each_warn_once_and_resolve_on_their_own() -> None:
+    spec = with_health(max_state_memory_mb=100, max_watermark_lag_seconds=600)
+    current = run(started=600)
+    beat = heartbeat(current)
+    heavy = replace(beat, state_memory_bytes=250_000_000, watermark="2026-11-22T11:00:00.000Z")
+    plan = decide(view(job_record(), current, beat=heavy, spec=spec), NOW)
+    assert plan.state is Lifecycle.DEGRADED
+    assert [(a.alert_kind, a.reason) for a in plan.actions] == [
+        ("state_pressure", "state holds 250.0 MB in memory (limit 100 MB)"),
+        ("watermark_lag", "watermark 2026-11-22T11:00:00.000Z is 3600s behind the wall clock (limit 600s)"),
+    ]
+    both = frozenset({"state_pressure", "watermark_lag"})
+    assert decide(view(job_record(), current, beat=heavy, spec=spec, open_alerts=both), NOW).actions == ()
+
+    # The watermark catches up while the state stays heavy: only the lag resolves.
+    caught_up = replace(heavy, watermark="2026-11-22T11:55:00.000Z")
+    plan = decide(view(job_record(), current, beat=caught_up, spec=spec, open_alerts=both), NOW)
+    assert plan.state is Lifecycle.DEGRADED
+    assert [(type(a), a.alert_kind) for a in plan.actions] == [(ResolveAlert, "watermark_lag")]
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"state_memory_bytes": None, "watermark": None},  # a stateless query without event time
+        {"state_memory_bytes": 1_000_000, "watermark": "1970-01-01T00:00:00.000Z"},  # no event yet
+    ],
+)
+def test_no_state_or_no_watermark_yet_is_no_pressure_and_no_lag(fields: dict[str, object]) -> None:
+    spec = with_health(max_state_memory_mb=100, max_watermark_lag_seconds=600)
+    current = run(started=600)
+    beat = replace(heartbeat(current), **fields)
+    plan = decide(view(job_record(), current, beat=beat, spec=spec), NOW)
+    assert (plan.state, plan.actions) == (Lifecycle.RUNNING, ())
+
+
+def test_limits_are_off_by_default() -> None:
+    current = run(started=600)
+    beat = replace(heartbeat(current), state_memory_bytes=10**12, watermark="2025-01-01T00:00:00.000Z")
+    assert decide(view(job_record(), current, beat=beat), NOW).state is Lifecycle.RUNNING
 
 
 def test_failed_launches_back_off_like_crashes() -> None:
