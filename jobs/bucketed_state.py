@@ -19,7 +19,7 @@ uses the same column and `timeout_reaching`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -76,37 +76,42 @@ def frame_from_ipc(blob: bytes) -> pd.DataFrame:
         return reader.read_pandas()
 
 
-# A bucket's state row: its events, and the bucket count they were hashed with (fixed by the
-# checkpoint: another count would put keys in other buckets).
+# A bucket's state row: its events, and the layout they were written with (`state_layout`).
 STATE_SCHEMA = T.StructType(
-    [T.StructField("events", T.BinaryType()), T.StructField("buckets", T.IntegerType())]
+    [T.StructField("events", T.BinaryType()), T.StructField("layout", T.StringType())]
 )
 
 
-def read_state(state: GroupState, job: str, buckets: int) -> pd.DataFrame | None:
-    """The events a bucket's state holds (None when it holds none); refuses state written for
-    another bucket count, naming both."""
+def state_layout(buckets: int, key_fields: Sequence[str] = ()) -> str:
+    """What a bucket's state row is only valid for, fixed by the checkpoint: the bucket count
+    (another count puts keys in other buckets) and, where the job lets them be chosen, the key
+    fields (a same-typed rename would pass Spark's key schema check)."""
+    layout = f"state_buckets={buckets}"
+    return f"{layout} key_fields={','.join(key_fields)}" if key_fields else layout
+
+
+def read_state(state: GroupState, job: str, layout: str) -> pd.DataFrame | None:
+    """The events a bucket's state holds (None when it holds none); refuses state written with
+    another layout, naming both."""
     if not state.exists:
         return None
     events, written_with = state.get
-    if written_with != buckets:
+    if written_with != layout:
         raise ValueError(
-            f"incompatible {job} state: the checkpoint has {written_with} state_buckets, "
-            f"the job has {buckets}; start the new version from a fresh checkpoint"
+            f"incompatible {job} state: the checkpoint has {written_with}, the job has {layout}; "
+            f"start the new version from a fresh checkpoint"
         )
     return frame_from_ipc(events)
 
 
-def write_state(
-    state: GroupState, events: pd.DataFrame, buckets: int, wake_ms: Callable[[pd.DataFrame], int]
-) -> None:
-    """Keep a bucket's events and wake it at `wake_ms(events)` of event time, or drop its state
-    row when there are none."""
+def write_state(state: GroupState, events: pd.DataFrame, layout: str, wake_ms: Callable[[], int]) -> None:
+    """Keep a bucket's events and wake it at `wake_ms()` of event time (asked only then), or drop
+    its state row when there are none."""
     if events.empty:
         state.remove()
         return
-    state.update((frame_to_ipc(events), buckets))
-    state.setTimeoutTimestamp(wake_ms(events))
+    state.update((frame_to_ipc(events), layout))
+    state.setTimeoutTimestamp(wake_ms())
 
 
 def concat_frames(frames: Iterator[pd.DataFrame]) -> pd.DataFrame | None:

@@ -81,6 +81,7 @@ from jobs.bucketed_state import (
     operator_watermark,
     range_pairs,
     read_state,
+    state_layout,
     stream_function,
     timeout_reaching,
     write_state,
@@ -389,6 +390,7 @@ class StreamEnricher:
 
     def __init__(self, rules: EnrichRules) -> None:
         self.rules = rules
+        self.layout = state_layout(rules.buckets)
 
     def __call__(
         self, _key: tuple[Any, ...], frames: Iterator[pd.DataFrame], state: GroupState
@@ -399,10 +401,10 @@ class StreamEnricher:
         if rows is not None:
             arrived, dead = _split_input(rows)
             yield from dead
-        kept = read_state(state, "campaign_uniques", self.rules.buckets)
+        kept = read_state(state, "campaign_uniques", self.layout)
         output, kept = enrich_bucket(_no_kept() if kept is None else kept, arrived, self.rules, watermark_us)
         yield from output
-        write_state(state, kept, self.rules.buckets, self._wake_ms)
+        write_state(state, kept, self.layout, lambda: self._wake_ms(kept))
 
     def _wake_ms(self, kept: pd.DataFrame) -> int:
         """The next pending window end, or else when the newest engagement leaves every window."""

@@ -79,6 +79,7 @@ from jobs.bucketed_state import (
     operator_watermark,
     range_pairs,
     read_state,
+    state_layout,
     stream_function,
     timeout_reaching,
     write_state,
@@ -360,6 +361,7 @@ class StreamJoin:
 
     def __init__(self, rules: JoinRules) -> None:
         self.rules = rules
+        self.layout = state_layout(rules.buckets)
 
     def __call__(
         self, _key: tuple[Any, ...], frames: Iterator[pd.DataFrame], state: GroupState
@@ -374,12 +376,12 @@ class StreamJoin:
             if late.any():
                 yield _late_rows(valid[late])
             arrived = valid[~late]
-        pending = read_state(state, "impressions_plays", self.rules.buckets)
+        pending = read_state(state, "impressions_plays", self.layout)
         joined, still_pending = join_bucket(
             _no_pending() if pending is None else pending, arrived, self.rules, watermark_us
         )
         yield from joined
-        write_state(state, still_pending, self.rules.buckets, self._wake_ms)
+        write_state(state, still_pending, self.layout, lambda: self._wake_ms(still_pending))
 
     def _wake_ms(self, pending: pd.DataFrame) -> int:
         """The next moment anything changes: an impression's window ends, or a play can be forgotten."""

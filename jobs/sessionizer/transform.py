@@ -70,14 +70,16 @@ from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
 from jobs.bucketed_state import (
     BUCKET,
+    STATE_SCHEMA,
     batch_function,
     bucket_of,
     concat_frames,
-    frame_from_ipc,
-    frame_to_ipc,
     operator_watermark,
+    read_state,
+    state_layout,
     stream_function,
     timeout_reaching,
+    write_state,
 )
 from jobs.runtime import DEAD_LETTER_REASON, EVENT_DATE, RAW
 from ops.pipelines import DEAD_LETTER_ROUTE, FileSource, SessionizerPipeline
@@ -176,7 +178,7 @@ def session_rows(events: DataFrame, pipeline: SessionizerPipeline) -> DataFrame:
         rows = bucketed.applyInPandasWithState(
             stream_function(StreamSessionizer(rules)),
             output_schema,
-            _state_schema(),
+            STATE_SCHEMA,
             "append",
             GroupStateTimeout.EventTimeTimeout,
         )
@@ -228,17 +230,6 @@ def _output_schema(key_types: Mapping[str, T.DataType]) -> T.StructType:
             T.StructField(SOURCE, text),
             T.StructField(DEAD_LETTER_REASON, text),
             T.StructField(RAW, text),
-        ]
-    )
-
-
-def _state_schema() -> T.StructType:
-    """A bucket's pending events (Arrow IPC bytes), and what they were written for."""
-    return T.StructType(
-        [
-            T.StructField("pending_events", T.BinaryType()),
-            T.StructField("key_fields", T.StringType()),
-            T.StructField("buckets", T.IntegerType()),
         ]
     )
 
@@ -383,7 +374,8 @@ class StreamSessionizer:
 
     def __init__(self, rules: SessionRules) -> None:
         self.rules = rules
-        self.key_fields_text = ",".join(rules.key_fields)
+        self.layout = state_layout(rules.buckets, rules.key_fields)
+        self.columns = [*rules.key_fields, *_PENDING]
 
     def __call__(
         self, _key: tuple[Any, ...], frames: Iterator[pd.DataFrame], state: GroupState
@@ -395,36 +387,17 @@ class StreamSessionizer:
         late = valid[_TIME_US].to_numpy() <= watermark_us
         if late.any():
             yield _output_frame(valid[late], LATE, rules.key_fields)
-        arrived = valid.loc[~late, [*rules.key_fields, *_PENDING]]
-        pending = pd.concat([self._pending(state), arrived]) if state.exists else arrived
+        arrived = valid.loc[~late, self.columns]
+        kept = read_state(state, "sessionizer", self.layout)
+        pending = arrived if kept is None else pd.concat([kept, arrived])
         closed, still_pending = sessionize_bucket(pending, rules, watermark_us)
         yield from closed
-        if still_pending.empty:
-            state.remove()
-            return
-        state.update(self._state_value(still_pending))
-        next_end_us = int(
-            still_pending.groupby("_session")[_TIME_US].agg(["min", "max"]).pipe(self._session_ends).min()
-        )
-        # A session is final once the watermark is past its end.
-        state.setTimeoutTimestamp(timeout_reaching(next_end_us + 1))
+        write_state(state, still_pending[self.columns], self.layout, lambda: self._wake_ms(still_pending))
+
+    def _wake_ms(self, pending: pd.DataFrame) -> int:
+        """When the first pending session is final: once the watermark is past its end."""
+        bounds = pending.groupby("_session")[_TIME_US].agg(["min", "max"])
+        return timeout_reaching(int(self._session_ends(bounds).min()) + 1)
 
     def _session_ends(self, bounds: pd.DataFrame) -> pd.Series:
         return np.minimum(bounds["min"] + self.rules.cap_us, bounds["max"] + self.rules.gap_us)
-
-    def _pending(self, state: GroupState) -> pd.DataFrame:
-        columns = [*self.rules.key_fields, *_PENDING]
-        if not state.exists:
-            return pd.DataFrame(columns=columns)
-        pending_events, key_fields_text, buckets = state.get
-        if key_fields_text != self.key_fields_text or buckets != self.rules.buckets:
-            raise ValueError(
-                f"incompatible sessionizer state: the checkpoint has key_fields [{key_fields_text}] "
-                f"in {buckets} state_buckets, the job has [{self.key_fields_text}] in "
-                f"{self.rules.buckets}; start the new version from a fresh checkpoint"
-            )
-        return frame_from_ipc(pending_events)[columns]
-
-    def _state_value(self, pending: pd.DataFrame) -> tuple[Any, ...]:
-        blob = frame_to_ipc(pending[[*self.rules.key_fields, *_PENDING]])
-        return (blob, self.key_fields_text, self.rules.buckets)

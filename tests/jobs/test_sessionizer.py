@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from typing import Any
 
@@ -295,4 +296,31 @@ def test_a_wrong_gap_is_a_compatible_change_new_key_fields_are_refused_by_spark(
     )
     stream.write("web_events", [event("c", "10:40", device="ios")])
     with pytest.raises(StreamingQueryException, match="STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE"):
+        stream.run()
+
+
+@pytest.mark.parametrize(
+    ("edit", "written_with", "now"),
+    [
+        ({"state_buckets": 8}, "state_buckets=4 key_fields=user_id", "state_buckets=8 key_fields=user_id"),
+        # A same-typed rename passes Spark's key schema check; the state's layout names the fields.
+        (
+            {"key_fields": ["device"]},
+            "state_buckets=4 key_fields=user_id",
+            "state_buckets=4 key_fields=device",
+        ),
+    ],
+)
+def test_state_of_another_layout_is_refused_naming_both(
+    edit: dict[str, Any], written_with: str, now: str, spark: SparkSession, platform_conf: PlatformConfig
+) -> None:
+    edit_job(platform_conf, "sessionizer", lambda spec: spec["pipeline"].update(state_buckets=4))
+    stream = Stream(spark, platform_conf)
+    users = [f"u{i}" for i in range(8)]
+    stream.write("web_events", [event(f"a-{u}", "10:00", user=u, device=u) for u in users])
+    stream.run()
+    edit_job(platform_conf, "sessionizer", lambda spec: spec["pipeline"].update(edit))
+    stream.write("web_events", [event(f"b-{u}", "10:10", user=u, device=u) for u in users])
+    refused = f"incompatible sessionizer state: the checkpoint has {written_with}, the job has {now}"
+    with pytest.raises(StreamingQueryException, match=re.escape(refused)):
         stream.run()
