@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ops.config import find_job
+from ops.spec.job import find_job
 
 TYPES = {
     "string": T.StringType(),

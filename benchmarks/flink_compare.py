@@ -40,7 +40,7 @@ dropped as late. A comparison can also run a baseline query on the Spark side (`
 such as the naive `session_window` count of `benchmarks.naive_sessions`.
 
 Adding a job: a `Comparison` in `COMPARISONS` (its Flink SQL builder and runtime mode). The input
-is the job kind's scenario (`ops.scenarios`).
+is the job kind's scenario (`synthetic.scenarios`).
 """
 
 from __future__ import annotations
@@ -69,8 +69,9 @@ from benchmarks.flink import router as flink_router
 from benchmarks.flink import sessionizer as flink_sessionizer
 from benchmarks.flink.landing_sql import DEFAULT_PARTITION
 from jobs.runtime import QueryPlan
-from ops.config import JobSpec, PlatformConfig, StorageConfig, find_job, load_platform
-from ops.scenarios import SCENARIOS
+from ops.spec.job import JobSpec, find_job
+from ops.spec.platform import PlatformConfig, StorageConfig, load_platform
+from synthetic.scenarios import SCENARIOS
 
 REPO = Path(__file__).resolve().parent.parent
 FLINK_VERSION = "2.3.0"

@@ -32,8 +32,9 @@ from benchmarks.flink_compare import (
     stream_child,
     write_input,
 )
-from ops.config import find_job, load_jobs, load_platform
-from ops.scenarios import SCENARIOS
+from ops.spec.job import find_job, load_jobs
+from ops.spec.platform import load_platform
+from synthetic.scenarios import SCENARIOS
 
 WORKDIR = REPO / "benchmarks" / "out" / "jobs"
 DEFAULT_EVENTS = 200_000

@@ -14,9 +14,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter
 
-from jobs.runtime import DEAD_LETTER_REASON, EVENT_DATE, QueryPlan, parse_events, read_landing
-from ops.config import JobSpec, PlatformConfig
-from ops.pipelines import SessionizerPipeline
+from jobs.parsing import DEAD_LETTER_REASON, EVENT_DATE, parse_events
+from jobs.runtime import QueryPlan, read_landing
+from ops.spec.job import JobSpec
+from ops.spec.pipelines import SessionizerPipeline
+from ops.spec.platform import PlatformConfig
 
 
 def plan(platform: PlatformConfig, spec: JobSpec) -> QueryPlan:

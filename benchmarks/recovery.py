@@ -25,10 +25,11 @@ from typing import Any
 import yaml
 
 from benchmarks.throughput import rooted_platform
-from ops import platform as embedded
-from ops.config import DEFAULT_CONF_DIR, load_platform
-from ops.ledger import DecisionRecord, Ledger, RunRecord, utcnow
-from ops.telemetry import Heartbeat, heartbeat_path, read_heartbeat
+from ops.clock import utcnow
+from ops.driver.telemetry import Heartbeat, heartbeat_path, read_heartbeat
+from ops.embedded import platform as embedded
+from ops.ledger.store import DecisionRecord, Ledger, RunRecord
+from ops.spec.platform import DEFAULT_CONF_DIR, load_platform
 
 KILLS = 3
 

@@ -32,12 +32,13 @@ from pyspark.sql import SparkSession
 
 from benchmarks.throughput import rooted_platform
 from jobs.runtime import ROCKSDB_PROVIDER
-from ops.config import CONF_DIR_ENV, DEFAULT_CONF_DIR, PlatformConfig, load_platform
-from ops.generator import write_batch
-from ops.ledger import Ledger
-from ops.rewind import execute_rewind, prepare_rewind
-from ops.savepoints import UPLOAD_THREADS, read_manifest, take_savepoint
-from ops.services import SeaweedS3, free_seaweed_ports, s3_client
+from ops.embedded.services import SeaweedS3, free_seaweed_ports
+from ops.ledger.store import Ledger
+from ops.recovery.rewind import execute_rewind, prepare_rewind
+from ops.s3 import s3_client
+from ops.savepoints.store import UPLOAD_THREADS, read_manifest, take_savepoint
+from ops.spec.platform import CONF_DIR_ENV, DEFAULT_CONF_DIR, PlatformConfig, load_platform
+from synthetic.generator import write_batch
 
 STATE_JOB = "bench_state"
 STATE_FILES = 8

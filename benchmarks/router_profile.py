@@ -25,10 +25,12 @@ from pyspark.sql import functions as F
 
 from benchmarks.flink_compare import WORKDIR
 from jobs.catalog import kind_of, sink_rows
+from jobs.parsing import SPARK_TYPES, parse_events, with_event_partitions
 from jobs.router.transform import route_events
-from jobs.runtime import SPARK_TYPES, build_session, parse_events, read_landing_files, with_event_partitions
-from ops.config import JobSpec, find_job, load_platform
-from ops.pipelines import RouterPipeline
+from jobs.runtime import build_session, read_landing_files
+from ops.spec.job import JobSpec, find_job
+from ops.spec.pipelines import RouterPipeline
+from ops.spec.platform import load_platform
 
 OUT = WORKDIR / "profile"
 

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import yaml
 
-from ops.config import CONF_DIR_ENV, DEFAULT_CONF_DIR
-from ops.generator import write_batch
-from ops.telemetry import heartbeat_path, read_heartbeat
+from ops.driver.telemetry import heartbeat_path, read_heartbeat
+from ops.spec.platform import CONF_DIR_ENV, DEFAULT_CONF_DIR
+from synthetic.generator import write_batch
 
 FILES = 20
 EVENTS_PER_FILE = 30_000

@@ -17,8 +17,9 @@ from pyspark.sql import DataFrame, SparkSession
 
 from jobs.catalog import kind_of, sink_rows
 from jobs.runtime import EXIT_CONFIG_ERROR, EXIT_STOPPED, build_session, configure_logging, read_landing_files
-from ops.config import JobSpec, PlatformConfig, find_job, load_platform
 from ops.exceptions import ConfigError
+from ops.spec.job import JobSpec, find_job
+from ops.spec.platform import PlatformConfig, load_platform
 
 log = structlog.get_logger("streamwarden.batch")
 

@@ -43,16 +43,16 @@ from jobs.enricher.transform import PARTITION_COLUMNS as ENRICHER_PARTITIONS
 from jobs.enricher.transform import enrich
 from jobs.impressions_plays.transform import PARTITION_COLUMNS as IMPRESSIONS_PLAYS_PARTITIONS
 from jobs.impressions_plays.transform import impressions_plays
+from jobs.parsing import parse_events, with_event_partitions
 from jobs.router.transform import PARTITION_COLUMNS as ROUTER_PARTITIONS
 from jobs.router.transform import invalid_route_filters, route_events
-from jobs.runtime import parse_events, with_event_partitions
 from jobs.sessionizer.transform import PARTITION_COLUMNS as SESSIONIZER_PARTITIONS
 from jobs.sessionizer.transform import sessionize
 from jobs.warehouse_writer.transform import PARTITION_COLUMNS as WAREHOUSE_PARTITIONS
 from jobs.warehouse_writer.transform import warehouse_rows
-from ops.config import JobSpec, PlatformConfig
 from ops.exceptions import ConfigError
-from ops.pipelines import (
+from ops.spec.job import JobSpec
+from ops.spec.pipelines import (
     AttackChainsPipeline,
     CampaignUniquesPipeline,
     DeviceHealthPipeline,
@@ -61,6 +61,7 @@ from ops.pipelines import (
     RouterPipeline,
     WarehouseWriterPipeline,
 )
+from ops.spec.platform import PlatformConfig
 
 Transform = Callable[[Mapping[str, DataFrame], Any], DataFrame]
 # Problems the analyzer finds in a pipeline's expressions, by dotted field of the job file.

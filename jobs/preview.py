@@ -1,4 +1,4 @@
-"""Preview tap queries: the driver side of `warden preview` (the file format is in `ops/preview.py`).
+"""Preview tap queries: the driver side of `warden preview` (the file format is in `ops/driver/preview.py`).
 
 Design constraint: a job is ONE streaming query with ONE Parquet file sink, whose checkpoint and
 sink log anchor savepoints and rewinds; a tap must not change that query. So a tap is a query of
@@ -33,9 +33,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from jobs.catalog import pipeline_stages, stage_names
 from jobs.runtime import read_job_landing
-from ops.config import JobSpec, PlatformConfig
-from ops.exceptions import ConfigError
-from ops.preview import (
+from ops.driver.preview import (
     Preview,
     load_preview_file,
     merge_records,
@@ -44,6 +42,9 @@ from ops.preview import (
     tap_query_name,
     write_preview,
 )
+from ops.exceptions import ConfigError
+from ops.spec.job import JobSpec
+from ops.spec.platform import PlatformConfig
 
 log = structlog.get_logger("streamwarden.preview")
 

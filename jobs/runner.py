@@ -27,9 +27,10 @@ from jobs.runtime import (
     read_job_landing,
     run_streaming_job,
 )
-from ops.config import JOB_NAME_PATTERN, JobSpec, PlatformConfig, find_job, load_platform
+from ops.driver.listener import TelemetryListener
 from ops.exceptions import ConfigError
-from ops.listener import TelemetryListener
+from ops.spec.job import JOB_NAME_PATTERN, JobSpec, find_job
+from ops.spec.platform import PlatformConfig, load_platform
 
 log = structlog.get_logger("streamwarden.runner")
 

@@ -12,9 +12,7 @@ before the normal trigger starts), graceful shutdown, and the process exit code:
 * 2 (`EXIT_CONFIG_ERROR`): the config could not be planned; nothing was started, and a terminated
   heartbeat names the error.
 
-Landing files are newline-delimited JSON read with the `text` source and parsed here, once, by
-`parse_events`, so a malformed line becomes a dead letter with a precise reason instead of
-failing the batch or vanishing (which is what the `json` source's modes offer).
+Landing lines are parsed by `jobs.parsing`.
 """
 
 from __future__ import annotations
@@ -31,38 +29,23 @@ from typing import Literal
 
 import structlog
 from pyspark.errors import StreamingQueryException
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
-from ops.config import JobSpec, PlatformConfig
+from jobs.parsing import LANDING_GLOB
+from ops.driver.listener import TelemetryListener, describe_failure, serve_metrics
+from ops.driver.replay import finish_replay_batch, pending_replay, stage_replay_batch
 from ops.exceptions import ConfigError
-from ops.listener import TelemetryListener, describe_failure, serve_metrics
-from ops.pipelines import FieldType, FileSource
-from ops.rewind import finish_replay_batch, pending_replay, stage_replay_batch
+from ops.spec.job import JobSpec
+from ops.spec.pipelines import FileSource
+from ops.spec.platform import PlatformConfig
 
 EXIT_STOPPED = 0
 EXIT_QUERY_FAILED = 1
 EXIT_CONFIG_ERROR = 2
 
-DEAD_LETTER_REASON = "dead_letter_reason"
-RAW = "raw"
-EVENT_DATE = "event_date"
-EVENT_HOUR = "event_hour"
-# Landing files appear under a temporary name and are renamed to *.json once complete.
-LANDING_GLOB = "*.json"
-
-SPARK_TYPES: dict[FieldType, T.DataType] = {
-    "string": T.StringType(),
-    "long": T.LongType(),
-    "double": T.DoubleType(),
-    "boolean": T.BooleanType(),
-    "timestamp": T.TimestampType(),
-}
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-_CORRUPT_RECORD = "_corrupt_record"
-_JSON = "_json"
+
 
 QueryPlan = Callable[[SparkSession], DataStreamWriter]
 # (session, available_now) -> the started preview tap queries (`jobs/preview.py`); none when off.
@@ -154,58 +137,6 @@ def read_landing_files(spark: SparkSession, landing_dir: Path) -> DataFrame:
     return spark.read.format("text").option("pathGlobFilter", LANDING_GLOB).load(str(landing_dir))
 
 
-def parse_events(raw: DataFrame, source: FileSource) -> DataFrame:
-    """Raw JSON lines -> one typed column per source field, plus `dead_letter_reason` and `raw`.
-
-    Each line is parsed once, with every field read as text, and each field is then `try_cast` to
-    its declared type, so a bad value is reported instead of failing the batch (ANSI mode). The
-    reason is null for a good row; otherwise "invalid JSON", or the field problems joined by "; ",
-    each quoting the field: "missing required field 'user_id'",
-    "field 'amount': cannot parse 'abc' as double".
-    """
-    text_schema = T.StructType(
-        [T.StructField(field.name, T.StringType()) for field in source.fields]
-        + [T.StructField(_CORRUPT_RECORD, T.StringType())]
-    )
-    options = {"columnNameOfCorruptRecord": _CORRUPT_RECORD, "mode": "PERMISSIVE"}
-    parsed = raw.select(F.col("value").alias(RAW), F.from_json("value", text_schema, options).alias(_JSON))
-    # An empty line parses to a null struct; anything that is not a JSON object lands in the
-    # corrupt-record column.
-    invalid_json = F.col(_JSON).isNull() | F.col(f"{_JSON}.{_CORRUPT_RECORD}").isNotNull()
-    problems = [_field_problem(field.name, field.type, field.required) for field in source.fields]
-    reason = F.when(invalid_json, F.lit("invalid JSON")).when(
-        F.coalesce(*problems).isNotNull(), F.concat_ws("; ", *problems)
-    )
-    typed = [
-        F.col(f"{_JSON}.{field.name}").try_cast(SPARK_TYPES[field.type]).alias(field.name)
-        for field in source.fields
-    ]
-    return parsed.select(*typed, reason.alias(DEAD_LETTER_REASON), RAW)
-
-
-def _field_problem(name: str, field_type: FieldType, required: bool) -> Column:
-    """What is wrong with one field of a parsed row, or null."""
-    text = F.col(f"{_JSON}.{name}")
-    problems = []
-    if required:
-        problems.append(F.when(text.isNull(), F.lit(f"missing required field '{name}'")))
-    if field_type != "string":
-        unparsable = text.isNotNull() & text.try_cast(SPARK_TYPES[field_type]).isNull()
-        message = F.concat(F.lit(f"field '{name}': cannot parse '"), text, F.lit(f"' as {field_type}"))
-        problems.append(F.when(unparsable, message))
-    # At most one of the two holds: a field is either missing or present and unparsable.
-    return F.coalesce(*problems) if problems else F.lit(None).cast("string")
-
-
-def with_event_partitions(events: DataFrame, source: FileSource) -> DataFrame:
-    """Add the `event_date` and `event_hour` partition columns from the source's event time (UTC).
-
-    A row whose event time did not parse gets nulls (Spark's default partition on disk).
-    """
-    event_time = F.col(source.event_time_field)
-    return events.withColumns({EVENT_DATE: F.to_date(event_time), EVENT_HOUR: F.hour(event_time)})
-
-
 class ShutdownRequest:
     """Records SIGTERM/SIGINT; the driver's wait loop sees it and stops the query between batches.
 
@@ -276,7 +207,7 @@ def replay_pending(
 ) -> int:
     """Replay the batches a rewind queued, one trigger-once query per batch; how many ran.
 
-    Each batch runs with its original offsets (see `ops.rewind`), so it reads the same files under
+    Each batch runs with its original offsets (see `ops.recovery.rewind`), so it reads the same files under
     the same watermark as in the original run. A failing batch raises `StreamingQueryException`
     and stays queued; a stop request is honoured between batches and the rest stay queued.
     """

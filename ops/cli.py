@@ -27,16 +27,22 @@ import sys
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ops import platform as embedded
-from ops.config import find_job, load_jobs, load_platform
+from ops.clock import utcnow
+from ops.control.policy import FAILURE
+from ops.control.supervisor import Supervisor
+from ops.driver.preview import read_preview, render_preview
+from ops.embedded import platform as embedded
 from ops.exceptions import WardenError
-from ops.ledger import utcnow
-from ops.preview import read_preview, render_preview
-from ops.rewind import parse_moment, restate, rewind_job
-from ops.state_reader import StateTable, local_session, read_value_state
-from ops.supervisor import FAILURE, Supervisor
-from ops.upgrade import upgrade
+from ops.recovery.restate import restate
+from ops.recovery.rewind import parse_moment, rewind_job
+from ops.recovery.upgrade import upgrade
+from ops.spec.job import find_job, load_jobs
+from ops.spec.platform import load_platform
+
+if TYPE_CHECKING:
+    from ops.recovery.state_reader import StateTable
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -255,6 +261,9 @@ def state_lines(table: StateTable) -> list[str]:
 
 
 def cmd_state(args: argparse.Namespace) -> int:
+    # Only this command needs Spark; importing it here keeps every other command free of pyspark.
+    from ops.recovery.state_reader import local_session, read_value_state
+
     platform = load_platform()
     spec = find_job(args.job, platform.conf_dir)
     table = read_value_state(local_session(), platform, spec, key=args.key)

@@ -38,8 +38,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks.flink.landing_sql import ROWTIME, event_source_table, ident, interval, parsed_view, sink_table
-from ops.config import JobSpec
-from ops.pipelines import DEAD_LETTER_ROUTE, CampaignUniquesPipeline
+from ops.spec.job import JobSpec
+from ops.spec.pipelines import DEAD_LETTER_ROUTE, CampaignUniquesPipeline
 
 PARTITIONS = ("output", "event_date")
 HOURLY_EXACT, HOURLY_APPROX, ENRICHED, LATE = "hourly_exact", "hourly_approx", "enriched", "late"

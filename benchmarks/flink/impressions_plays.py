@@ -25,8 +25,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks.flink.landing_sql import ROWTIME, event_source_table, interval, parsed_view, sink_table
-from ops.config import JobSpec
-from ops.pipelines import DEAD_LETTER_ROUTE, ImpressionsPlaysPipeline
+from ops.spec.job import JobSpec
+from ops.spec.pipelines import DEAD_LETTER_ROUTE, ImpressionsPlaysPipeline
 
 PARTITIONS = ("outcome", "event_date", "event_hour")
 

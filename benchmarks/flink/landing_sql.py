@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from ops.pipelines import FieldType, FileSource
+from ops.spec.pipelines import FieldType, FileSource
 
 # Spark's name for the partition of a null value; Flink's default differs.
 DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
@@ -38,7 +38,7 @@ FLINK_TYPES: dict[FieldType, str] = {
     "boolean": "BOOLEAN",
     "timestamp": "TIMESTAMP(3)",
 }
-# The generator's event-time format (ops.generator._format_time), as a Java date pattern.
+# The generator's event-time format (synthetic.generator._format_time), as a Java date pattern.
 TIMESTAMP_PATTERN = "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"
 
 

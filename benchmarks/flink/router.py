@@ -19,8 +19,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks.flink.landing_sql import FLINK_TYPES, ident, parsed_view, quote, sink_table, source_table
-from ops.config import JobSpec
-from ops.pipelines import DEAD_LETTER_ROUTE, RouterPipeline
+from ops.spec.job import JobSpec
+from ops.spec.pipelines import DEAD_LETTER_ROUTE, RouterPipeline
 
 PARTITIONS = ("route", "event_date", "event_hour")
 DEAD_LETTER_COLUMNS = ("dead_letter_reason", "raw")

@@ -5,7 +5,7 @@ match: `rule`, `key`, the `event_ids` and `event_times` of the events that forme
 time order), `late` rows (an event at or behind the watermark, per rule it was tagged for) and
 `dead_letter` rows (malformed lines with `dead_letter_reason` and `raw`).
 
-Rules (`ops.pipelines.PatternRule`, declared in the job file; filters are Spark SQL, checked by
+Rules (`ops.spec.pipelines.PatternRule`, declared in the job file; filters are Spark SQL, checked by
 the analyzer with `invalid_rule_expressions` before the query starts):
 
 * `sequence`: an event matching `first`, then one matching `then` with the same `key`, at most
@@ -52,8 +52,8 @@ from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
 from jobs.bucketed_state import operator_watermark, timeout_reaching
 from jobs.expressions import invalid_boolean_expressions
-from jobs.runtime import DEAD_LETTER_REASON, RAW
-from ops.pipelines import (
+from jobs.parsing import DEAD_LETTER_REASON, RAW
+from ops.spec.pipelines import (
     DEAD_LETTER_ROUTE,
     AttackChainsPipeline,
     DistinctCountRule,

@@ -53,7 +53,7 @@ Design (decided for this job):
 * Batch runs (`jobs.batch`) apply the same processor to all files at once: one "micro-batch", no
   watermark, no expiry, nothing late. The stream gives the same rows when each key's readings
   arrive in (event_time, event_id) order across files, none is later than the allowed lateness
-  and no key is silent for longer than the TTL in between; `ops.scenarios` writes such input.
+  and no key is silent for longer than the TTL in between; `synthetic.scenarios` writes such input.
   Late readings change nothing else, so with them the stream differs from the batch run over the
   on-time files by its `late` rows only. The stream emits rows as readings arrive, so nothing
   waits for a watermark: no flush is needed.
@@ -82,8 +82,8 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 
 from jobs.expressions import invalid_boolean_expressions
-from jobs.runtime import DEAD_LETTER_REASON, EVENT_DATE, EVENT_HOUR, RAW, with_event_partitions
-from ops.pipelines import DEAD_LETTER_ROUTE, DataPointRule, DeviceHealthPipeline
+from jobs.parsing import DEAD_LETTER_REASON, EVENT_DATE, EVENT_HOUR, RAW, with_event_partitions
+from ops.spec.pipelines import DEAD_LETTER_ROUTE, DataPointRule, DeviceHealthPipeline
 
 OUTPUT = "output"
 DIAGNOSIS = "diagnosis"

@@ -41,7 +41,7 @@ from typing import Any
 import yaml
 from pydantic import Field, RootModel, ValidationError, model_validator
 
-from ops.pipelines import Model
+from ops.spec.model import Model
 
 PATH_PATTERN = r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$"
 DottedPath = str

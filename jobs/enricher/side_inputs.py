@@ -14,7 +14,7 @@ its tasks afresh, including the `read()` of a scan's partitions. (A Python data 
 inputs are Python data sources with ONE partition whose `read()` decides, when the batch runs,
 what the batch sees:
 
-* `streamwarden_reference`: the newest complete version of the table (`ops.reference_tables`),
+* `streamwarden_reference`: the newest complete version of the table (`ops.driver.reference_tables`),
   its rows with the version's name; one version per batch because one task reads it.
 * `streamwarden_mapping`: one row (`mapping_version`, `mapping_json`, `mapping_problem`) from the
   mapping file as it is now. A valid file is also saved as the last valid mapping (in the job's
@@ -30,9 +30,7 @@ previous one.
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -42,9 +40,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from jobs.enricher.mapping import mapping_version, parse_mapping
-from jobs.runtime import SPARK_TYPES
-from ops.pipelines import ReferenceTable
-from ops.reference_tables import current_version, version_name
+from jobs.parsing import SPARK_TYPES
+from ops.atomic import write_atomically
+from ops.driver.reference_tables import current_version, version_name
+from ops.spec.pipelines import ReferenceTable
 
 REFERENCE_VERSION = "reference_version"
 MAPPING_VERSION = "mapping_version"
@@ -52,14 +51,6 @@ MAPPING_JSON = "mapping_json"
 MAPPING_PROBLEM = "mapping_problem"
 LAST_VALID_MAPPING = "mapping-last-valid.json"
 MAPPING_STATUS = "mapping-status.json"
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-", suffix=".tmp")
-    with os.fdopen(handle, "w") as temp_file:
-        temp_file.write(text)
-    os.replace(temp_name, path)
 
 
 class ReferenceSource(DataSource):
@@ -136,11 +127,11 @@ def read_mapping(path: Path, state_dir: Path) -> tuple[str | None, str | None, s
         except FileNotFoundError:
             saved = None
         if saved != canonical:
-            _write_atomically(
+            write_atomically(
                 last_valid_path, json.dumps({"mapping_version": version, "mapping_json": canonical})
             )
     status = {"checked_at": time.time(), "file": str(path), "mapping_version": version, "problem": problem}
-    _write_atomically(state_dir / MAPPING_STATUS, json.dumps(status))
+    write_atomically(state_dir / MAPPING_STATUS, json.dumps(status))
     if problem is not None:
         # The worker's stderr is the driver log in local mode, the executor log on a cluster.
         print(json.dumps({"event": "invalid mapping, keeping the last valid one", **status}), file=sys.stderr)

@@ -41,8 +41,8 @@ from pyspark.sql import types as T
 
 from jobs.enricher.mapping import MappingConflict, apply_mapping
 from jobs.enricher.side_inputs import MAPPING_JSON, MAPPING_PROBLEM, MAPPING_VERSION, REFERENCE_VERSION
-from jobs.runtime import DEAD_LETTER_REASON, EVENT_DATE, EVENT_HOUR, RAW
-from ops.pipelines import DEAD_LETTER_ROUTE, EnricherPipeline
+from jobs.parsing import DEAD_LETTER_REASON, EVENT_DATE, EVENT_HOUR, RAW
+from ops.spec.pipelines import DEAD_LETTER_ROUTE, EnricherPipeline
 
 ROUTE = "route"
 ENRICHED_ROUTE = "enriched"

@@ -84,8 +84,8 @@ from jobs.bucketed_state import (
     timeout_reaching,
     write_state,
 )
-from jobs.runtime import DEAD_LETTER_REASON, EVENT_DATE, EVENT_HOUR, RAW
-from ops.pipelines import DEAD_LETTER_ROUTE, FileSource, ImpressionsPlaysPipeline
+from jobs.parsing import DEAD_LETTER_REASON, EVENT_DATE, EVENT_HOUR, RAW
+from ops.spec.pipelines import DEAD_LETTER_ROUTE, FileSource, ImpressionsPlaysPipeline
 
 OUTCOME = "outcome"
 CONVERSION = "conversion"

@@ -33,8 +33,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.expressions import invalid_boolean_expressions
-from jobs.runtime import DEAD_LETTER_REASON, EVENT_DATE, EVENT_HOUR, RAW
-from ops.pipelines import DEAD_LETTER_ROUTE, Route
+from jobs.parsing import DEAD_LETTER_REASON, EVENT_DATE, EVENT_HOUR, RAW
+from ops.spec.pipelines import DEAD_LETTER_ROUTE, Route
 
 ROUTE = "route"
 PARTITION_COLUMNS = (ROUTE, EVENT_DATE, EVENT_HOUR)

@@ -81,8 +81,8 @@ from jobs.bucketed_state import (
     timeout_reaching,
     write_state,
 )
-from jobs.runtime import DEAD_LETTER_REASON, EVENT_DATE, RAW
-from ops.pipelines import DEAD_LETTER_ROUTE, FileSource, SessionizerPipeline
+from jobs.parsing import DEAD_LETTER_REASON, EVENT_DATE, RAW
+from ops.spec.pipelines import DEAD_LETTER_ROUTE, FileSource, SessionizerPipeline
 
 OUTPUT = "output"
 SESSIONS = "sessions"

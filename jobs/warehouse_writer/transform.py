@@ -26,8 +26,8 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from jobs.runtime import DEAD_LETTER_REASON, EVENT_DATE, EVENT_HOUR, RAW
-from ops.pipelines import DEAD_LETTER_ROUTE
+from jobs.parsing import DEAD_LETTER_REASON, EVENT_DATE, EVENT_HOUR, RAW
+from ops.spec.pipelines import DEAD_LETTER_ROUTE
 
 ROUTE = "route"
 EVENTS_ROUTE = "events"

@@ -9,11 +9,12 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
-from ops.config import PlatformConfig, load_platform
+from ops.clock import utcnow
+from ops.control.supervisor import PassSummary, Supervisor
 from ops.exceptions import WardenError
-from ops.ledger import utcnow
-from ops.rewind import parse_moment, restate, rewind_job
-from ops.supervisor import PassSummary, Supervisor
+from ops.recovery.restate import restate
+from ops.recovery.rewind import parse_moment, rewind_job
+from ops.spec.platform import PlatformConfig, load_platform
 from streamwarden_airflow.triggers import JobWatchTrigger
 
 
@@ -117,7 +118,7 @@ class SavepointOperator(SupervisorOperator):
 class RestateOperator(SupervisorOperator):
     """Restates a job from a savepoint (by id, or the newest before a time); a dry run only reports.
 
-    The real run is `ops.rewind.restate`: suspend, rewind, resume (the driver replays the later
+    The real run is `ops.recovery.restate.restate`: suspend, rewind, resume (the driver replays the later
     batches with the current code), wait for the replay, then a ledger entry and a Slack summary.
     A scheduled restatement gives neither id nor time but `lookback_hours`: the newest savepoint
     taken that long before the run starts.

@@ -11,9 +11,9 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from ops.config import load_platform
-from ops.ledger import utcnow
-from ops.supervisor import Supervisor
+from ops.clock import utcnow
+from ops.control.supervisor import Supervisor
+from ops.spec.platform import load_platform
 
 
 class JobWatchTrigger(BaseTrigger):

@@ -18,8 +18,8 @@ from benchmarks.flink import campaign_uniques, router
 from benchmarks.flink.landing_sql import DEFAULT_PARTITION
 from benchmarks.flink_compare import CHUNKS_START, COMPARISONS, compared_counts, flink_partition_counts
 from jobs.campaign_uniques import transform as campaign_uniques_job
-from ops.config import find_job, load_jobs
-from ops.scenarios import SCENARIOS
+from ops.spec.job import find_job, load_jobs
+from synthetic.scenarios import SCENARIOS
 
 
 def write(path: Path, lines: int) -> None:

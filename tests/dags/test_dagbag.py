@@ -7,7 +7,8 @@ from pathlib import Path
 import yaml
 from airflow.dag_processing.dagbag import DagBag
 
-from ops.config import PlatformConfig, load_jobs
+from ops.spec.job import load_jobs
+from ops.spec.platform import PlatformConfig
 from tests.support.drivers import edit_job
 from tests.support.slack import SlackReceiver
 

@@ -13,11 +13,12 @@ from pyspark.sql import SparkSession
 from pyspark.testing import assertDataFrameEqual
 
 from jobs.batch import batch_rows
-from ops.config import PlatformConfig, find_job
-from ops.generator import write_batch
-from ops.ledger import Ledger
-from ops.rewind import replay_dir
-from ops.supervisor import Supervisor, stop_all_jobs
+from ops.control.supervisor import Supervisor, stop_all_jobs
+from ops.driver.replay import replay_dir
+from ops.ledger.store import Ledger
+from ops.spec.job import find_job
+from ops.spec.platform import PlatformConfig
+from synthetic.generator import write_batch
 from tests.support.drivers import caught_up, edit_job, fast_trigger, wait_for
 from tests.support.slack import SlackReceiver
 

@@ -16,12 +16,13 @@ from airflow.dag_processing.dagbag import DagBag
 from pyspark.sql import SparkSession
 
 from jobs.router.transform import read_route
-from ops.config import PlatformConfig, find_job
-from ops.generator import GeneratedBatch, write_batch
-from ops.ledger import Ledger
-from ops.pipelines import DEAD_LETTER_ROUTE
-from ops.supervisor import stop_all_jobs
-from ops.telemetry import heartbeat_path, read_heartbeat
+from ops.control.supervisor import stop_all_jobs
+from ops.driver.telemetry import heartbeat_path, read_heartbeat
+from ops.ledger.store import Ledger
+from ops.spec.job import find_job
+from ops.spec.pipelines import DEAD_LETTER_ROUTE
+from ops.spec.platform import PlatformConfig
+from synthetic.generator import GeneratedBatch, write_batch
 from tests.support.drivers import wait_for
 from tests.support.slack import SlackReceiver
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from ops.config import PlatformConfig
-from ops.supervisor import Supervisor
+from ops.control.supervisor import Supervisor
+from ops.spec.platform import PlatformConfig
 from streamwarden_airflow.triggers import JobWatchTrigger
 
 

@@ -12,11 +12,12 @@ from pyspark.testing import assertDataFrameEqual
 
 from jobs.attack_chains.transform import SINK_COLUMNS, attack_chains
 from jobs.catalog import sink_rows
-from jobs.runtime import parse_events
-from ops.config import PlatformConfig, find_job
+from jobs.parsing import parse_events
+from ops.driver.listener import state_rows
 from ops.exceptions import ConfigError
-from ops.listener import state_rows
-from ops.pipelines import AttackChainsPipeline
+from ops.spec.job import find_job
+from ops.spec.pipelines import AttackChainsPipeline
+from ops.spec.platform import PlatformConfig
 from tests.jobs.test_campaign_uniques import (
     assert_state_levels_off,
     one_file_per_batch,

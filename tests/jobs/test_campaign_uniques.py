@@ -15,11 +15,13 @@ from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from jobs.campaign_uniques.transform import SINK_COLUMNS, campaign_uniques, distinct_campaigns
+from jobs.parsing import parse_events
 from jobs.runner import plan_job
-from jobs.runtime import parse_events, state_conf, with_trigger
-from ops.config import JobSpec, PlatformConfig, find_job
-from ops.listener import state_rows
-from ops.pipelines import CampaignUniquesPipeline
+from jobs.runtime import state_conf, with_trigger
+from ops.driver.listener import state_rows
+from ops.spec.job import JobSpec, find_job
+from ops.spec.pipelines import CampaignUniquesPipeline
+from ops.spec.platform import PlatformConfig
 
 JOB = "campaign_uniques"
 ROW = tuple[object, ...]

@@ -21,8 +21,9 @@ from pyspark.testing import assertDataFrameEqual
 from jobs.catalog import sink_rows
 from jobs.runner import plan_job
 from jobs.runtime import state_conf, with_trigger
-from ops.config import PlatformConfig, find_job
-from ops.listener import state_rows
+from ops.driver.listener import state_rows
+from ops.spec.job import find_job
+from ops.spec.platform import PlatformConfig
 from tests.support.drivers import edit_job
 
 # The sink's columns, with the two timestamps as UTC text (collected timestamps are local).

@@ -18,12 +18,14 @@ from pyspark.testing import assertDataFrameEqual
 from jobs.enricher.mapping import MappingConflict, apply_mapping, mapping_version, parse_mapping
 from jobs.enricher.side_inputs import MAPPING_STATUS
 from jobs.enricher.transform import enrich
+from jobs.parsing import parse_events, with_event_partitions
 from jobs.runner import plan_job
-from jobs.runtime import parse_events, with_event_partitions, with_trigger
-from ops.config import DEFAULT_CONF_DIR, PlatformConfig, find_job
-from ops.pipelines import EnricherPipeline
-from ops.reference_tables import publish_reference
-from ops.scenarios import write_json_lines
+from jobs.runtime import with_trigger
+from ops.driver.reference_tables import publish_reference
+from ops.spec.job import find_job
+from ops.spec.pipelines import EnricherPipeline
+from ops.spec.platform import DEFAULT_CONF_DIR, PlatformConfig
+from synthetic.scenarios import write_json_lines
 from tests.support.drivers import edit_job
 
 JOB = "enricher"

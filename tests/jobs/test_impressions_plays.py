@@ -20,11 +20,13 @@ from pyspark.testing import assertDataFrameEqual
 
 from jobs.bucketed_state import frame_from_ipc
 from jobs.impressions_plays.transform import OUTPUT_SCHEMA, impressions_plays, within_window
+from jobs.parsing import parse_events
 from jobs.runner import plan_job
-from jobs.runtime import parse_events, state_conf, with_trigger
-from ops.config import DEFAULT_CONF_DIR, PlatformConfig, find_job
-from ops.pipelines import ImpressionsPlaysPipeline
-from ops.scenarios import write_json_lines
+from jobs.runtime import state_conf, with_trigger
+from ops.spec.job import find_job
+from ops.spec.pipelines import ImpressionsPlaysPipeline
+from ops.spec.platform import DEFAULT_CONF_DIR, PlatformConfig
+from synthetic.scenarios import write_json_lines
 from tests.support.drivers import edit_job
 
 JOB = "impressions_plays"

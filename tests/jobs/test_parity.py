@@ -3,12 +3,12 @@
 The streaming side is the real query `jobs.runner.plan_job` builds, run to the end of its input
 with an available-now trigger and read back through the sink log; the batch side is
 `jobs.batch.batch_rows` over the same files. Every job in conf/jobs is covered, on its kind's scenario
-in `ops.scenarios` (no event later than the allowed lateness, so the two must agree row for row).
+in `synthetic.scenarios` (no event later than the allowed lateness, so the two must agree row for row).
 For a stateful kind the scenario's flush then moves the watermark past everything the scenario
 opened, and the batch side reads the scenario's files only (a copy taken before the flush).
 
 Late events make the two differ by exactly what the stream sends to its `late` output: for every
-kind with a late writer in `ops.scenarios`, events written behind the stream's watermark are all
+kind with a late writer in `synthetic.scenarios`, events written behind the stream's watermark are all
 in `late`, and the stream's other rows are the batch rows of the files without them.
 """
 
@@ -27,8 +27,9 @@ from jobs.batch import batch_rows
 from jobs.catalog import kind_of
 from jobs.runner import plan_job
 from jobs.runtime import state_conf, with_trigger
-from ops.config import JobSpec, PlatformConfig, find_job, load_jobs
-from ops.scenarios import SCENARIOS, Scenario
+from ops.spec.job import JobSpec, find_job, load_jobs
+from ops.spec.platform import PlatformConfig
+from synthetic.scenarios import SCENARIOS, Scenario
 
 JOBS = sorted(load_jobs().specs)
 # The jobs whose sink has a `late` output: their kind's scenario can write late events.

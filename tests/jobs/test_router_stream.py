@@ -13,10 +13,11 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from jobs.router.transform import read_route
-from ops.config import PlatformConfig, find_job
-from ops.generator import TYPED_FIELDS, GeneratedBatch, MalformedLine, write_batch
-from ops.pipelines import DEAD_LETTER_ROUTE
-from ops.telemetry import Heartbeat, read_heartbeat
+from ops.driver.telemetry import Heartbeat, read_heartbeat
+from ops.spec.job import find_job
+from ops.spec.pipelines import DEAD_LETTER_ROUTE
+from ops.spec.platform import PlatformConfig
+from synthetic.generator import TYPED_FIELDS, GeneratedBatch, MalformedLine, write_batch
 from tests.support.drivers import Driver, edit_job, fast_trigger
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -10,9 +10,9 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.testing import assertDataFrameEqual
 
+from jobs.parsing import parse_events, with_event_partitions
 from jobs.router.transform import invalid_route_filters, read_route, route_events
-from jobs.runtime import parse_events, with_event_partitions
-from ops.pipelines import FileSource, Route
+from ops.spec.pipelines import FileSource, Route
 
 SOURCE = FileSource.model_validate(
     {

@@ -14,12 +14,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
+from jobs.parsing import parse_events
 from jobs.runner import plan_job
-from jobs.runtime import parse_events, state_conf, with_trigger
+from jobs.runtime import state_conf, with_trigger
 from jobs.sessionizer.transform import sessionize
-from ops.config import PlatformConfig, find_job
-from ops.listener import state_rows
-from ops.pipelines import SessionizerPipeline
+from ops.driver.listener import state_rows
+from ops.spec.job import find_job
+from ops.spec.pipelines import SessionizerPipeline
+from ops.spec.platform import PlatformConfig
 from tests.support.drivers import edit_job
 
 FIELDS = [

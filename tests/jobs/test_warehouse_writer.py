@@ -14,12 +14,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
+from jobs.parsing import parse_events, with_event_partitions
 from jobs.runner import plan_job
-from jobs.runtime import parse_events, with_event_partitions, with_trigger
+from jobs.runtime import with_trigger
 from jobs.warehouse_writer.transform import warehouse_rows
-from ops.config import DEFAULT_CONF_DIR, PlatformConfig, find_job
-from ops.generator import write_batch
-from ops.pipelines import WarehouseWriterPipeline
+from ops.spec.job import find_job
+from ops.spec.pipelines import WarehouseWriterPipeline
+from ops.spec.platform import DEFAULT_CONF_DIR, PlatformConfig
+from synthetic.generator import write_batch
 from tests.support.drivers import edit_job
 
 JOB = "warehouse_writer"

@@ -11,10 +11,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from ops.alerts import CLAIM_LEASE, Alert, AlertCenter
-from ops.config import PlatformConfig, SlackConfig
-from ops.ledger import Ledger
-from ops.services import free_loopback_port
+from ops.control.alerts import CLAIM_LEASE, Alert, AlertCenter
+from ops.ledger.store import Ledger
+from ops.ports import free_loopback_port
+from ops.spec.platform import PlatformConfig, SlackConfig
 from tests.support.slack import SlackReceiver, use_webhook
 
 RUN_URL = "http://127.0.0.1:8080/dags/warden_router/runs/scheduled__2031-05-04T12:00:00+00:00"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ops.cli import main
-from ops.config import PlatformConfig
+from ops.spec.platform import PlatformConfig
 
 
 def test_stop_status_and_decisions(platform_conf: PlatformConfig, capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ops.config import DEFAULT_CONF_DIR, PlatformConfig, find_job, load_job, load_jobs, load_platform
 from ops.exceptions import ConfigError
+from ops.spec.job import find_job, load_job, load_jobs
+from ops.spec.platform import DEFAULT_CONF_DIR, PlatformConfig, load_platform
 
 
 def router_document() -> dict:

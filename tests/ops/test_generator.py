@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ops.generator import REQUIRED_FIELDS, TYPED_FIELDS, run, write_batch
+from synthetic.generator import REQUIRED_FIELDS, TYPED_FIELDS, run, write_batch
 
 
 def test_same_seed_writes_the_same_file(tmp_path: Path) -> None:
@@ -72,7 +72,7 @@ def test_command_line_prints_progress(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "ops.generator",
+            "synthetic.generator",
             "--landing",
             str(tmp_path),
             "--rate",

@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from ops.config import PlatformConfig
-from ops.listener import (
+from ops.driver.listener import (
     TelemetryListener,
     batch_sample,
     describe_failure,
@@ -19,8 +18,9 @@ from ops.listener import (
     state_memory_bytes,
     state_rows,
 )
-from ops.services import free_loopback_port
-from ops.telemetry import Heartbeat, read_heartbeat
+from ops.driver.telemetry import Heartbeat, read_heartbeat
+from ops.ports import free_loopback_port
+from ops.spec.platform import PlatformConfig
 
 
 def test_batch_sample_reads_a_progress_record() -> None:

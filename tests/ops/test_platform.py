@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ops import platform as embedded
-from ops.config import PlatformConfig, load_platform
-from ops.services import free_loopback_port, free_seaweed_ports, process_group_members
+from ops.embedded import platform as embedded
+from ops.embedded.services import free_seaweed_ports, process_group_members
+from ops.ports import free_loopback_port
+from ops.spec.platform import PlatformConfig, load_platform
 
 
 def processes_of(conf_dir: Path) -> list[str]:

@@ -13,10 +13,11 @@ from jobs.preview import start_taps
 from jobs.runner import plan_job
 from jobs.runtime import with_trigger
 from ops.cli import main
-from ops.config import PlatformConfig, find_job
+from ops.driver.preview import read_preview
 from ops.exceptions import PreviewError
-from ops.preview import read_preview
-from ops.scenarios import write_json_lines
+from ops.spec.job import find_job
+from ops.spec.platform import PlatformConfig
+from synthetic.scenarios import write_json_lines
 from tests.support.drivers import edit_job
 from tests.support.platform import copy_job
 

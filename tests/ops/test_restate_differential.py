@@ -22,14 +22,15 @@ from pyspark.testing import assertDataFrameEqual
 
 from jobs.runner import plan_job
 from jobs.runtime import ShutdownRequest, replay_pending, state_conf, with_trigger
-from ops.config import PlatformConfig, find_job
+from ops.control.supervisor import Supervisor
+from ops.driver.listener import TelemetryListener
 from ops.exceptions import RewindError
-from ops.generator import write_batch
-from ops.ledger import Ledger
-from ops.listener import TelemetryListener
-from ops.rewind import rewind_job
-from ops.savepoints import take_savepoint
-from ops.supervisor import Supervisor
+from ops.ledger.store import Ledger
+from ops.recovery.rewind import rewind_job
+from ops.savepoints.store import take_savepoint
+from ops.spec.job import find_job
+from ops.spec.platform import PlatformConfig
+from synthetic.generator import write_batch
 from tests.support.drivers import caught_up, edit_job, write_sessions_input
 from tests.support.platform import write_conf
 

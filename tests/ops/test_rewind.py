@@ -20,14 +20,17 @@ from pyspark.testing import assertDataFrameEqual
 
 from jobs.batch import batch_rows
 from jobs.router.transform import read_route
-from ops.config import PlatformConfig, find_job
+from ops.control.locks import job_lock
+from ops.control.supervisor import Supervisor
+from ops.driver.replay import pending_replay, replay_dir
 from ops.exceptions import RewindError
-from ops.generator import write_batch
-from ops.ledger import Ledger
-from ops.locks import job_lock
-from ops.rewind import last_commit, pending_replay, replay_dir, rewind_job
-from ops.savepoints import take_savepoint
-from ops.supervisor import Supervisor
+from ops.ledger.store import Ledger
+from ops.recovery.restate import last_commit
+from ops.recovery.rewind import rewind_job
+from ops.savepoints.store import take_savepoint
+from ops.spec.job import find_job
+from ops.spec.platform import PlatformConfig
+from synthetic.generator import write_batch
 from tests.support.drivers import Driver, caught_up, edit_job, fast_trigger
 
 JOB = "router"

@@ -26,12 +26,13 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from jobs.runtime import ROCKSDB_PROVIDER
-from ops.config import CONF_DIR_ENV, PlatformConfig, find_job
+from ops.control.supervisor import Supervisor, stop_all_jobs
 from ops.exceptions import SavepointError
-from ops.generator import write_batch
-from ops.ledger import Ledger, SavepointRecord
-from ops.savepoints import apply_retention, read_manifest, take_savepoint
-from ops.supervisor import Supervisor, stop_all_jobs
+from ops.ledger.store import Ledger, SavepointRecord
+from ops.savepoints.store import apply_retention, read_manifest, take_savepoint
+from ops.spec.job import find_job
+from ops.spec.platform import CONF_DIR_ENV, PlatformConfig
+from synthetic.generator import write_batch
 from tests.support.drivers import REPO_ROOT, Driver, caught_up, edit_job, fast_trigger
 from tests.support.s3 import S3Server, SlowLink, point_at_s3
 from tests.support.slack import SlackReceiver
@@ -297,7 +298,7 @@ def test_retention_failing_after_a_good_savepoint_reports_it_taken(
         outage.enter_context(s3_server.outage())
         return record
 
-    monkeypatch.setattr("ops.supervisor.take_savepoint", copy_then_lose_s3)
+    monkeypatch.setattr("ops.control.supervisor.take_savepoint", copy_then_lose_s3)
     with outage:
         outcome = supervisor.savepoint("router", "second")
     assert outcome.savepoint.batch_id == 1 and outcome.pruned == []

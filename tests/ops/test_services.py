@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from ops.embedded.services import ManagedProcess, SeaweedS3, free_seaweed_ports
 from ops.exceptions import ServiceError
-from ops.services import ManagedProcess, SeaweedS3, free_seaweed_ports
 from tests.support.s3 import S3Server, s3_platform
 
 

@@ -11,9 +11,10 @@ from pyspark.sql import SparkSession
 from jobs.runner import plan_job
 from jobs.runtime import state_conf, with_trigger
 from ops.cli import main
-from ops.config import PlatformConfig, find_job
 from ops.exceptions import StateReadError
-from ops.state_reader import last_committed_batch, read_value_state
+from ops.recovery.state_reader import last_committed_batch, read_value_state
+from ops.spec.job import find_job
+from ops.spec.platform import PlatformConfig
 from tests.jobs.test_device_health import one_file_per_batch, reading, write_landing
 from tests.support.drivers import edit_job
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ops.alerts import AlertCenter
-from ops.config import JobSpec, PlatformConfig
+from ops.control.alerts import AlertCenter
+from ops.control.policy import FAILURE
+from ops.control.supervisor import Supervisor, stop_all_jobs
 from ops.exceptions import LaunchError
-from ops.ledger import Ledger, RunRecord
-from ops.supervisor import FAILURE, Supervisor, stop_all_jobs
+from ops.ledger.store import Ledger, RunRecord
+from ops.spec.job import JobSpec
+from ops.spec.platform import PlatformConfig
 from tests.support.drivers import caught_up, edit_job, wait_for, write_sessions_input
 from tests.support.slack import SlackReceiver
 

@@ -7,10 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from ops.config import DEFAULT_CONF_DIR, JobSpec, SavepointPolicy, find_job
-from ops.health import Observation, assess
-from ops.ledger import JobRecord, RunRecord
-from ops.supervisor import (
+from ops.control.health import Observation, assess
+from ops.control.policy import (
     CONFIG_FAILURE,
     FAILURE,
     CloseRun,
@@ -26,7 +24,10 @@ from ops.supervisor import (
     decide,
     restart_streak,
 )
-from ops.telemetry import BatchSample, Heartbeat
+from ops.driver.telemetry import BatchSample, Heartbeat
+from ops.ledger.store import JobRecord, RunRecord
+from ops.spec.job import JobSpec, SavepointPolicy, find_job
+from ops.spec.platform import DEFAULT_CONF_DIR
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 SPEC = find_job("router", DEFAULT_CONF_DIR)

@@ -13,12 +13,13 @@ from pyspark.sql import SparkSession
 from pyspark.testing import assertDataFrameEqual
 
 from jobs.batch import batch_rows
-from ops.config import PlatformConfig, find_job
+from ops.control.supervisor import Supervisor, stop_all_jobs
 from ops.exceptions import UpgradeError
-from ops.generator import write_batch
-from ops.ledger import Ledger
-from ops.supervisor import Supervisor, stop_all_jobs
-from ops.upgrade import upgrade
+from ops.ledger.store import Ledger
+from ops.recovery.upgrade import upgrade
+from ops.spec.job import find_job
+from ops.spec.platform import PlatformConfig
+from synthetic.generator import write_batch
 from tests.support.drivers import caught_up, edit_job, fast_trigger, wait_for, write_sessions_input
 from tests.support.slack import SlackReceiver
 

@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 import yaml
 
-from ops.checkpoint import log_entries, read_offsets, source_files, source_log_offset
-from ops.config import CONF_DIR_ENV, PlatformConfig
-from ops.generator import DEFAULT_START, make_event
-from ops.rewind import pending_replay
-from ops.scenarios import write_json_lines
-from ops.telemetry import Heartbeat, heartbeat_path, read_heartbeat
+from ops.driver.checkpoint import log_entries, read_offsets, source_files, source_log_offset
+from ops.driver.replay import pending_replay
+from ops.driver.telemetry import Heartbeat, heartbeat_path, read_heartbeat
+from ops.spec.platform import CONF_DIR_ENV, PlatformConfig
+from synthetic.generator import DEFAULT_START, make_event
+from synthetic.scenarios import write_json_lines
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ops.config import CONF_DIR_ENV, DEFAULT_CONF_DIR, PlatformConfig, load_platform
-from ops.ledger import Ledger
-from ops.services import free_loopback_port
+from ops.ledger.store import Ledger
+from ops.ports import free_loopback_port
+from ops.spec.platform import CONF_DIR_ENV, DEFAULT_CONF_DIR, PlatformConfig, load_platform
 
 
 def write_conf(conf_dir: Path, runtime: Path, *, jobs: dict[str, dict] | None = None) -> None:

@@ -22,8 +22,9 @@ import pytest
 import yaml
 from botocore.client import BaseClient
 
-from ops.config import PlatformConfig, load_platform
-from ops.services import SeaweedPorts, SeaweedS3, free_seaweed_ports, s3_client
+from ops.embedded.services import SeaweedPorts, SeaweedS3, free_seaweed_ports
+from ops.s3 import s3_client
+from ops.spec.platform import PlatformConfig, load_platform
 
 CHUNK = 4096
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from ops.config import SlackConfig
+from ops.spec.platform import SlackConfig
 
 WEBHOOK_PATH = "/services/T0000TEST/B0000TEST/streamwardentestsecret"
 

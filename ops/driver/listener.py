@@ -2,7 +2,7 @@
 
 Spark has no REST endpoint for Structured Streaming, so every driver installs a
 `TelemetryListener`. On query start, every progress event, every idle event and on termination it
-rewrites the job's heartbeat (`ops.telemetry`), keeping the last `RECENT_BATCHES` batches, and it
+rewrites the job's heartbeat (`ops.driver.telemetry`), keeping the last `RECENT_BATCHES` batches, and it
 updates gauges on a registry of its own that `serve_metrics` exposes on 127.0.0.1.
 
 The progress record is read from its JSON form, which is the same in classic PySpark and Spark
@@ -33,9 +33,8 @@ from pyspark.sql.streaming.listener import (
     QueryTerminatedEvent,
 )
 
-from ops.config import PlatformConfig
-from ops.preview import is_tap_query
-from ops.telemetry import (
+from ops.driver.preview import is_tap_query
+from ops.driver.telemetry import (
     RECENT_BATCHES,
     BatchSample,
     Heartbeat,
@@ -43,6 +42,7 @@ from ops.telemetry import (
     heartbeat_path,
     write_heartbeat,
 )
+from ops.spec.platform import PlatformConfig
 
 # Long stack traces stay in the driver log; the heartbeat keeps enough to page on.
 MAX_ERROR_MESSAGE = 2000
@@ -185,7 +185,7 @@ class TelemetryListener(StreamingQueryListener):
         # Run ids of the trigger-once queries that replay a rewound job's batches: their normal
         # end is a step of the replay, not the end of the job.
         self.replay_runs: set[str] = set()
-        # Ids of preview tap queries (`ops.preview`): their events say nothing about the job.
+        # Ids of preview tap queries (`ops.driver.preview`): their events say nothing about the job.
         self._taps: set[str] = set()
 
     def onQueryStarted(self, event: QueryStartedEvent) -> None:

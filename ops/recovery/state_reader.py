@@ -28,9 +28,10 @@ from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ops.checkpoint import log_entries
-from ops.config import JobSpec, PlatformConfig
+from ops.driver.checkpoint import log_entries
 from ops.exceptions import StateReadError
+from ops.spec.job import JobSpec
+from ops.spec.platform import PlatformConfig
 
 CHECKPOINT_FORMAT_CONF = "spark.sql.streaming.stateStore.checkpointFormatVersion"
 VALUE_STATE = "ValueState"

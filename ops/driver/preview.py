@@ -13,15 +13,15 @@ from the job's own query (`is_tap_query`) and keep them out of the heartbeat.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ops.config import JobSpec, PlatformConfig
+from ops.atomic import write_atomically
 from ops.exceptions import PreviewError
+from ops.spec.job import JobSpec
+from ops.spec.platform import PlatformConfig
 
 TAP_MARKER = ".preview."
 
@@ -75,10 +75,7 @@ def write_preview(path: Path, preview: Preview) -> None:
         "columns": list(preview.columns),
         "records": list(preview.records),
     }
-    handle, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-", suffix=".tmp")
-    with os.fdopen(handle, "w") as temp_file:
-        json.dump(document, temp_file, default=str)
-    os.replace(temp_name, path)
+    write_atomically(path, json.dumps(document, default=str))
 
 
 def load_preview_file(path: Path) -> Preview | None:

@@ -6,7 +6,7 @@ a job's output against known input without re-implementing Spark SQL. Files appe
 they are written under a temporary name that does not match `*.json` and renamed when complete,
 so a streaming file source never reads half a file.
 
-`run` writes such files continuously for the demo; `python -m ops.generator --landing DIR --rate N`
+`run` writes such files continuously for the demo; `python -m synthetic.generator --landing DIR --rate N`
 runs it from the command line.
 """
 
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import threading
 import time
@@ -25,6 +24,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
+
+from ops.atomic import write_atomically
 
 MalformedKind = Literal["bad_json", "wrong_type", "missing_field"]
 MALFORMED_KINDS: tuple[MalformedKind, ...] = ("bad_json", "wrong_type", "missing_field")
@@ -145,11 +146,8 @@ def write_batch(
         else:
             events.append(event)
             lines.append(json.dumps(event))
-    landing_dir.mkdir(parents=True, exist_ok=True)
     path = landing_dir / (file_name or f"events-{seed}.json")
-    temp_path = landing_dir / f".{path.name}.{os.getpid()}.tmp"
-    temp_path.write_text("".join(line + "\n" for line in lines))
-    os.replace(temp_path, path)
+    write_atomically(path, "".join(line + "\n" for line in lines))
     return GeneratedBatch(path=path, events=tuple(events), malformed=tuple(malformed))
 
 
@@ -201,8 +199,10 @@ def run(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m ops.generator --landing DIR --rate N`: write events until interrupted."""
-    parser = argparse.ArgumentParser(prog="python -m ops.generator", description=__doc__.splitlines()[0])
+    """`python -m synthetic.generator --landing DIR --rate N`: write events until interrupted."""
+    parser = argparse.ArgumentParser(
+        prog="python -m synthetic.generator", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--landing", type=Path, required=True, help="landing directory of the job's source")
     parser.add_argument("--rate", type=float, required=True, help="events per second")
     parser.add_argument("--files-per-second", type=float, default=1.0)

@@ -28,13 +28,15 @@ from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import quote
 
-from ops.config import CONF_DIR_ENV, PlatformConfig, load_jobs
+from ops.embedded.services import ManagedProcess, SeaweedS3, venv_bin_dir
 from ops.exceptions import ServiceError
-from ops.ledger import Ledger
-from ops.services import ManagedProcess, SeaweedS3, s3_credentials, venv_bin_dir
+from ops.ledger.store import Ledger
+from ops.s3 import s3_credentials
+from ops.spec.job import load_jobs
+from ops.spec.platform import CONF_DIR_ENV, PlatformConfig
 
 # Where the code lives (dags/, plugins/, the ops and jobs packages); the conf dir may be elsewhere.
-CODE_ROOT = Path(__file__).resolve().parent.parent
+CODE_ROOT = Path(__file__).resolve().parents[2]
 SUPERVISE_DAG_PREFIX = "warden_supervise_"
 # Each component with the flags that keep it off the network beyond its own job.
 AIRFLOW_COMMANDS = {
@@ -139,7 +141,7 @@ def generator_process(platform: PlatformConfig) -> ManagedProcess:
     argv = [
         sys.executable,
         "-m",
-        "ops.generator",
+        "synthetic.generator",
         "--landing",
         str(platform.landing_root / "events"),
         "--rate",
@@ -285,7 +287,7 @@ def down(platform: PlatformConfig, *, echo: Echo = print) -> None:
     Airflow goes before the drivers so no supervision pass relaunches a driver being stopped.
     """
     # Imported here: only `down` needs the supervisor stack, and `up`/`status` must work without it.
-    from ops.supervisor import stop_all_jobs
+    from ops.control.supervisor import stop_all_jobs
 
     echo(f"generator: {generator_process(platform).stop()}")
     for component in reversed(airflow_processes(platform)):

@@ -41,9 +41,11 @@ import structlog
 from slack_sdk.errors import SlackRequestError
 from slack_sdk.webhook import WebhookClient
 
-from ops.config import AlertRouting, SlackConfig
+from ops.clock import utcnow
 from ops.exceptions import AlertDeliveryError
-from ops.ledger import AlertRecord, Ledger, utcnow
+from ops.ledger.store import AlertRecord, Ledger
+from ops.spec.job import AlertRouting
+from ops.spec.platform import SlackConfig
 
 log = structlog.get_logger("streamwarden.alerts")
 

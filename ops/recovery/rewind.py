@@ -25,7 +25,6 @@ rewind to the same savepoint rebuilds the same checkpoint from the same files.
 from __future__ import annotations
 
 import shutil
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -35,23 +34,22 @@ from typing import Any
 import pyarrow.parquet as pq
 from botocore.client import BaseClient
 
-from ops.alerts import Alert
-from ops.checkpoint import (
+from ops.control.locks import job_lock
+from ops.control.supervisor import Supervisor
+from ops.driver.checkpoint import (
     log_entries,
     read_offsets,
     sink_files,
     source_files,
     source_log_offset,
-    write_atomically,
+    write_log_entry,
 )
-from ops.config import PlatformConfig, find_job
+from ops.driver.replay import replay_dir
 from ops.exceptions import RewindError
-from ops.ledger import Ledger, SavepointRecord
-from ops.locks import job_lock
-from ops.savepoints import STATUS_COMPLETE, STATUS_SUPERSEDED, fetch_savepoint
-from ops.supervisor import Supervisor
-
-REPLAY_POLL_SECONDS = 2.0
+from ops.ledger.store import Ledger, SavepointRecord
+from ops.savepoints.store import STATUS_COMPLETE, STATUS_SUPERSEDED, fetch_savepoint
+from ops.spec.job import find_job
+from ops.spec.platform import PlatformConfig
 
 
 @dataclass(frozen=True)
@@ -89,36 +87,6 @@ class RewindPlan:
                 f"  replay     {len(self.input_files)} input files, {self.input_bytes:,} bytes",
             ]
         )
-
-
-def replay_dir(platform: PlatformConfig, job: str) -> Path:
-    """The job's replay queue: the original `offsets/<k>` entries still to be replayed."""
-    return platform.job_runtime_dir(job) / "replay"
-
-
-def pending_replay(platform: PlatformConfig, job: str) -> list[int]:
-    """The batch ids queued for replay, oldest first."""
-    return sorted(log_entries(replay_dir(platform, job)))
-
-
-def stage_replay_batch(platform: PlatformConfig, job: str, batch_id: int) -> bool:
-    """Put a queued batch's original offsets into the checkpoint; False if it is already committed.
-
-    Spark re-runs the newest batch that has offsets but no commit, with exactly those offsets.
-    """
-    checkpoint = platform.checkpoint_root / job
-    if (checkpoint / "commits" / str(batch_id)).is_file():
-        return False
-    queued = replay_dir(platform, job) / str(batch_id)
-    write_atomically(checkpoint / "offsets" / str(batch_id), queued.read_bytes())
-    return True
-
-
-def finish_replay_batch(platform: PlatformConfig, job: str, batch_id: int) -> None:
-    """Drop a replayed batch from the queue once its commit is in the checkpoint."""
-    if not (platform.checkpoint_root / job / "commits" / str(batch_id)).is_file():
-        raise RewindError(f"replay of batch {batch_id} of {job!r} ended without a commit")
-    (replay_dir(platform, job) / str(batch_id)).unlink()
 
 
 def parse_moment(text: str) -> datetime:
@@ -287,7 +255,7 @@ def execute_rewind(platform: PlatformConfig, plan: RewindPlan) -> None:
     # 1. The replay queue first: from here on every step can be redone from the savepoint.
     queue = replay_dir(platform, job)
     for batch_id, content in plan.replay_offsets.items():
-        write_atomically(queue / str(batch_id), content)
+        write_log_entry(queue / str(batch_id), content)
     for batch_id, paths in log_entries(queue).items():
         if batch_id not in plan.replay_offsets:
             paths[0].unlink()
@@ -385,100 +353,3 @@ def rewind_job(
         )
         ledger.set_outcome(decision, f"rewound to batch {plan.batch_id}; {queued}")
         return plan
-
-
-@dataclass(frozen=True)
-class Restatement:
-    """What a restatement changed: the batches recomputed and the rows they hold before and after."""
-
-    plan: RewindPlan
-    rows_after: int
-
-    def summary(self) -> str:
-        batches = self.plan.replay_batches
-        span = f"batches {batches.start}..{batches.stop - 1}" if batches else "no batches"
-        return (
-            f"restated {self.plan.job} from savepoint {self.plan.savepoint.id} (batch {self.plan.batch_id}): "
-            f"{span} recomputed; rows {self.plan.sink_rows:,} before, {self.rows_after:,} after"
-        )
-
-
-def last_commit(platform: PlatformConfig, job: str) -> int:
-    """The job's highest committed batch, -1 before the first."""
-    return max(log_entries(platform.checkpoint_root / job / "commits"), default=-1)
-
-
-def rows_written(platform: PlatformConfig, job: str, after: int, upto: int) -> int:
-    """Rows in the sink files the job's batches `after` < id <= `upto` committed."""
-    sink_log = platform.lake_root / find_job(job, platform.conf_dir).pipeline.sink.path / "_spark_metadata"
-    files = sink_files(sink_log, upto) - sink_files(sink_log, after)
-    return sum(pq.ParquetFile(path).metadata.num_rows for path in files)
-
-
-def await_replay(supervisor: Supervisor, job: str, last_batch: int, timeout: float) -> None:
-    """Reconcile the job until its replay queue is empty and batch `last_batch` is committed.
-
-    The supervisor launches the driver and restarts it if the replay fails; a replay that does not
-    finish within `timeout` seconds raises RewindError and leaves the job to its supervisor.
-    """
-    platform = supervisor.platform
-    deadline = time.monotonic() + timeout
-    while pending_replay(platform, job) or last_commit(platform, job) < last_batch:
-        if time.monotonic() > deadline:
-            raise RewindError(
-                f"replay of {job!r} did not reach batch {last_batch} within {timeout:g}s "
-                f"({len(pending_replay(platform, job))} batches still queued); the supervisor keeps at it"
-            )
-        supervisor.reconcile(job)
-        time.sleep(REPLAY_POLL_SECONDS)
-
-
-def restate(
-    supervisor: Supervisor,
-    job: str,
-    *,
-    reason: str,
-    savepoint_id: str | None = None,
-    before: datetime | None = None,
-    timeout: float = 1800.0,
-    s3: BaseClient | None = None,
-) -> Restatement:
-    """Suspend -> rewind -> resume (the driver replays with the current code) -> summary.
-
-    The summary goes to the ledger (a `restate` decision) and to Slack. The job is resumed even if
-    it was suspended before: a restatement ends with the job running its replayed output.
-    """
-    why = f"restate: {reason}"
-    supervisor.request(job, "suspend", why)
-    supervisor.reconcile(job)
-    plan = rewind_job(supervisor, job, reason=why, savepoint_id=savepoint_id, before=before, s3=s3)
-    decision = supervisor.ledger.record_decision(
-        job,
-        "restate",
-        reason,
-        {"savepoint": plan.savepoint.id, "batch_id": plan.batch_id, "last_batch": plan.last_batch},
-    )
-    supervisor.request(job, "resume", why)
-    try:
-        await_replay(supervisor, job, plan.last_batch, timeout)
-    except RewindError as exc:
-        supervisor.ledger.set_outcome(decision, f"failed: {exc}")
-        raise
-    restatement = Restatement(plan, rows_written(supervisor.platform, job, plan.batch_id, plan.last_batch))
-    supervisor.ledger.set_outcome(decision, restatement.summary())
-    spec = find_job(job, supervisor.platform.conf_dir)
-    supervisor.alerts.notify(
-        Alert(
-            job=job,
-            kind="restated",
-            severity="info",
-            state="RUNNING",
-            reason=f"{restatement.summary()}. Why: {reason}",
-            last_batch=last_commit(supervisor.platform, job),
-            run_url=None,
-            runbook=spec.operations.alerts.runbook,
-            channel=spec.operations.alerts.channel,
-        )
-    )
-    supervisor.alerts.deliver_due()
-    return restatement

@@ -15,12 +15,13 @@ batch can still be reading them (a grace of a few trigger intervals).
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from ops.atomic import replacing
 
 VERSION_PREFIX = "version="
 COMPLETE_MARKER = "_SUCCESS"
@@ -47,8 +48,7 @@ def publish_reference(root: Path, version: str, table: pa.Table) -> Path:
     if version_dir.exists():
         shutil.rmtree(version_dir)
     version_dir.mkdir(parents=True)
-    temp_path = version_dir / ".part-00000.parquet.tmp"
-    pq.write_table(table, temp_path)
-    os.replace(temp_path, version_dir / "part-00000.parquet")
+    with replacing(version_dir / "part-00000.parquet") as temp_path:
+        pq.write_table(table, temp_path)
     (version_dir / COMPLETE_MARKER).touch()
     return version_dir

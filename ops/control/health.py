@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from ops.checkpoint import source_files
-from ops.config import HealthThresholds, Operations
-from ops.ledger import RunRecord
-from ops.telemetry import Heartbeat
+from ops.driver.checkpoint import source_files
+from ops.driver.telemetry import Heartbeat
+from ops.ledger.store import RunRecord
+from ops.spec.job import HealthThresholds, Operations
 
 
 class Signal(enum.Enum):

@@ -17,8 +17,8 @@ from contextlib import contextmanager
 
 import structlog
 
-from ops.config import PlatformConfig
 from ops.exceptions import JobBusyError
+from ops.spec.platform import PlatformConfig
 
 log = structlog.get_logger("streamwarden.locks")
 _POLL_SECONDS = 0.2

@@ -10,18 +10,14 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from ops.spec.model import Model
 
 # Malformed events land in the job's sink under this route, beside the real routes.
 DEAD_LETTER_ROUTE = "dead_letter"
 
 FieldType = Literal["string", "long", "double", "boolean", "timestamp"]
-
-
-class Model(BaseModel):
-    """Base for every config model: immutable, unknown keys rejected."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class SourceField(Model):
@@ -376,7 +372,7 @@ class DeviceHealthPipeline(Model):
 
 
 class ReferenceTable(Model):
-    """A Parquet lookup table in the lake, republished while jobs read it (see `ops.reference_tables`)."""
+    """A Parquet lookup table in the lake, republished while jobs read it (`ops.driver.reference_tables`)."""
 
     path: str = Field(description="Directory under the lake root holding the table's versions.")
     key: str = Field(description="The column events are matched on; unique per version.")

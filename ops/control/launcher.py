@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from ops.config import CONF_DIR_ENV, JobSpec, PlatformConfig
 from ops.exceptions import LaunchError
-from ops.ledger import RunRecord
+from ops.ledger.store import RunRecord
+from ops.spec.job import JobSpec
+from ops.spec.platform import CONF_DIR_ENV, PlatformConfig
 
 
 @dataclass(frozen=True)

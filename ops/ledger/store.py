@@ -21,6 +21,7 @@ from alembic import command
 from alembic.config import Config as AlembicConfig
 from sqlalchemy.engine import Connection, Engine
 
+from ops.clock import utcnow
 from ops.exceptions import LedgerError
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
@@ -107,10 +108,6 @@ savepoints_table = sa.Table(
     sa.Column("status", sa.String(16), nullable=False),
     sa.Column("config_version", sa.String(32), nullable=False),
 )
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 def _aware(value: datetime | None) -> datetime | None:

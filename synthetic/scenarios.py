@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from ops.generator import DEFAULT_START, MALFORMED_KINDS, break_event, make_event, write_batch
+from ops.atomic import replacing
+from synthetic.generator import DEFAULT_START, MALFORMED_KINDS, break_event, make_event, write_batch
 
 FILES_PER_SCENARIO = 3
 
@@ -90,13 +91,11 @@ def write_json_lines(landing_dir: Path, file_name: str, lines: list[str], age_se
 
     The file source reads the oldest files first, so ages order the files of one scenario.
     """
-    landing_dir.mkdir(parents=True, exist_ok=True)
     path = landing_dir / file_name
-    temp_path = landing_dir / f".{file_name}.{os.getpid()}.tmp"
-    temp_path.write_text("".join(line + "\n" for line in lines))
-    modified = time.time() - age_seconds
-    os.utime(temp_path, (modified, modified))
-    os.replace(temp_path, path)
+    with replacing(path) as temp_path:
+        temp_path.write_text("".join(line + "\n" for line in lines))
+        modified = time.time() - age_seconds
+        os.utime(temp_path, (modified, modified))
     return path
 
 
@@ -632,7 +631,7 @@ def enricher_reference(lake_root: Path, seed: int) -> list[Path]:
     """Version `v{seed}` of the title table at `reference/titles` (conf/jobs/enricher.yaml)."""
     import pyarrow as pa
 
-    from ops.reference_tables import publish_reference
+    from ops.driver.reference_tables import publish_reference
 
     rows = [
         {

@@ -32,21 +32,23 @@ from pathlib import Path
 import yaml
 from botocore.client import BaseClient
 
-from ops.alerts import Alert
-from ops.checkpoint import write_atomically
-from ops.config import CONF_DIR_ENV, JobSpec, PlatformConfig, find_job, load_job, load_platform
+from ops.control.alerts import Alert
+from ops.control.locks import job_lock
+from ops.control.supervisor import Supervisor
+from ops.driver.checkpoint import write_log_entry
+from ops.driver.replay import replay_dir
+from ops.driver.telemetry import heartbeat_path, read_heartbeat
 from ops.exceptions import ConfigError, UpgradeError, WardenError
-from ops.ledger import SavepointRecord
-from ops.locks import job_lock
-from ops.rewind import replay_dir, rewind_job
-from ops.savepoints import fetch_savepoint, take_savepoint
-from ops.services import free_loopback_port
-from ops.supervisor import Supervisor
-from ops.telemetry import heartbeat_path, read_heartbeat
+from ops.ledger.store import SavepointRecord
+from ops.ports import free_loopback_port
+from ops.recovery.rewind import rewind_job
+from ops.savepoints.store import fetch_savepoint, take_savepoint
+from ops.spec.job import JobSpec, find_job, load_job
+from ops.spec.platform import CONF_DIR_ENV, PlatformConfig, load_platform
 
 DRY_RUN_TIMEOUT_SECONDS = 300.0
 READINESS_POLL_SECONDS = 2.0
-_REPO_ROOT = Path(__file__).resolve().parent.parent
+_REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -127,7 +129,7 @@ def dry_run(
             target.parent.mkdir(parents=True, exist_ok=True)
             restored.rename(target)
         last = savepoint.batch_id
-        write_atomically(
+        write_log_entry(
             replay_dir(scratch_platform, job) / str(last + 1),
             (checkpoint / "offsets" / str(last)).read_bytes(),
         )
@@ -216,8 +218,8 @@ def upgrade(
             ledger.set_outcome(decision, f"refused: {exc}")
             raise UpgradeError(str(exc)) from exc
         kept = platform.job_runtime_dir(job) / "upgrade" / "previous.yaml"
-        write_atomically(kept, previous)
-        write_atomically(installed, content)
+        write_log_entry(kept, previous)
+        write_log_entry(installed, content)
     supervisor.request(job, "restart", f"upgrade to config {spec.config_version}: {reason}")
     not_ready = _await_ready(supervisor, spec, readiness_timeout)
     if not_ready is None:
@@ -228,7 +230,7 @@ def upgrade(
     why = f"rollback of upgrade to config {spec.config_version}: {not_ready}"
     supervisor.request(job, "suspend", why)
     supervisor.reconcile(job)
-    write_atomically(installed, previous)
+    write_log_entry(installed, previous)
     rewind_job(supervisor, job, reason=why, savepoint_id=savepoint.id, s3=s3)
     supervisor.request(job, "resume", why)
     supervisor.reconcile(job)

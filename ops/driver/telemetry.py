@@ -1,6 +1,6 @@
 """The heartbeat a driver writes and the supervisor reads.
 
-The driver's `StreamingQueryListener` (in `ops.listener`) rewrites one small JSON file per job on
+The driver's `StreamingQueryListener` (in `ops.driver.listener`) rewrites one small JSON file per job on
 every batch, on idle and on termination. The file is replaced atomically, so a reader always sees a
 whole record. It carries a short window of recent batches so the supervisor can judge "falling
 behind" without talking to the driver.
@@ -9,11 +9,11 @@ behind" without talking to the driver.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
+
+from ops.atomic import write_atomically
 
 HeartbeatEvent = Literal["started", "progress", "idle", "terminated"]
 RECENT_BATCHES = 10
@@ -67,12 +67,8 @@ def heartbeat_path(job_runtime_dir: Path) -> Path:
 
 
 def write_heartbeat(path: Path, heartbeat: Heartbeat) -> None:
-    """Replace the heartbeat file atomically (write a temp file, then rename over)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp_name = tempfile.mkstemp(dir=path.parent, prefix=".heartbeat-", suffix=".tmp")
-    with os.fdopen(handle, "w") as temp_file:
-        temp_file.write(heartbeat.to_json())
-    os.replace(temp_name, path)
+    """Replace the heartbeat file atomically, so the supervisor never reads half of one."""
+    write_atomically(path, heartbeat.to_json())
 
 
 def read_heartbeat(path: Path) -> Heartbeat | None:

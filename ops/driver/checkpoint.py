@@ -11,10 +11,11 @@ the newest compact one. Log files are never rewritten, which is what makes onlin
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
+
+from ops.atomic import write_atomically
 
 # Log entries (offsets, commits, source and sink logs) are named by id, compacted ones `<id>.compact`.
 LOG_ENTRY = re.compile(r"^(\d+)(\.compact)?$")
@@ -98,10 +99,7 @@ def source_log_offset(offset: Any) -> int:
     return int(offset["logOffset"]) if isinstance(offset, dict) and "logOffset" in offset else -1
 
 
-def write_atomically(path: Path, content: bytes) -> None:
+def write_log_entry(path: Path, content: bytes) -> None:
     """Write a log file the way Spark expects to find it: complete, with no stale checksum beside it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     (path.parent / f".{path.name}.crc").unlink(missing_ok=True)
-    temporary = path.parent / f".{path.name}.writing"
-    temporary.write_bytes(content)
-    os.replace(temporary, path)
+    write_atomically(path, content)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,22 +20,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import NamedTuple
 from urllib.parse import urlsplit
 
-import boto3
-from botocore.client import BaseClient
-from botocore.config import Config as BotoConfig
 from botocore.exceptions import BotoCoreError, ClientError
 
-from ops.config import PlatformConfig, S3Config
+from ops.control.launcher import _process_start_ticks, _reap
 from ops.exceptions import ServiceError
-from ops.launcher import _process_start_ticks, _reap
-
-# Credentials of the embedded SeaweedFS when the variables named in `s3` are unset. They guard
-# nothing (the server only listens on loopback); real credentials come from the environment.
-EMBEDDED_ACCESS_KEY_ID = "streamwarden"
-EMBEDDED_SECRET_ACCESS_KEY = "streamwarden-embedded-secret"
+from ops.ports import port_is_free
+from ops.s3 import s3_client, s3_credentials
+from ops.spec.platform import PlatformConfig, S3Config
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost"})
 # weed mini's admin worker dials the admin gRPC port at this fixed offset from the admin HTTP port,
@@ -213,53 +205,6 @@ class ManagedProcess:
         return "\n".join(text.splitlines()[-lines:])
 
 
-# --- S3 ------------------------------------------------------------------------------------------
-
-
-class S3Credentials(NamedTuple):
-    access_key_id: str
-    secret_access_key: str
-
-
-def s3_credentials(s3: S3Config) -> S3Credentials | None:
-    """The S3 keys from the variables named in `s3`.
-
-    With a custom endpoint (the embedded SeaweedFS) unset variables fall back to the embedded
-    keys; for Amazon S3 (`endpoint_url: null`) unset variables mean boto3's own credential chain
-    (instance profile, `~/.aws`), returned as None.
-    """
-    access_key_id = os.environ.get(s3.access_key_id_env)
-    secret_access_key = os.environ.get(s3.secret_access_key_env)
-    if access_key_id and secret_access_key:
-        return S3Credentials(access_key_id, secret_access_key)
-    if s3.endpoint_url is None:
-        return None
-    return S3Credentials(
-        access_key_id or EMBEDDED_ACCESS_KEY_ID, secret_access_key or EMBEDDED_SECRET_ACCESS_KEY
-    )
-
-
-def s3_client(platform: PlatformConfig, *, timeout: float = 10.0, attempts: int = 3) -> BaseClient:
-    """A boto3 S3 client for the platform's object store (embedded SeaweedFS or Amazon S3)."""
-    s3 = platform.s3
-    credentials = s3_credentials(s3)
-    config = BotoConfig(
-        region_name=s3.region,
-        connect_timeout=timeout,
-        read_timeout=timeout,
-        retries={"max_attempts": attempts, "mode": "standard"},
-        # A loopback endpoint has no DNS names for virtual-hosted buckets.
-        s3={"addressing_style": "path" if s3.endpoint_url else "auto"},
-    )
-    return boto3.client(
-        "s3",
-        endpoint_url=s3.endpoint_url,
-        aws_access_key_id=credentials.access_key_id if credentials else None,
-        aws_secret_access_key=credentials.secret_access_key if credentials else None,
-        config=config,
-    )
-
-
 def embedded_s3_port(s3: S3Config) -> int | None:
     """The port the embedded S3 server serves, or None when `s3` points at an external store."""
     if s3.endpoint_url is None:
@@ -268,23 +213,6 @@ def embedded_s3_port(s3: S3Config) -> int | None:
     if endpoint.hostname not in LOOPBACK_HOSTS:
         return None
     return endpoint.port or (443 if endpoint.scheme == "https" else 80)
-
-
-def port_is_free(port: int) -> bool:
-    """Whether nothing listens on 127.0.0.1:`port` right now."""
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
-def free_loopback_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now (the kernel's choice)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass(frozen=True)

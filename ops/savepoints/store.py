@@ -30,19 +30,20 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Any
 
-import pyspark
 from boto3.s3.transfer import TransferConfig
 from botocore.client import BaseClient
 from botocore.exceptions import BotoCoreError, ClientError
 
-from ops.checkpoint import log_entries, read_offsets, source_log_offset
-from ops.config import PlatformConfig, find_job
+from ops.driver.checkpoint import log_entries, read_offsets, source_log_offset
 from ops.exceptions import SavepointError
-from ops.ledger import Ledger, SavepointRecord
-from ops.services import s3_client
+from ops.ledger.store import Ledger, SavepointRecord
+from ops.s3 import s3_client
+from ops.spec.job import find_job
+from ops.spec.platform import PlatformConfig
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = 1
@@ -66,7 +67,7 @@ _ROCKSDB_FILE_DIRS = {"SSTs", "logs"}
 # Operator and schema metadata beside the state versions; files in them may start with a batch id.
 _STATE_METADATA_DIRS = {"_metadata", "_stateSchema"}
 _LEADING_BATCH = re.compile(r"^(\d+)")
-_REPO_ROOT = Path(__file__).resolve().parent.parent
+_REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -418,7 +419,7 @@ def take_savepoint(
         "created_at": created_at.isoformat(),
         "code_version": _code_version(),
         "config_version": spec.config_version,
-        "spark_version": pyspark.__version__,
+        "spark_version": package_version("pyspark"),
         "batch_id": plan.batch_id,
         "watermark_ms": watermark_ms,
         "source_offsets": source_offsets,

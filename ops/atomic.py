@@ -1,0 +1,33 @@
+"""One way to replace a file so readers see the old content or the new, never a partial write."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+@contextmanager
+def replacing(path: Path) -> Iterator[Path]:
+    """A hidden temporary path beside `path` to write to; a clean exit renames it over `path`.
+
+    The rename is atomic on one file system, so a reader (a Spark file source, the supervisor
+    polling a heartbeat) never sees a half-written file; on an error the temporary file is removed.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(handle)
+    temporary = Path(temp_name)
+    try:
+        yield temporary
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def write_atomically(path: Path, content: bytes | str) -> None:
+    """Replace `path` with `content` (text is written as UTF-8) in one rename."""
+    with replacing(path) as temporary:
+        temporary.write_bytes(content.encode() if isinstance(content, str) else content)

@@ -1,0 +1,1 @@
+"""The reconcile loop: pure policy apart from the supervisor that observes and acts on it."""

@@ -1,0 +1,1 @@
+"""The embedded one-machine platform: SeaweedFS, Airflow's processes and the event generator."""

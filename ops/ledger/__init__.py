@@ -1,0 +1,1 @@
+"""The ledger: the database of desired state, runs, decisions, savepoints and the alert outbox."""

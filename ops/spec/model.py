@@ -1,0 +1,47 @@
+"""The base of every config model, and the YAML reading and error wording every loader shares."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from ops.exceptions import ConfigError
+
+
+class Model(BaseModel):
+    """Base for every config model: immutable, unknown keys rejected."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def read_yaml(path: Path) -> tuple[dict[str, object], bytes]:
+    """The YAML mapping in `path` and its raw bytes; ConfigError naming the file otherwise."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(path, f"cannot read file: {exc.strerror}") from exc
+    try:
+        document = yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        raise ConfigError(path, f"not valid YAML: {exc}") from exc
+    if document is None:
+        document = {}
+    if not isinstance(document, dict):
+        raise ConfigError(path, f"top level must be a mapping, got {type(document).__name__}")
+    return document, raw
+
+
+def describe_error(error: ValidationError) -> str:
+    """The first problem of a validation error as "field 'a.b': problem", with a count of the rest."""
+    first = error.errors()[0]
+    location = ".".join(str(part) for part in first["loc"]) or "(top level)"
+    problem = first["msg"]
+    if first["type"] == "extra_forbidden":
+        problem = "unknown key"
+    elif "input" in first and first["type"] != "missing":
+        problem = f"{problem} (got {first['input']!r})"
+    more = len(error.errors()) - 1
+    suffix = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
+    return f"field '{location}': {problem}{suffix}"

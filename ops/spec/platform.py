@@ -1,0 +1,127 @@
+"""The typed, frozen model of `conf/platform.yaml` and its loader.
+
+Relative paths in platform.yaml resolve against the repo root (the parent of the conf directory),
+so the same file works from any working directory.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import Field, ValidationError
+
+from ops.exceptions import ConfigError
+from ops.spec.model import Model, describe_error, read_yaml
+
+CONF_DIR_ENV = "STREAMWARDEN_CONF_DIR"
+DEFAULT_CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+
+
+class StorageConfig(Model):
+    runtime_root: Path = Path(".runtime")
+    landing_root: Path = Path(".runtime/landing")
+    lake_root: Path = Path(".runtime/lake")
+    checkpoint_root: Path = Path(".runtime/checkpoints")
+
+
+class S3Config(Model):
+    endpoint_url: str | None = "http://127.0.0.1:8333"
+    bucket: str = "streamwarden"
+    region: str = "us-east-1"
+    access_key_id_env: str = "AWS_ACCESS_KEY_ID"
+    secret_access_key_env: str = "AWS_SECRET_ACCESS_KEY"
+    savepoint_prefix: str = "savepoints"
+
+
+class SlackConfig(Model):
+    webhook_url_env: str = "STREAMWARDEN_SLACK_WEBHOOK_URL"
+    dedup_window_seconds: int = Field(600, ge=0)
+    max_attempts: int = Field(50, ge=1)
+
+    def webhook_url(self) -> str | None:
+        """The webhook URL from the environment; None means console + ledger only."""
+        return os.environ.get(self.webhook_url_env) or None
+
+
+class AirflowConfig(Model):
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=1, le=65535)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+class SparkDefaults(Model):
+    master: str = "local[2]"
+    ui_enabled: bool = False
+    extra_conf: dict[str, str] = Field(default_factory=dict)
+
+
+class PlatformConfig(Model):
+    """The platform-wide settings of `conf/platform.yaml`."""
+
+    storage: StorageConfig = Field(default_factory=StorageConfig)
+    ledger_url: str = "sqlite:///.runtime/ledger.db"
+    s3: S3Config = Field(default_factory=S3Config)
+    slack: SlackConfig = Field(default_factory=SlackConfig)
+    airflow: AirflowConfig = Field(default_factory=AirflowConfig)
+    spark: SparkDefaults = Field(default_factory=SparkDefaults)
+    # The jobs whose supervision DAGs `warden platform up` unpauses (and so launches); the others'
+    # DAGs are registered paused, to be unpaused from the UI. 2 cores run one or two drivers well.
+    autostart_jobs: tuple[str, ...] = ("router",)
+    # Filled by the loader, never read from YAML.
+    conf_dir: Path = Field(default=DEFAULT_CONF_DIR, exclude=True)
+
+    @property
+    def repo_root(self) -> Path:
+        return self.conf_dir.parent
+
+    def resolve(self, path: Path) -> Path:
+        """An absolute path: relative paths are taken from the repo root."""
+        return path if path.is_absolute() else (self.repo_root / path).resolve()
+
+    @property
+    def runtime_root(self) -> Path:
+        return self.resolve(self.storage.runtime_root)
+
+    @property
+    def landing_root(self) -> Path:
+        return self.resolve(self.storage.landing_root)
+
+    @property
+    def lake_root(self) -> Path:
+        return self.resolve(self.storage.lake_root)
+
+    @property
+    def checkpoint_root(self) -> Path:
+        return self.resolve(self.storage.checkpoint_root)
+
+    @property
+    def resolved_ledger_url(self) -> str:
+        """The ledger URL with a relative SQLite path made absolute."""
+        prefix = "sqlite:///"
+        if self.ledger_url.startswith(prefix) and not self.ledger_url.startswith(prefix + "/"):
+            return prefix + str(self.resolve(Path(self.ledger_url[len(prefix) :])))
+        return self.ledger_url
+
+    def job_runtime_dir(self, job: str) -> Path:
+        """Where a job's driver logs and heartbeat live."""
+        return self.runtime_root / "jobs" / job
+
+
+def conf_dir() -> Path:
+    """The conf directory: `$STREAMWARDEN_CONF_DIR` or the repo's `conf/`."""
+    return Path(os.environ.get(CONF_DIR_ENV) or DEFAULT_CONF_DIR).resolve()
+
+
+def load_platform(directory: Path | None = None) -> PlatformConfig:
+    """Load and validate `platform.yaml` from the conf directory."""
+    directory = (directory or conf_dir()).resolve()
+    path = directory / "platform.yaml"
+    document, _ = read_yaml(path)
+    try:
+        return PlatformConfig.model_validate({**document, "conf_dir": directory})
+    except ValidationError as exc:
+        raise ConfigError(path, describe_error(exc)) from exc
