@@ -1,0 +1,82 @@
+"""Every path of one job, in one place: its checkpoint, sink, landing directories and runtime files.
+
+Build it once from the loaded spec (`JobPaths.of(platform, spec)`) and pass it down; nothing else
+joins a root with a job name. The layout under the platform's roots:
+
+    <checkpoint_root>/<job>/               Spark's checkpoint (offsets/, commits/, sources/, state/)
+    <lake_root>/<sink.path>/               the Parquet sink; its log in _spark_metadata/
+    <landing_root>/<source.path>/          each source's landing directory
+    <runtime_root>/jobs/<job>/             driver log, heartbeat.json, replay/, preview/, the lock
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ops.spec.job import JobSpec
+from ops.spec.platform import PlatformConfig
+
+
+@dataclass(frozen=True)
+class JobPaths:
+    """The paths of one job under one platform's storage roots."""
+
+    job: str
+    checkpoint: Path
+    sink: Path
+    runtime: Path
+    landing: dict[str, Path]
+
+    @classmethod
+    def of(cls, platform: PlatformConfig, spec: JobSpec) -> JobPaths:
+        """The paths of `spec`'s job under `platform`'s roots."""
+        return cls(
+            job=spec.name,
+            checkpoint=platform.checkpoint_root / spec.name,
+            sink=platform.lake_root / spec.pipeline.sink.path,
+            runtime=platform.job_runtime_dir(spec.name),
+            landing={
+                name: platform.landing_root / source.path for name, source in spec.pipeline.inputs.items()
+            },
+        )
+
+    @property
+    def offsets(self) -> Path:
+        return self.checkpoint / "offsets"
+
+    @property
+    def commits(self) -> Path:
+        return self.checkpoint / "commits"
+
+    @property
+    def sources(self) -> Path:
+        """The file sources' logs, one directory per source index (`sources/0`, ...)."""
+        return self.checkpoint / "sources"
+
+    @property
+    def sink_log(self) -> Path:
+        """The file sink's log: which output files each committed batch wrote."""
+        return self.sink / "_spark_metadata"
+
+    @property
+    def heartbeat(self) -> Path:
+        return self.runtime / "heartbeat.json"
+
+    @property
+    def replay(self) -> Path:
+        """The replay queue a rewind leaves: original `offsets/<k>` entries still to recompute."""
+        return self.runtime / "replay"
+
+    @property
+    def preview(self) -> Path:
+        return self.runtime / "preview"
+
+    @property
+    def operation_lock(self) -> Path:
+        return self.runtime / ".operation.lock"
+
+    @property
+    def upgrade(self) -> Path:
+        """Where an upgrade keeps the previous spec until the next upgrade."""
+        return self.runtime / "upgrade"
