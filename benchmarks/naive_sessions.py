@@ -17,6 +17,7 @@ from pyspark.sql.streaming import DataStreamWriter
 from jobs.parsing import DEAD_LETTER_REASON, EVENT_DATE, parse_events
 from jobs.runtime import QueryPlan, read_landing
 from ops.spec.job import JobSpec
+from ops.spec.paths import JobPaths
 from ops.spec.pipelines import SessionizerPipeline
 from ops.spec.platform import PlatformConfig
 
@@ -30,8 +31,9 @@ def plan(platform: PlatformConfig, spec: JobSpec) -> QueryPlan:
     def planned(spark: SparkSession) -> DataStreamWriter:
         max_files = spec.operations.trigger.max_files_per_trigger
         events: DataFrame | None = None
-        for source in pipeline.sources.values():
-            parsed = parse_events(read_landing(spark, platform, source, max_files), source)
+        landing = JobPaths.of(platform, spec).landing
+        for name, source in pipeline.sources.items():
+            parsed = parse_events(read_landing(spark, landing[name], max_files), source)
             valid = parsed.where(F.col(DEAD_LETTER_REASON).isNull()).select(
                 *pipeline.key_fields, F.col(source.event_time_field).alias("event_time")
             )

@@ -26,9 +26,11 @@ import yaml
 
 from benchmarks.throughput import rooted_platform
 from ops.clock import utcnow
-from ops.driver.telemetry import Heartbeat, heartbeat_path, read_heartbeat
+from ops.driver.telemetry import Heartbeat, read_heartbeat
 from ops.embedded import platform as embedded
 from ops.ledger.store import DecisionRecord, Ledger, RunRecord
+from ops.spec.job import find_job
+from ops.spec.paths import JobPaths
 from ops.spec.platform import DEFAULT_CONF_DIR, load_platform
 
 KILLS = 3
@@ -75,7 +77,7 @@ def benchmark(workdir: Path, echo: Callable[[str], None]) -> tuple[float, list[R
     (conf_dir / "platform.yaml").write_text(yaml.safe_dump(rooted_platform(workdir)))
     shutil.copy(DEFAULT_CONF_DIR / "jobs" / "router.yaml", conf_dir / "jobs" / "router.yaml")
     platform = load_platform(conf_dir)
-    beat_path = heartbeat_path(platform.job_runtime_dir("router"))
+    beat_path = JobPaths.of(platform, find_job("router", platform.conf_dir)).heartbeat
     embedded.up(platform, echo=echo)
     try:
         ledger = Ledger.open(platform.resolved_ledger_url)

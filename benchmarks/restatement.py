@@ -37,6 +37,7 @@ from ops.ledger.store import Ledger
 from ops.recovery.rewind import execute_rewind, prepare_rewind
 from ops.s3 import s3_client
 from ops.savepoints.store import UPLOAD_THREADS, read_manifest, take_savepoint
+from ops.spec.job import find_job
 from ops.spec.platform import CONF_DIR_ENV, DEFAULT_CONF_DIR, PlatformConfig, load_platform
 from synthetic.generator import write_batch
 
@@ -121,7 +122,7 @@ def savepoint_figures(platform: PlatformConfig, ledger: Ledger, echo: Callable[[
             update={"s3": platform.s3.model_copy(update={"savepoint_prefix": prefix})}
         )
         started = time.monotonic()
-        taken = take_savepoint(fresh, ledger, STATE_JOB)
+        taken = take_savepoint(fresh, ledger, find_job(STATE_JOB, fresh.conf_dir))
         savepoint_runs.append(time.monotonic() - started)
         savepoints.append(taken)
         manifest = read_manifest(fresh, taken)
@@ -147,7 +148,7 @@ def savepoint_figures(platform: PlatformConfig, ledger: Ledger, echo: Callable[[
     write_batch(landing, STATE_FILES * STATE_EVENTS_PER_FILE // 20, seed=1000, file_name="state-more.json")
     build_state(spark, platform, landing)
     spark.stop()
-    incremental = take_savepoint(platform, ledger, STATE_JOB)
+    incremental = take_savepoint(platform, ledger, find_job(STATE_JOB, platform.conf_dir))
     share = incremental.uploaded_bytes / incremental.total_bytes
     echo(
         f"  incremental savepoint: {incremental.uploaded_bytes / 1e6:.1f} "
@@ -188,7 +189,7 @@ def replay_figures(platform: PlatformConfig, ledger: Ledger, echo: Callable[[str
     landing = platform.landing_root / "events"
     write_batch(landing, REPLAY_EVENTS_PER_FILE, seed=0, file_name="events-0000.json")
     _driver(platform, "bench-first", "--available-now")
-    savepoint = take_savepoint(platform, ledger, "router")
+    savepoint = take_savepoint(platform, ledger, find_job("router", platform.conf_dir))
     for seed in range(1, REPLAY_BATCHES + 1):
         write_batch(landing, REPLAY_EVENTS_PER_FILE, seed=seed, file_name=f"events-{seed:04d}.json")
     original = _driver(platform, "bench-original", "--available-now")

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import yaml
 
-from ops.driver.telemetry import heartbeat_path, read_heartbeat
+from ops.driver.telemetry import read_heartbeat
+from ops.spec.paths import HEARTBEAT_FILE
 from ops.spec.platform import CONF_DIR_ENV, DEFAULT_CONF_DIR
 from synthetic.generator import write_batch
 
@@ -91,7 +92,7 @@ def run_platform(conf_dir: Path, workdir: Path, events: int, round_no: int) -> T
         capture_output=True,
     )
     wall = time.monotonic() - started
-    beat = read_heartbeat(heartbeat_path(workdir / "runtime" / "jobs" / "router"))
+    beat = read_heartbeat(workdir / "runtime" / "jobs" / "router" / HEARTBEAT_FILE)
     batch_ms = sum(s.duration_ms for s in beat.recent if s.num_input_rows > 0) if beat else 0
     return Timing("platform router", wall, batch_ms / 1000, events)
 

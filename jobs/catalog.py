@@ -52,6 +52,7 @@ from jobs.warehouse_writer.transform import PARTITION_COLUMNS as WAREHOUSE_PARTI
 from jobs.warehouse_writer.transform import warehouse_rows
 from ops.exceptions import ConfigError
 from ops.spec.job import JobSpec
+from ops.spec.paths import JobPaths
 from ops.spec.pipelines import (
     AttackChainsPipeline,
     CampaignUniquesPipeline,
@@ -165,7 +166,7 @@ def _enricher_side_inputs(
     pipeline = spec.pipeline
     assert isinstance(pipeline, EnricherPipeline)
     mapping_path = platform.conf_dir / pipeline.mapping
-    state_dir = platform.job_runtime_dir(spec.name)
+    state_dir = JobPaths.of(platform, spec).runtime
     # Checked once when the query is planned: with no valid mapping, now or before, nothing starts.
     _, canonical, problem = read_mapping(mapping_path, state_dir)
     if canonical is None:

@@ -37,13 +37,13 @@ from ops.driver.preview import (
     Preview,
     load_preview_file,
     merge_records,
-    preview_dir,
     preview_path,
     tap_query_name,
     write_preview,
 )
 from ops.exceptions import ConfigError
 from ops.spec.job import JobSpec
+from ops.spec.paths import JobPaths
 from ops.spec.platform import PlatformConfig
 
 log = structlog.get_logger("streamwarden.preview")
@@ -62,7 +62,7 @@ def check_stages(platform: PlatformConfig, spec: JobSpec) -> None:
 
 def capture_batch(platform: PlatformConfig, spec: JobSpec, stage: str) -> Callable[[DataFrame, int], None]:
     """The `foreachBatch` function of a tap: keep the newest records of `stage` in its file."""
-    path = preview_path(platform, spec.name, stage)
+    path = preview_path(JobPaths.of(platform, spec), stage)
     keep = spec.operations.preview.records
 
     def capture(batch: DataFrame, batch_id: int) -> None:
@@ -91,7 +91,7 @@ def start_taps(
             pipeline_stages(platform, spec, read_job_landing(spark, platform, spec))[stage]
             .writeStream.queryName(tap_query_name(spec.name, stage))
             .foreachBatch(capture_batch(platform, spec, stage))
-            .option("checkpointLocation", str(preview_dir(platform, spec.name) / "_checkpoints" / stage))
+            .option("checkpointLocation", str(JobPaths.of(platform, spec).preview / "_checkpoints" / stage))
         )
         if available_now:
             writer = writer.trigger(availableNow=True)

@@ -30,6 +30,7 @@ from jobs.runtime import (
 from ops.driver.listener import TelemetryListener
 from ops.exceptions import ConfigError
 from ops.spec.job import JOB_NAME_PATTERN, JobSpec, find_job
+from ops.spec.paths import HEARTBEAT_FILE, JobPaths
 from ops.spec.platform import PlatformConfig, load_platform
 
 log = structlog.get_logger("streamwarden.runner")
@@ -37,6 +38,8 @@ log = structlog.get_logger("streamwarden.runner")
 
 def plan_job(platform: PlatformConfig, spec: JobSpec) -> QueryPlan:
     """The job's query: landing -> parse -> the kind's transform -> one partitioned Parquet file sink."""
+
+    paths = JobPaths.of(platform, spec)
 
     def plan(spark: SparkSession) -> DataStreamWriter:
         # A tap on a stage the kind lacks is a config error, found before anything starts.
@@ -47,11 +50,26 @@ def plan_job(platform: PlatformConfig, spec: JobSpec) -> QueryPlan:
             .format("parquet")
             .outputMode("append")
             .partitionBy(*kind_of(spec).partition_columns)
-            .option("checkpointLocation", str(platform.checkpoint_root / spec.name))
-            .option("path", str(platform.lake_root / spec.pipeline.sink.path))
+            .option("checkpointLocation", str(paths.checkpoint))
+            .option("path", str(paths.sink))
         )
 
     return plan
+
+
+def refuse_changed_file(spec: JobSpec, launched_version: str | None, platform: PlatformConfig) -> None:
+    """ConfigError if the job file changed between the launch and this driver loading it.
+
+    The launcher records the version it launched with the run; a driver that ran another version
+    would make that record lie, so it refuses and the supervisor relaunches with the new file.
+    """
+    if launched_version is not None and launched_version != spec.config_version:
+        raise ConfigError(
+            platform.conf_dir / "jobs" / f"{spec.name}.yaml",
+            f"the job file changed on disk after the launch: launched with config {launched_version}, "
+            f"the file now has config {spec.config_version}; refusing to start a version the run "
+            "does not record",
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -59,6 +77,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jobs.runner", description=__doc__.splitlines()[0])
     parser.add_argument("--job", required=True, help="job name (conf/jobs/<name>.yaml)")
     parser.add_argument("--run-id", required=True, help="the run id the supervisor recorded")
+    parser.add_argument(
+        "--config-version",
+        help="the job file version the run was launched with; the driver refuses another one",
+    )
     until = parser.add_mutually_exclusive_group()
     until.add_argument(
         "--available-now",
@@ -87,12 +109,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CONFIG_ERROR
     try:
         spec = find_job(args.job, platform.conf_dir)
+        refuse_changed_file(spec, args.config_version, platform)
     except ConfigError as exc:
         log.error("invalid job config", error=str(exc))
         # Without a spec there is no listener yet; the supervisor still needs to see why (a name
         # that is not a job name cannot be a runtime directory).
         if re.match(JOB_NAME_PATTERN, args.job):
-            TelemetryListener(platform, args.job, args.run_id).record_termination(
+            heartbeat = platform.job_runtime_dir(args.job) / HEARTBEAT_FILE
+            TelemetryListener(heartbeat, args.job, args.run_id).record_termination(
                 type(exc).__name__, str(exc)
             )
         return EXIT_CONFIG_ERROR

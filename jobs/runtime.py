@@ -37,7 +37,7 @@ from ops.driver.listener import TelemetryListener, describe_failure, serve_metri
 from ops.driver.replay import finish_replay_batch, pending_replay, stage_replay_batch
 from ops.exceptions import ConfigError
 from ops.spec.job import JobSpec
-from ops.spec.pipelines import FileSource
+from ops.spec.paths import JobPaths
 from ops.spec.platform import PlatformConfig
 
 EXIT_STOPPED = 0
@@ -110,11 +110,8 @@ def state_conf(spec: JobSpec) -> dict[str, str]:
     }
 
 
-def read_landing(
-    spark: SparkSession, platform: PlatformConfig, source: FileSource, max_files_per_trigger: int | None
-) -> DataFrame:
+def read_landing(spark: SparkSession, landing_dir: Path, max_files_per_trigger: int | None) -> DataFrame:
     """A landing directory as a stream of raw lines (one string column `value`)."""
-    landing_dir = platform.landing_root / source.path
     # The file source refuses to start on a directory that does not exist yet.
     landing_dir.mkdir(parents=True, exist_ok=True)
     reader = spark.readStream.format("text").option("pathGlobFilter", LANDING_GLOB)
@@ -127,8 +124,8 @@ def read_job_landing(spark: SparkSession, platform: PlatformConfig, spec: JobSpe
     """Each input of the job's pipeline as a stream of raw lines, by input name, in trigger-sized batches."""
     max_files = spec.operations.trigger.max_files_per_trigger
     return {
-        name: read_landing(spark, platform, source, max_files)
-        for name, source in spec.pipeline.inputs.items()
+        name: read_landing(spark, landing_dir, max_files)
+        for name, landing_dir in JobPaths.of(platform, spec).landing.items()
     }
 
 
@@ -211,19 +208,20 @@ def replay_pending(
     the same watermark as in the original run. A failing batch raises `StreamingQueryException`
     and stays queued; a stop request is honoured between batches and the rest stay queued.
     """
-    queued = pending_replay(platform, spec.name)
+    paths = JobPaths.of(platform, spec)
+    queued = pending_replay(paths)
     if queued:
         log.info("replaying rewound batches", first=queued[0], last=queued[-1], batches=len(queued))
     replayed = 0
     for batch_id in queued:
         if shutdown.requested:
             break
-        if stage_replay_batch(platform, spec.name, batch_id):
+        if stage_replay_batch(paths, batch_id):
             query = plan(spark).trigger(once=True).start()
             listener.replay_runs.add(str(query.runId))
             query.awaitTermination()
             replayed += 1
-        finish_replay_batch(platform, spec.name, batch_id)
+        finish_replay_batch(paths, batch_id)
     return replayed
 
 
@@ -246,7 +244,7 @@ def run_streaming_job(
     recorded in a terminated heartbeat (class and message) and the driver exits 1. `taps` starts
     the job's preview taps once its query runs; they are stopped when it ends.
     """
-    listener = TelemetryListener(platform, spec.name, run_id)
+    listener = TelemetryListener(JobPaths.of(platform, spec).heartbeat, spec.name, run_id)
     try:
         with serve_metrics(listener.registry, spec.operations.metrics_port):
             spark = build_session(platform, spec)

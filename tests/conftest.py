@@ -2,8 +2,9 @@
 
 pytest_plugins = [
     "tests.support.airflow",
-    "tests.support.drivers",
+    # Before drivers, which imports it: pytest rewrites asserts only in modules it imports first.
     "tests.support.platform",
+    "tests.support.drivers",
     "tests.support.slack",
     "tests.support.s3",
     "tests.support.spark",

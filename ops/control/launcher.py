@@ -20,6 +20,7 @@ from typing import Protocol
 from ops.exceptions import LaunchError
 from ops.ledger.store import RunRecord
 from ops.spec.job import JobSpec
+from ops.spec.paths import JobPaths
 from ops.spec.platform import CONF_DIR_ENV, PlatformConfig
 
 
@@ -80,7 +81,7 @@ class LocalProcessBackend:
         self.platform = platform
 
     def launch(self, spec: JobSpec, run_id: str) -> LaunchedDriver:
-        runtime_dir = self.platform.job_runtime_dir(spec.name)
+        runtime_dir = JobPaths.of(self.platform, spec).runtime
         runtime_dir.mkdir(parents=True, exist_ok=True)
         log_path = runtime_dir / f"driver-{run_id}.log"
         env = {
@@ -89,7 +90,19 @@ class LocalProcessBackend:
             "PYSPARK_PYTHON": sys.executable,
             "PYSPARK_DRIVER_PYTHON": sys.executable,
         }
-        argv = [sys.executable, "-m", "jobs.runner", "--job", spec.name, "--run-id", run_id]
+        # The driver refuses to start if its job file no longer has this version, so the version
+        # recorded for the run is always the one the driver loaded.
+        argv = [
+            sys.executable,
+            "-m",
+            "jobs.runner",
+            "--job",
+            spec.name,
+            "--run-id",
+            run_id,
+            "--config-version",
+            spec.config_version,
+        ]
         log_path.touch()
         try:
             # posix_spawn, not Popen: the driver is detached on purpose and nobody here waits on

@@ -45,11 +45,12 @@ from ops.control.policy import (
     TakeSavepoint,
     decide,
 )
-from ops.driver.telemetry import heartbeat_path, read_heartbeat
+from ops.driver.telemetry import read_heartbeat
 from ops.exceptions import ConfigError, JobBusyError, LaunchError, SavepointError, WardenError
 from ops.ledger.store import Ledger, RunRecord, SavepointRecord
 from ops.savepoints.store import apply_retention, take_savepoint
 from ops.spec.job import JobSpec, find_job, load_jobs
+from ops.spec.paths import JobPaths
 from ops.spec.platform import PlatformConfig
 
 log = structlog.get_logger("streamwarden.supervisor")
@@ -116,13 +117,10 @@ class Supervisor:
 
     def observe(self, spec: JobSpec) -> Observation:
         """A read-only look at the job's open run, process, heartbeat and input backlog."""
-        job = spec.name
-        run = self.ledger.current_run(job)
-        backlog = landing_backlog(
-            [self.platform.landing_root / source.path for source in spec.pipeline.inputs.values()],
-            self.platform.checkpoint_root / job / "sources",
-        )
-        heartbeat = read_heartbeat(heartbeat_path(self.platform.job_runtime_dir(job)))
+        paths = JobPaths.of(self.platform, spec)
+        run = self.ledger.current_run(spec.name)
+        backlog = landing_backlog(list(paths.landing.values()), paths.sources)
+        heartbeat = read_heartbeat(paths.heartbeat)
         if heartbeat is not None and (run is None or heartbeat.run_id != run.run_id):
             heartbeat = None
         alive = run is not None and self.backend.is_alive(run)
@@ -295,7 +293,7 @@ class Supervisor:
         raises. Retention failing after a good savepoint is only reported: the savepoint stands,
         and retention runs again after the next one and in the platform DAG."""
         try:
-            record = take_savepoint(self.platform, self.ledger, spec.name)
+            record = take_savepoint(self.platform, self.ledger, spec)
         except SavepointError as error:
             job = self.ledger.job(spec.name)
             self.alerts.raise_alert(

@@ -20,6 +20,7 @@ import time
 from collections import deque
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 from wsgiref.simple_server import WSGIServer
 
@@ -39,10 +40,8 @@ from ops.driver.telemetry import (
     BatchSample,
     Heartbeat,
     HeartbeatEvent,
-    heartbeat_path,
     write_heartbeat,
 )
-from ops.spec.platform import PlatformConfig
 
 # Long stack traces stay in the driver log; the heartbeat keeps enough to page on.
 MAX_ERROR_MESSAGE = 2000
@@ -168,10 +167,10 @@ class TelemetryListener(StreamingQueryListener):
     driver's main thread, so writes are serialized by a lock.
     """
 
-    def __init__(self, platform: PlatformConfig, job: str, run_id: str) -> None:
+    def __init__(self, heartbeat: Path, job: str, run_id: str) -> None:
         self.job = job
         self.run_id = run_id
-        self.path = heartbeat_path(platform.job_runtime_dir(job))
+        self.path = heartbeat
         self.registry = CollectorRegistry()
         self._metrics = _Metrics(self.registry)
         self._recent: deque[BatchSample] = deque(maxlen=RECENT_BATCHES)

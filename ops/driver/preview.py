@@ -21,6 +21,7 @@ from typing import Any
 from ops.atomic import write_atomically
 from ops.exceptions import PreviewError
 from ops.spec.job import JobSpec
+from ops.spec.paths import JobPaths
 from ops.spec.platform import PlatformConfig
 
 TAP_MARKER = ".preview."
@@ -36,13 +37,10 @@ def is_tap_query(name: str | None) -> bool:
     return name is not None and TAP_MARKER in name
 
 
-def preview_dir(platform: PlatformConfig, job: str) -> Path:
-    """Where a job's taps keep their files and checkpoints (beside, not in, the job's checkpoint)."""
-    return platform.job_runtime_dir(job) / "preview"
-
-
-def preview_path(platform: PlatformConfig, job: str, stage: str) -> Path:
-    return preview_dir(platform, job) / f"{stage}.json"
+def preview_path(paths: JobPaths, stage: str) -> Path:
+    """The file the tap on `stage` keeps its newest records in (`JobPaths.preview` holds the taps'
+    files and checkpoints, beside, not in, the job's checkpoint)."""
+    return paths.preview / f"{stage}.json"
 
 
 @dataclass(frozen=True)
@@ -103,7 +101,7 @@ def read_preview(platform: PlatformConfig, spec: JobSpec, stage: str) -> Preview
             f"no preview tap on stage {stage!r} of job {spec.name!r} (tapped stages: {enabled}); "
             f"add it to operations.preview.stages in conf/jobs/{spec.name}.yaml and restart the job"
         )
-    preview = load_preview_file(preview_path(platform, spec.name, stage))
+    preview = load_preview_file(preview_path(JobPaths.of(platform, spec), stage))
     if preview is None:
         raise PreviewError(
             f"the tap on stage {stage!r} of job {spec.name!r} has captured nothing yet "

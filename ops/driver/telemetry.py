@@ -62,10 +62,6 @@ class Heartbeat:
         return cls(**document)
 
 
-def heartbeat_path(job_runtime_dir: Path) -> Path:
-    return job_runtime_dir / "heartbeat.json"
-
-
 def write_heartbeat(path: Path, heartbeat: Heartbeat) -> None:
     """Replace the heartbeat file atomically, so the supervisor never reads half of one."""
     write_atomically(path, heartbeat.to_json())

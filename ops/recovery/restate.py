@@ -20,6 +20,7 @@ from ops.driver.replay import pending_replay
 from ops.exceptions import RewindError
 from ops.recovery.rewind import RewindPlan, rewind_job
 from ops.spec.job import find_job
+from ops.spec.paths import JobPaths
 from ops.spec.platform import PlatformConfig
 
 REPLAY_POLL_SECONDS = 2.0
@@ -61,11 +62,12 @@ def await_replay(supervisor: Supervisor, job: str, last_batch: int, timeout: flo
     """
     platform = supervisor.platform
     deadline = time.monotonic() + timeout
-    while pending_replay(platform, job) or last_commit(platform, job) < last_batch:
+    paths = JobPaths.of(platform, find_job(job, platform.conf_dir))
+    while pending_replay(paths) or last_commit(platform, job) < last_batch:
         if time.monotonic() > deadline:
             raise RewindError(
                 f"replay of {job!r} did not reach batch {last_batch} within {timeout:g}s "
-                f"({len(pending_replay(platform, job))} batches still queued); the supervisor keeps at it"
+                f"({len(pending_replay(paths))} batches still queued); the supervisor keeps at it"
             )
         supervisor.reconcile(job)
         time.sleep(REPLAY_POLL_SECONDS)

@@ -44,11 +44,11 @@ from ops.driver.checkpoint import (
     source_log_offset,
     write_log_entry,
 )
-from ops.driver.replay import replay_dir
 from ops.exceptions import RewindError
 from ops.ledger.store import Ledger, SavepointRecord
 from ops.savepoints.store import STATUS_COMPLETE, STATUS_SUPERSEDED, fetch_savepoint
 from ops.spec.job import find_job
+from ops.spec.paths import JobPaths
 from ops.spec.platform import PlatformConfig
 
 
@@ -127,7 +127,7 @@ def choose_savepoint(
 def _queued_offsets(platform: PlatformConfig, job: str, after: int) -> dict[int, bytes]:
     """Every original offsets entry above `after`: the live checkpoint's and those still queued."""
     live = log_entries(platform.checkpoint_root / job / "offsets")
-    queued = log_entries(replay_dir(platform, job))
+    queued = log_entries(JobPaths.of(platform, find_job(job, platform.conf_dir)).replay)
     offsets = {i: paths[0].read_bytes() for i, paths in queued.items() if i > after}
     offsets.update({i: paths[0].read_bytes() for i, paths in live.items() if i > after})
     return offsets
@@ -253,7 +253,7 @@ def execute_rewind(platform: PlatformConfig, plan: RewindPlan) -> None:
     retired.mkdir(parents=True, exist_ok=True)
 
     # 1. The replay queue first: from here on every step can be redone from the savepoint.
-    queue = replay_dir(platform, job)
+    queue = JobPaths.of(platform, spec).replay
     for batch_id, content in plan.replay_offsets.items():
         write_log_entry(queue / str(batch_id), content)
     for batch_id, paths in log_entries(queue).items():

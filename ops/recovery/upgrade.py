@@ -36,14 +36,14 @@ from ops.control.alerts import Alert
 from ops.control.locks import job_lock
 from ops.control.supervisor import Supervisor
 from ops.driver.checkpoint import write_log_entry
-from ops.driver.replay import replay_dir
-from ops.driver.telemetry import heartbeat_path, read_heartbeat
+from ops.driver.telemetry import read_heartbeat
 from ops.exceptions import ConfigError, UpgradeError, WardenError
 from ops.ledger.store import SavepointRecord
 from ops.ports import free_loopback_port
 from ops.recovery.rewind import rewind_job
 from ops.savepoints.store import fetch_savepoint, take_savepoint
 from ops.spec.job import JobSpec, find_job, load_job
+from ops.spec.paths import JobPaths
 from ops.spec.platform import CONF_DIR_ENV, PlatformConfig, load_platform
 
 DRY_RUN_TIMEOUT_SECONDS = 300.0
@@ -119,9 +119,10 @@ def dry_run(
         root = Path(scratch)
         conf_dir = _scratch_conf(platform, job, candidate, root)
         scratch_platform = load_platform(conf_dir)
-        sink_log = scratch_platform.lake_root / find_job(job, conf_dir).pipeline.sink.path / "_spark_metadata"
+        spec = find_job(job, conf_dir)
+        scratch_paths = JobPaths.of(scratch_platform, spec)
+        sink_log, checkpoint = scratch_paths.sink_log, scratch_paths.checkpoint
         fetch_savepoint(platform, savepoint, root / "savepoint", s3=s3)
-        checkpoint = scratch_platform.checkpoint_root / job
         for restored, target in (
             (root / "savepoint" / "checkpoint", checkpoint),
             (root / "savepoint" / "sink" / "_spark_metadata", sink_log),
@@ -130,7 +131,7 @@ def dry_run(
             restored.rename(target)
         last = savepoint.batch_id
         write_log_entry(
-            replay_dir(scratch_platform, job) / str(last + 1),
+            scratch_paths.replay / str(last + 1),
             (checkpoint / "offsets" / str(last)).read_bytes(),
         )
         try:
@@ -157,7 +158,7 @@ def dry_run(
                 f"dry run of the candidate for {job!r} did not finish within {exc.timeout:g}s"
             ) from exc
         if result.returncode != 0:
-            heartbeat = read_heartbeat(heartbeat_path(scratch_platform.job_runtime_dir(job)))
+            heartbeat = read_heartbeat(scratch_paths.heartbeat)
             why = (
                 heartbeat.error_message
                 if heartbeat is not None and heartbeat.error_message
@@ -179,7 +180,7 @@ def _await_ready(supervisor: Supervisor, spec: JobSpec, timeout: float) -> str |
         if run is None or run.run_id != first.run_id:
             ended = next((r for r in supervisor.ledger.runs(job) if r.run_id == first.run_id), first)
             return f"the new version did not stay up ({ended.exit_reason or 'restarted'})"
-        heartbeat = read_heartbeat(heartbeat_path(supervisor.platform.job_runtime_dir(job)))
+        heartbeat = read_heartbeat(JobPaths.of(supervisor.platform, spec).heartbeat)
         idle = heartbeat is not None and heartbeat.run_id == run.run_id and heartbeat.event == "idle"
         if run.batches_committed >= needed or idle:
             return None
@@ -206,13 +207,14 @@ def upgrade(
     spec, content = _candidate_spec(platform, job, candidate)
     installed = platform.conf_dir / "jobs" / f"{job}.yaml"
     previous = installed.read_bytes()
-    old_version = find_job(job, platform.conf_dir).config_version
+    running = find_job(job, platform.conf_dir)
+    old_version = running.config_version
     decision = ledger.record_decision(
         job, "upgrade", reason, {"from": old_version, "to": spec.config_version, "candidate": str(candidate)}
     )
     with job_lock(platform, job, "upgrade"):
         try:
-            savepoint = take_savepoint(platform, ledger, job, s3=s3)
+            savepoint = take_savepoint(platform, ledger, running, s3=s3)
             dry_run(platform, job, content, savepoint, s3=s3)
         except WardenError as exc:
             ledger.set_outcome(decision, f"refused: {exc}")

@@ -42,7 +42,8 @@ from ops.driver.checkpoint import log_entries, read_offsets, source_log_offset
 from ops.exceptions import SavepointError
 from ops.ledger.store import Ledger, SavepointRecord
 from ops.s3 import s3_client
-from ops.spec.job import find_job
+from ops.spec.job import JobSpec
+from ops.spec.paths import JobPaths
 from ops.spec.platform import PlatformConfig
 
 MANIFEST_NAME = "manifest.json"
@@ -377,7 +378,7 @@ def read_manifest(
 
 
 def take_savepoint(
-    platform: PlatformConfig, ledger: Ledger, job: str, *, s3: BaseClient | None = None
+    platform: PlatformConfig, ledger: Ledger, spec: JobSpec, *, s3: BaseClient | None = None
 ) -> SavepointRecord:
     """Copy the running (or stopped) job's checkpoint at its last committed batch into S3.
 
@@ -385,9 +386,8 @@ def take_savepoint(
     any failure nothing is catalogued and a later attempt starts afresh (objects already copied
     are reused).
     """
-    spec = find_job(job, platform.conf_dir)
-    checkpoint = platform.checkpoint_root / job
-    sink_log = platform.lake_root / spec.pipeline.sink.path / "_spark_metadata"
+    job, paths = spec.name, JobPaths.of(platform, spec)
+    checkpoint, sink_log = paths.checkpoint, paths.sink_log
     if not checkpoint.is_dir():
         raise SavepointError(f"job {job!r} has no checkpoint at {checkpoint}")
     client = s3 or s3_client(platform)

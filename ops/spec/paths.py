@@ -17,6 +17,9 @@ from pathlib import Path
 from ops.spec.job import JobSpec
 from ops.spec.platform import PlatformConfig
 
+# The driver writes it even when its spec does not load, so it is named apart from `JobPaths`.
+HEARTBEAT_FILE = "heartbeat.json"
+
 
 @dataclass(frozen=True)
 class JobPaths:
@@ -61,7 +64,7 @@ class JobPaths:
 
     @property
     def heartbeat(self) -> Path:
-        return self.runtime / "heartbeat.json"
+        return self.runtime / HEARTBEAT_FILE
 
     @property
     def replay(self) -> Path:
@@ -71,10 +74,6 @@ class JobPaths:
     @property
     def preview(self) -> Path:
         return self.runtime / "preview"
-
-    @property
-    def operation_lock(self) -> Path:
-        return self.runtime / ".operation.lock"
 
     @property
     def upgrade(self) -> Path:

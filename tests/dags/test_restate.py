@@ -14,12 +14,12 @@ from pyspark.testing import assertDataFrameEqual
 
 from jobs.batch import batch_rows
 from ops.control.supervisor import Supervisor, stop_all_jobs
-from ops.driver.replay import replay_dir
 from ops.ledger.store import Ledger
 from ops.spec.job import find_job
 from ops.spec.platform import PlatformConfig
 from synthetic.generator import write_batch
 from tests.support.drivers import caught_up, edit_job, fast_trigger, wait_for
+from tests.support.platform import job_paths
 from tests.support.slack import SlackReceiver
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
@@ -70,7 +70,7 @@ def test_restate_form_dry_run_then_restate_replaces_a_wrong_versions_output(
     restate = dags.get_dag("warden_restate")
     form = {"job": "router", "savepoint": savepoint.id, "reason": "zero-amount purchases routed"}
     assert restate.test(run_conf={**form, "dry_run": True}).state == "success"
-    assert not replay_dir(platform, "router").exists() and ledger.current_run("router") is not None
+    assert not job_paths(platform, "router").replay.exists() and ledger.current_run("router") is not None
 
     assert restate.test(run_conf={**form, "dry_run": False}).state == "success"
     spec = find_job("router", platform.conf_dir)

@@ -17,13 +17,14 @@ from pyspark.sql import SparkSession
 
 from jobs.router.transform import read_route
 from ops.control.supervisor import stop_all_jobs
-from ops.driver.telemetry import heartbeat_path, read_heartbeat
+from ops.driver.telemetry import read_heartbeat
 from ops.ledger.store import Ledger
 from ops.spec.job import find_job
 from ops.spec.pipelines import DEAD_LETTER_ROUTE
 from ops.spec.platform import PlatformConfig
 from synthetic.generator import GeneratedBatch, write_batch
 from tests.support.drivers import wait_for
+from tests.support.platform import job_paths
 from tests.support.slack import SlackReceiver
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
@@ -82,7 +83,7 @@ def test_router_survives_kill_9_under_its_supervision_dag(
     # More files, one per batch: kill -9 the driver while it works through them.
     batches += [write_batch(landing, 2000, 0.02, seed=seed) for seed in range(3, 9)]
     first_run = ledger.current_run("router")
-    beat = heartbeat_path(platform.job_runtime_dir("router"))
+    beat = job_paths(platform, "router").heartbeat
     start_batch = read_heartbeat(beat).batch_id
     wait_for(lambda: (read_heartbeat(beat).batch_id or 0) >= start_batch + 2, 60, "two more batches")
     os.kill(first_run.pid, signal.SIGKILL)

@@ -21,6 +21,7 @@ from ops.driver.listener import (
 from ops.driver.telemetry import Heartbeat, read_heartbeat
 from ops.ports import free_loopback_port
 from ops.spec.platform import PlatformConfig
+from tests.support.platform import job_paths
 
 
 def test_batch_sample_reads_a_progress_record() -> None:
@@ -62,7 +63,7 @@ def test_describe_failure_keeps_class_condition_and_message() -> None:
 
 @pytest.fixture
 def listener(spark: SparkSession, platform_conf: PlatformConfig) -> Iterator[TelemetryListener]:
-    listener = TelemetryListener(platform_conf, "router", "run-7")
+    listener = TelemetryListener(job_paths(platform_conf, "router").heartbeat, "router", "run-7")
     spark.streams.addListener(listener)
     yield listener
     spark.streams.removeListener(listener)

@@ -32,7 +32,7 @@ from ops.spec.job import find_job
 from ops.spec.platform import PlatformConfig
 from synthetic.generator import write_batch
 from tests.support.drivers import caught_up, edit_job, write_sessions_input
-from tests.support.platform import write_conf
+from tests.support.platform import job_paths, write_conf
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,14 @@ def run_available(spark: SparkSession, platform: PlatformConfig, job: str) -> No
     for key, value in state_conf(spec).items():
         spark.conf.set(key, value)
     plan = plan_job(platform, spec)
-    replay_pending(spark, platform, spec, plan, TelemetryListener(platform, job, "test"), ShutdownRequest())
+    replay_pending(
+        spark,
+        platform,
+        spec,
+        plan,
+        TelemetryListener(job_paths(platform, job).heartbeat, job, "test"),
+        ShutdownRequest(),
+    )
     query = with_trigger(plan, spec, available_now=True)(spark).start()
     query.awaitTermination()
     assert query.exception() is None
@@ -95,7 +102,7 @@ def test_restated_sink_equals_a_clean_run_of_the_right_version(
     for seed in range(4):
         case.write_input(platform, seed)
     run_available(spark, platform, job)
-    savepoint = take_savepoint(platform, ledger, job)
+    savepoint = take_savepoint(platform, ledger, find_job(job, platform.conf_dir))
 
     edit_job(platform, job, case.wrong_version)
     for seed in range(4, 8):
@@ -151,7 +158,7 @@ def test_savepoints_taken_during_a_backlog_each_restore_the_same_output(
         while len(savepoints) < 3:
             progress = query.lastProgress
             if progress and progress["batchId"] >= 2 * (len(savepoints) + 1):
-                savepoints.append(take_savepoint(platform, ledger, job))
+                savepoints.append(take_savepoint(platform, ledger, find_job(job, platform.conf_dir)))
                 assert query.isActive, "the job never stops for a savepoint"
             time.sleep(0.2)
         # Until no batch, not even a watermark-only one, is left to run: the snapshot of the sink

@@ -22,7 +22,7 @@ from jobs.batch import batch_rows
 from jobs.router.transform import read_route
 from ops.control.locks import job_lock
 from ops.control.supervisor import Supervisor
-from ops.driver.replay import pending_replay, replay_dir
+from ops.driver.replay import pending_replay
 from ops.exceptions import RewindError
 from ops.ledger.store import Ledger
 from ops.recovery.restate import last_commit
@@ -32,6 +32,7 @@ from ops.spec.job import find_job
 from ops.spec.platform import PlatformConfig
 from synthetic.generator import write_batch
 from tests.support.drivers import Driver, caught_up, edit_job, fast_trigger
+from tests.support.platform import job_paths
 
 JOB = "router"
 RIGHT_FILTER = "event_type = 'purchase' AND amount > 0"
@@ -73,7 +74,7 @@ def test_restating_the_router_from_a_savepoint_equals_a_clean_run(
     for seed in range(6):
         write_batch(landing, 60, 0.05, seed)
     run_until_read(start_driver("right-1"), platform, files=6)
-    savepoint = take_savepoint(platform, ledger, JOB)
+    savepoint = take_savepoint(platform, ledger, find_job(JOB, platform.conf_dir))
 
     edit_job(platform, JOB, set_purchase_filter(WRONG_FILTER))
     for seed in range(6, 12):
@@ -96,11 +97,11 @@ def test_restating_the_router_from_a_savepoint_equals_a_clean_run(
     dry = rewind_job(supervisor, JOB, reason="test dry run", savepoint_id=savepoint.id, dry_run=True)
     assert dry.replay_batches == range(savepoint.batch_id + 1, last_batch + 1)
     assert len(dry.input_files) == 6 and dry.sink_rows > 0
-    assert not replay_dir(platform, JOB).exists(), "a dry run touches nothing"
+    assert not job_paths(platform, JOB).replay.exists(), "a dry run touches nothing"
 
     plan = rewind_job(supervisor, JOB, reason="wrong purchase filter", savepoint_id=savepoint.id)
     assert plan.replay_batches == dry.replay_batches and plan.sink_rows == dry.sink_rows
-    assert pending_replay(platform, JOB) == list(plan.replay_batches)
+    assert pending_replay(job_paths(platform, JOB)) == list(plan.replay_batches)
     assert not any(path.exists() for path in plan.sink_files)
     assert (
         max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit()) == savepoint.batch_id
@@ -129,7 +130,7 @@ def test_rewind_past_input_retention_is_refused_before_anything_is_touched(
     for seed in range(2):
         write_batch(landing, 40, 0.0, seed)
     run_until_read(start_driver("r-1"), platform, files=2)
-    savepoint = take_savepoint(platform, ledger, JOB)
+    savepoint = take_savepoint(platform, ledger, find_job(JOB, platform.conf_dir))
     later = [write_batch(landing, 40, 0.0, seed) for seed in range(2, 4)]
     run_until_read(start_driver("r-2"), platform, files=4)
     later[0].path.unlink()
@@ -139,7 +140,7 @@ def test_rewind_past_input_retention_is_refused_before_anything_is_touched(
         rewind_job(Supervisor.for_platform(platform), JOB, reason="test", savepoint_id=savepoint.id)
     assert str(later[0].path) in str(refused.value)
     assert (snapshot(platform.checkpoint_root / JOB), snapshot(platform.lake_root / "router")) == before
-    assert not replay_dir(platform, JOB).exists()
+    assert not job_paths(platform, JOB).replay.exists()
     assert not ledger.decisions(JOB, action="rewind")
 
 
@@ -149,7 +150,7 @@ def test_two_rewinds_at_once_run_one_after_the_other(
     landing = platform.landing_root / "events"
     write_batch(landing, 40, 0.0, 1)
     run_until_read(start_driver("r-1"), platform, files=1)
-    savepoint = take_savepoint(platform, ledger, JOB)
+    savepoint = take_savepoint(platform, ledger, find_job(JOB, platform.conf_dir))
     supervisor = Supervisor.for_platform(platform)
     errors: list[BaseException] = []
 

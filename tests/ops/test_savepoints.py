@@ -85,7 +85,7 @@ def test_online_savepoint_of_the_running_router_is_complete_and_then_incremental
     driver = start_driver("run-sp")
     driver.wait_heartbeat(lambda hb: hb.batch_id is not None and hb.batch_id >= 4)
 
-    first = take_savepoint(platform, ledger, "router")
+    first = take_savepoint(platform, ledger, find_job("router", platform.conf_dir))
     assert driver.process.poll() is None, "taking a savepoint must not stop the job"
 
     manifest = read_manifest(platform, first)
@@ -108,7 +108,7 @@ def test_online_savepoint_of_the_running_router_is_complete_and_then_incremental
 
     write_batch(landing, 50, 0.0, 99)
     driver.wait_heartbeat(lambda hb: hb.batch_id is not None and hb.batch_id > n)
-    second = take_savepoint(platform, ledger, "router")
+    second = take_savepoint(platform, ledger, find_job("router", platform.conf_dir))
     assert driver.process.poll() is None
     assert second.batch_id > n
     assert 0 < second.uploaded_bytes * 3 < second.total_bytes, second
@@ -153,13 +153,13 @@ def test_copy_interrupted_midway_catalogues_nothing_and_the_retry_reuses_objects
         write_checkpoint_batch(platform, "router", batch_id)
     failing = FailingS3(s3_server.client, puts_allowed=4)
     with pytest.raises(SavepointError, match="unreachable"):
-        take_savepoint(platform, ledger, "router", s3=failing)  # type: ignore[arg-type]
+        take_savepoint(platform, ledger, find_job("router", platform.conf_dir), s3=failing)  # type: ignore[arg-type]
     keys = s3_server.client.list_objects_v2(Bucket=platform.s3.bucket, Prefix=platform.s3.savepoint_prefix)
     assert failing.puts == 4
     assert not [item["Key"] for item in keys.get("Contents", []) if item["Key"].endswith("manifest.json")]
     assert ledger.savepoints("router") == []
 
-    retried = take_savepoint(platform, ledger, "router")
+    retried = take_savepoint(platform, ledger, find_job("router", platform.conf_dir))
     assert retried.batch_id == 5 and 0 < retried.uploaded_bytes < retried.total_bytes
     assert ledger.savepoints("router") == [retried]
 
@@ -169,7 +169,7 @@ def test_s3_outage_raises_savepoint_error_naming_the_endpoint(
 ) -> None:
     write_checkpoint_batch(platform, "router", 0)
     with s3_server.outage(), pytest.raises(SavepointError) as raised:
-        take_savepoint(platform, ledger, "router")
+        take_savepoint(platform, ledger, find_job("router", platform.conf_dir))
     assert f"S3 at {s3_server.endpoint_url} unreachable" in str(raised.value)
     assert ledger.savepoints("router") == []
 
@@ -317,12 +317,12 @@ def test_retention_keeps_the_newest_and_deletes_older_manifests_and_unreferenced
     savepoints = []
     for batch_id in range(3):
         write_checkpoint_batch(platform, "router", batch_id)
-        savepoints.append(take_savepoint(platform, ledger, "router"))
+        savepoints.append(take_savepoint(platform, ledger, find_job("router", platform.conf_dir)))
     # Spark purged batch 0 before the newest savepoint, so only the older ones reference it.
     for log in ("offsets", "commits"):
         (platform.checkpoint_root / "router" / log / "0").unlink()
     write_checkpoint_batch(platform, "router", 3)
-    newest = take_savepoint(platform, ledger, "router")
+    newest = take_savepoint(platform, ledger, find_job("router", platform.conf_dir))
     assert batches_in(read_manifest(platform, newest), "offsets") == [1, 2, 3]
     purged = {
         f["sha256"] for f in read_manifest(platform, savepoints[0])["files"] if f["path"].endswith("/0")
@@ -388,7 +388,7 @@ def save_a_running_count(
             lines = [json.dumps({"k": f"key{i % 4}", "t": f"2026-01-01T00:0{minute}:00Z"}) for i in range(20)]
             (landing / f"part-{minute}.json").write_text("\n".join(lines) + "\n")
             query.processAllAvailable()
-        savepoint = take_savepoint(platform, ledger, "router")
+        savepoint = take_savepoint(platform, ledger, find_job("router", platform.conf_dir))
     finally:
         query.stop()
     manifest = read_manifest(platform, savepoint)

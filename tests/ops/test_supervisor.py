@@ -6,13 +6,16 @@ from __future__ import annotations
 from typing import Any
 
 from ops.control.alerts import AlertCenter
+from ops.control.launcher import LaunchedDriver, LocalProcessBackend
 from ops.control.policy import FAILURE
 from ops.control.supervisor import Supervisor, stop_all_jobs
+from ops.driver.telemetry import read_heartbeat
 from ops.exceptions import LaunchError
 from ops.ledger.store import Ledger, RunRecord
-from ops.spec.job import JobSpec
+from ops.spec.job import JobSpec, find_job
 from ops.spec.platform import PlatformConfig
-from tests.support.drivers import caught_up, edit_job, wait_for, write_sessions_input
+from tests.support.drivers import caught_up, edit_job, fast_trigger, wait_for, write_sessions_input
+from tests.support.platform import job_paths
 from tests.support.slack import SlackReceiver
 
 
@@ -77,3 +80,48 @@ def test_state_pressure_and_watermark_lag_of_a_running_driver_degrade_it_and_pag
         assert any("behind the wall clock (limit 3600s)" in text for text in texts), texts
     finally:
         stop_all_jobs(platform)
+
+
+class FileChangingBackend(LocalProcessBackend):
+    """Real local drivers; the first launch edits the job file after the supervisor loaded it."""
+
+    def __init__(self, platform: PlatformConfig) -> None:
+        super().__init__(platform)
+        self.edited = False
+
+    def launch(self, spec: JobSpec, run_id: str) -> LaunchedDriver:
+        if not self.edited:
+            edit_job(self.platform, spec.name, fast_trigger)
+            self.edited = True
+        return super().launch(spec, run_id)
+
+
+def test_a_driver_whose_job_file_changed_after_launch_refuses_and_the_next_run_has_the_new_file(
+    platform_conf: PlatformConfig, ledger: Ledger
+) -> None:
+    launched = find_job("router", platform_conf.conf_dir)
+    backend = FileChangingBackend(platform_conf)
+    supervisor = Supervisor(platform_conf, ledger, backend, AlertCenter(ledger, platform_conf.slack))
+    supervisor.reconcile("router")
+    (stale,) = ledger.runs("router")
+    assert stale.config_version == launched.config_version
+    wait_for(lambda: not backend.is_alive(stale), 120, "the driver of the changed file to exit")
+    heartbeat = read_heartbeat(job_paths(platform_conf, "router").heartbeat)
+    assert (
+        heartbeat is not None and heartbeat.event == "terminated" and heartbeat.error_class == "ConfigError"
+    )
+    message = heartbeat.error_message or ""
+    assert "changed on disk" in message and f"launched with config {launched.config_version}" in message
+
+    # The refused run is closed; the relaunch (after the first backoff) carries the file's version.
+    current = find_job("router", platform_conf.conf_dir)
+
+    def relaunched() -> bool:
+        supervisor.reconcile("router")
+        return len(ledger.runs("router")) == 2
+
+    wait_for(relaunched, 60, "a relaunch")
+    newest = ledger.runs("router")[0]
+    assert newest.config_version == current.config_version != launched.config_version
+    assert (ledger.runs("router")[1].exit_reason or "").startswith(FAILURE + "config: ")
+    backend.kill(newest)

@@ -19,10 +19,11 @@ import yaml
 
 from ops.driver.checkpoint import log_entries, read_offsets, source_files, source_log_offset
 from ops.driver.replay import pending_replay
-from ops.driver.telemetry import Heartbeat, heartbeat_path, read_heartbeat
+from ops.driver.telemetry import Heartbeat, read_heartbeat
 from ops.spec.platform import CONF_DIR_ENV, PlatformConfig
 from synthetic.generator import DEFAULT_START, make_event
 from synthetic.scenarios import write_json_lines
+from tests.support.platform import job_paths
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,7 +56,7 @@ class Driver:
 
     def __init__(self, platform: PlatformConfig, run_id: str, job: str = "router") -> None:
         self.platform = platform
-        self.heartbeat_file = heartbeat_path(platform.job_runtime_dir(job))
+        self.heartbeat_file = job_paths(platform, job).heartbeat
         self.log_path = platform.runtime_root / f"driver-{run_id}.log"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("wb") as log_file:
@@ -122,7 +123,7 @@ def caught_up(platform: PlatformConfig, job: str, files: int) -> bool:
     """
     checkpoint = platform.checkpoint_root / job
     commits, offsets = log_entries(checkpoint / "commits"), log_entries(checkpoint / "offsets")
-    if not commits or max(commits) != max(offsets) or pending_replay(platform, job):
+    if not commits or max(commits) != max(offsets) or pending_replay(job_paths(platform, job)):
         return False
     _, positions = read_offsets(offsets[max(commits)][0].read_bytes())
     upto = source_log_offset(positions[0])

@@ -10,6 +10,8 @@ import yaml
 
 from ops.ledger.store import Ledger
 from ops.ports import free_loopback_port
+from ops.spec.job import find_job
+from ops.spec.paths import JobPaths
 from ops.spec.platform import CONF_DIR_ENV, DEFAULT_CONF_DIR, PlatformConfig, load_platform
 
 
@@ -66,3 +68,8 @@ def copy_job(conf_dir: Path, name: str, new_name: str) -> Path:
     target.write_text(yaml.safe_dump(spec, sort_keys=False))
     shutil.copymode(source, target)
     return target
+
+
+def job_paths(platform: PlatformConfig, job: str) -> JobPaths:
+    """The paths of `job` (its file loaded from the platform's conf dir)."""
+    return JobPaths.of(platform, find_job(job, platform.conf_dir))
