@@ -12,8 +12,8 @@ help:
 	@echo "make install  create .venv from uv.lock (bootstraps uv into .tools/)"
 	@echo "make demo     install, then start the embedded platform (S3, Airflow, generator, jobs)"
 	@echo "make stop     stop the embedded platform, streaming drivers included"
-	@echo "make test     install, then run the whole test suite (what CI runs)"
-	@echo "make check    ruff format --check, ruff check, mypy"
+	@echo "make test     install, then run the whole test suite (CI runs make check, then this)"
+	@echo "make check    ruff format --check, ruff check (the import walls too), mypy --strict"
 	@echo "make bench    print benchmark figures"
 	@echo "make bench-flink  the jobs against PyFlink SQL (installs .tools/flink-venv on first use)"
 
@@ -38,10 +38,12 @@ stop:
 test: install
 	$(VENV)/bin/python -m pytest tests/
 
+# ruff covers every Python file of the repo (ops, jobs, synthetic, plugins, dags, benchmarks,
+# tests), each under the ruff.toml nearest to it; mypy checks the packages (strict, pyproject.toml).
 check: install
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy ops jobs
+	$(VENV)/bin/mypy ops jobs synthetic
 
 bench: install
 	$(VENV)/bin/python -m benchmarks.run

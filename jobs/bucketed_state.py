@@ -20,7 +20,7 @@ uses the same column and `timeout_reaching`.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -68,7 +68,8 @@ def frame_to_ipc(frame: pd.DataFrame) -> bytes:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
-    return sink.getvalue().to_pybytes()
+    # pyarrow is untyped here (no stubs installed); to_pybytes() returns bytes.
+    return cast(bytes, sink.getvalue().to_pybytes())
 
 
 def frame_from_ipc(blob: bytes) -> pd.DataFrame:

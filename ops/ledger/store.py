@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from alembic import command
@@ -201,7 +201,10 @@ class SavepointRecord:
     config_version: str
 
 
-def _record(cls: type, row: sa.Row[Any]) -> Any:
+RecordT = TypeVar("RecordT")
+
+
+def _record(cls: type[RecordT], row: sa.Row[Any]) -> RecordT:
     values = {
         key: _aware(value) if isinstance(value, datetime) else value for key, value in row._mapping.items()
     }
