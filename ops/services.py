@@ -25,6 +25,7 @@ from typing import NamedTuple
 from urllib.parse import urlsplit
 
 import boto3
+import psutil
 from botocore.client import BaseClient
 from botocore.config import Config as BotoConfig
 from botocore.exceptions import BotoCoreError, ClientError
@@ -65,17 +66,16 @@ def _reap_service(pid: int) -> None:
 def process_group_members(pgid: int) -> list[int]:
     """Pids of the live (non-zombie) processes in process group `pgid`."""
     members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for process in psutil.process_iter():
         try:
-            stat = (entry / "stat").read_text()
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            if os.getpgid(process.pid) != pgid:
+                continue
+            # A zombie has exited and only waits to be reaped: it is no longer a member.
+            if process.status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+                members.append(process.pid)
+        except (ProcessLookupError, psutil.NoSuchProcess, psutil.AccessDenied):
+            # It exited between the listing and the look.
             continue
-        # Fields after the command name's closing paren: state, ppid, pgrp, ...
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if fields[0] not in ("Z", "X") and int(fields[2]) == pgid:
-            members.append(int(entry.name))
     return members
 
 
