@@ -30,6 +30,7 @@ from botocore.client import BaseClient
 from botocore.config import Config as BotoConfig
 from botocore.exceptions import BotoCoreError, ClientError
 
+from ops import progress
 from ops.config import PlatformConfig, S3Config
 from ops.exceptions import ServiceError
 from ops.launcher import _process_start_ticks, _reap
@@ -400,23 +401,25 @@ class SeaweedS3:
         """Return once S3 lists buckets; ServiceError with the server's log tail on timeout."""
         client = s3_client(self.platform, timeout=2.0, attempts=1)
         deadline = time.monotonic() + timeout
-        while True:
-            try:
-                client.list_buckets()
-                return
-            except (BotoCoreError, ClientError) as exc:
-                problem = f"{type(exc).__name__}: {exc}"
-            if not self.process.is_running():
-                raise ServiceError(
-                    f"S3 at {self.endpoint_url} does not answer and {self.process.name} is not running "
-                    f"({problem}); last lines of {self.process.log_path}:\n{self.process.log_tail()}"
-                )
-            if time.monotonic() >= deadline:
-                raise ServiceError(
-                    f"S3 at {self.endpoint_url} did not answer within {timeout:g}s ({problem}); "
-                    f"last lines of {self.process.log_path}:\n{self.process.log_tail()}"
-                )
-            time.sleep(0.5)
+        with progress.track(f"waiting for S3 at {self.endpoint_url}") as task:
+            while True:
+                try:
+                    client.list_buckets()
+                    return
+                except (BotoCoreError, ClientError) as exc:
+                    problem = f"{type(exc).__name__}: {exc}"
+                    task.status(type(exc).__name__)
+                if not self.process.is_running():
+                    raise ServiceError(
+                        f"S3 at {self.endpoint_url} does not answer and {self.process.name} is not running "
+                        f"({problem}); last lines of {self.process.log_path}:\n{self.process.log_tail()}"
+                    )
+                if time.monotonic() >= deadline:
+                    raise ServiceError(
+                        f"S3 at {self.endpoint_url} did not answer within {timeout:g}s ({problem}); "
+                        f"last lines of {self.process.log_path}:\n{self.process.log_tail()}"
+                    )
+                time.sleep(0.5)
 
     def ensure_bucket(self) -> None:
         """Create the platform's bucket unless it exists."""
