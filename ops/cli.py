@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 from ops.clock import utcnow
 from ops.control.policy import FAILURE
 from ops.control.supervisor import Supervisor
-from ops.driver.preview import read_preview, render_preview
+from ops.driver.preview import read_preview
 from ops.embedded import platform as embedded
 from ops.exceptions import WardenError
 from ops.recovery.restate import restate
@@ -43,15 +43,35 @@ from ops.spec.platform import load_platform
 
 if TYPE_CHECKING:
     from ops.recovery.state_reader import StateTable
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ops import progress
+from ops.driver.preview import preview_rows
+
+# Off a terminal a table keeps its natural width, however wide, so every row stays one line.
+_UNWRAPPED_WIDTH = 100_000
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    cells = [[str(h) for h in headers], *[["" if c is None else str(c) for c in row] for row in rows]]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in cells
-    )
+def _table_lines(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
+    """A table as lines: columns two spaces apart under a bold header, wrapped to the terminal;
+    off a terminal (pipes, CI) plain text with one line per row, so scripts can split it."""
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for header in headers:
+        table.add_column(Text(header))
+    for row in rows:
+        # Text, not str: a cell such as a decision's reason is shown as written, never as markup.
+        table.add_row(*(Text("" if cell is None else str(cell)) for cell in row))
+    console = Console() if sys.stdout.isatty() else Console(width=_UNWRAPPED_WIDTH)
+    with console.capture() as capture:
+        console.print(table)
+    # Cells are padded to their column's width; the last column's padding is noise.
+    return [line.rstrip() for line in capture.get().splitlines()]
+
+
+def _print_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    print("\n".join(_table_lines(headers, rows)))
 
 
 def _rate(value: float | None) -> str:
@@ -117,7 +137,7 @@ def cmd_status(_: argparse.Namespace) -> int:
         "restarts 24h",
         "last alert",
     ]
-    print(_table(headers, rows))
+    _print_table(headers, rows)
     for error in loaded.errors.values():
         print(f"INVALID  {error}")
     return 0
@@ -130,7 +150,7 @@ def cmd_decisions(args: argparse.Namespace) -> int:
         [d.id, f"{d.at:%Y-%m-%d %H:%M:%S}", d.action, d.reason, d.outcome or "", d.run_id or ""]
         for d in decisions
     ]
-    print(_table(["id", "at (UTC)", "action", "reason", "outcome", "run"], rows))
+    _print_table(["id", "at (UTC)", "action", "reason", "outcome", "run"], rows)
     return 0
 
 
@@ -158,7 +178,7 @@ def cmd_savepoints(args: argparse.Namespace) -> int:
     if not rows:
         print(f"no savepoints of {args.job} yet (warden savepoint {args.job})")
         return 0
-    print(_table(["id", "batch", "created (UTC)", "size", "uploaded", "status", "config"], rows))
+    _print_table(["id", "batch", "created (UTC)", "size", "uploaded", "status", "config"], rows)
     return 0
 
 
@@ -194,7 +214,7 @@ def cmd_platform(args: argparse.Namespace) -> int:
                 [s.name, "running" if s.running else "stopped", s.pid or "-", s.url or "-"]
                 for s in embedded.status(platform)
             ]
-            print(_table(["service", "state", "pid", "url"], rows))
+            _print_table(["service", "state", "pid", "url"], rows)
     return 0
 
 
@@ -257,7 +277,7 @@ def state_lines(table: StateTable) -> list[str]:
     """A state table as printed by `warden state`: a summary line, then one row per key."""
     summary = f"{table.job}: state '{table.state_var}' as of batch {table.batch_id}, {len(table.rows)} keys"
     rows = [[_cell(cell) for cell in row] for row in table.rows]
-    return [summary, *_table(table.columns, rows).splitlines()]
+    return [summary, *_table_lines(table.columns, rows)]
 
 
 def cmd_state(args: argparse.Namespace) -> int:
@@ -277,7 +297,9 @@ def cmd_state(args: argparse.Namespace) -> int:
 def cmd_preview(args: argparse.Namespace) -> int:
     platform = load_platform()
     spec = find_job(args.job, platform.conf_dir)
-    print(render_preview(read_preview(platform, spec, args.stage), args.limit))
+    preview = read_preview(platform, spec, args.stage)
+    title, rows = preview_rows(preview, args.limit)
+    print("\n".join([title, *_table_lines(preview.columns, rows)]))
     return 0
 
 
@@ -348,11 +370,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        return int(args.run(args))
-    except WardenError as error:
-        print(f"warden: {error}", file=sys.stderr)
-        return 2
+    # Long operations (savepoints, rewinds, platform start) show their progress on stderr, so
+    # stdout holds only what the command reports.
+    with progress.showing(sys.stderr):
+        try:
+            return int(args.run(args))
+        except WardenError as error:
+            print(f"warden: {error}", file=sys.stderr)
+            return 2
 
 
 if __name__ == "__main__":

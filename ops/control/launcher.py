@@ -17,11 +17,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+import psutil
+
 from ops.exceptions import LaunchError
 from ops.ledger.store import RunRecord
 from ops.spec.job import JobSpec
 from ops.spec.paths import JobPaths
 from ops.spec.platform import CONF_DIR_ENV, PlatformConfig
+
+# A zombie has exited and only waits for its parent to reap it: it counts as gone.
+_GONE = frozenset({psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD})
+_CLOCK_TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
@@ -54,15 +60,25 @@ class LaunchBackend(Protocol):
 
 
 def _process_start_ticks(pid: int) -> str | None:
-    """The kernel's start time of `pid`, or None if no such live process (zombies count as gone)."""
+    """When `pid` started, in clock ticks since boot, or None if no such live process.
+
+    Zombies count as gone. The ticks (not psutil's epoch seconds) are what app ids and pid files
+    record: the kernel's boot time, which `create_time()` adds, moves when the wall clock is
+    stepped, and a live driver must keep its identity. Earlier versions recorded the same ticks.
+    """
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        # Boot time read on both sides of create_time(): a clock step in between is retried
+        # rather than recorded as a different start.
+        while True:
+            booted_at = psutil.boot_time()
+            process = psutil.Process(pid)
+            if process.status() in _GONE:
+                return None
+            started_at = process.create_time()
+            if psutil.boot_time() == booted_at:
+                return str(round((started_at - booted_at) * _CLOCK_TICKS_PER_SECOND))
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
         return None
-    # The command name (field 2) may hold spaces; the fields after its closing paren are fixed.
-    fields = stat[stat.rindex(")") + 2 :].split()
-    state, start_ticks = fields[0], fields[19]
-    return None if state in ("Z", "X") else start_ticks
 
 
 def _reap(pid: int) -> None:
@@ -127,8 +143,10 @@ class LocalProcessBackend:
         if run.pid is None:
             return False
         _reap(run.pid)
-        # Compare start times so a recycled pid is never mistaken for our driver.
-        return run.app_id == f"local-{run.pid}-{_process_start_ticks(run.pid)}"
+        # Compare start times so a recycled pid is never mistaken for our driver. A driver that was
+        # gone before its start could be read has the app id `local-<pid>-None`: still gone.
+        started = _process_start_ticks(run.pid)
+        return started is not None and run.app_id == f"local-{run.pid}-{started}"
 
     def stop(self, run: RunRecord, timeout: float) -> str:
         if not self.is_alive(run):

@@ -4,7 +4,7 @@ A job's spec enables taps with `operations.preview: {stages: [parsed, output], r
 The driver then runs one small extra query per tapped stage (`jobs/preview.py`) that rewrites
 `<runtime>/jobs/<job>/preview/<stage>.json` after each of its micro-batches, atomically, with the
 newest `records` rows seen at that stage. This module owns that file: its path, its format, and
-reading and rendering it. It knows nothing of Spark.
+reading it and laying it out as table rows. It knows nothing of Spark.
 
 Tap queries are named `<job>.preview.<stage>`, so the driver's telemetry listener can tell them
 from the job's own query (`is_tap_query`) and keep them out of the heartbeat.
@@ -110,23 +110,19 @@ def read_preview(platform: PlatformConfig, spec: JobSpec, stage: str) -> Preview
     return preview
 
 
-def render_preview(preview: Preview, limit: int | None = None) -> str:
-    """The newest `limit` records as a text table (oldest of them first), under a one-line title."""
+def preview_rows(preview: Preview, limit: int | None = None) -> tuple[str, list[list[str]]]:
+    """A one-line title and the newest `limit` records as table cells (oldest of them first), one
+    cell per column of `preview.columns`."""
     records = preview.records[-limit:] if limit else preview.records
-    cells = [list(preview.columns)] + [
+    rows = [
         ["" if record.get(column) is None else _cell(record[column]) for column in preview.columns]
         for record in records
-    ]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(preview.columns))]
-    lines = [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in cells
     ]
     title = (
         f"{preview.job} / {preview.stage}: newest {len(records)} of {len(preview.records)} records, "
         f"batch {preview.batch_id}"
     )
-    return "\n".join([title, *lines])
+    return title, rows
 
 
 def _cell(value: Any) -> str:

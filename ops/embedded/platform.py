@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import quote
 
+from ops import progress
 from ops.embedded.services import ManagedProcess, SeaweedS3, venv_bin_dir
 from ops.exceptions import ServiceError
 from ops.ledger.store import Ledger
@@ -48,7 +49,6 @@ AIRFLOW_COMMANDS = {
 GENERATOR_RATE = 200
 AIRFLOW_COMPONENTS = ("scheduler", "dag_processor", "triggerer")
 AIRFLOW_STOP_TIMEOUT = 60.0
-PROGRESS_EVERY_SECONDS = 15.0
 
 Echo = Callable[[str], None]
 
@@ -179,36 +179,29 @@ def _unhealthy_airflow_components(platform: PlatformConfig) -> list[str]:
 
 
 def _wait(
-    what: str,
-    pending: Callable[[], list[str]],
-    processes: list[ManagedProcess],
-    timeout: float,
-    echo: Echo,
+    what: str, pending: Callable[[], list[str]], processes: list[ManagedProcess], timeout: float
 ) -> None:
-    """Poll `pending()` until it is empty, echoing progress; ServiceError on timeout or an exit."""
+    """Poll `pending()` until it is empty, showing what it still waits for as progress; ServiceError
+    on timeout or when a process exits."""
     started = time.monotonic()
-    last_report = started
-    last_pending: list[str] | None = None
-    while True:
-        waiting_for = pending()
-        if not waiting_for:
-            return
-        now = time.monotonic()
-        if waiting_for != last_pending or now - last_report >= PROGRESS_EVERY_SECONDS:
-            echo(f"  waiting for {what}: {', '.join(waiting_for)} ({now - started:.0f}s)")
-            last_pending, last_report = waiting_for, now
-        for process in processes:
-            if not process.is_running():
+    with progress.track(f"waiting for {what}") as task:
+        while True:
+            waiting_for = pending()
+            if not waiting_for:
+                return
+            task.status(", ".join(waiting_for))
+            for process in processes:
+                if not process.is_running():
+                    raise ServiceError(
+                        f"{process.name} exited while waiting for {what}; "
+                        f"last lines of {process.log_path}:\n{process.log_tail()}"
+                    )
+            if time.monotonic() - started >= timeout:
+                logs = ", ".join(str(process.log_path) for process in processes)
                 raise ServiceError(
-                    f"{process.name} exited while waiting for {what}; "
-                    f"last lines of {process.log_path}:\n{process.log_tail()}"
+                    f"timed out after {timeout:g}s waiting for {what} ({', '.join(waiting_for)}); see {logs}"
                 )
-        if now - started >= timeout:
-            logs = ", ".join(str(process.log_path) for process in processes)
-            raise ServiceError(
-                f"timed out after {timeout:g}s waiting for {what} ({', '.join(waiting_for)}); see {logs}"
-            )
-        time.sleep(1.0)
+            time.sleep(1.0)
 
 
 def _unpause_supervision_dags(
@@ -233,7 +226,7 @@ def _unpause_supervision_dags(
             return set()
         return {dag["dag_id"] for dag in dags if dag["dag_id"].startswith(SUPERVISE_DAG_PREFIX)}
 
-    _wait("supervision DAGs", lambda: sorted(expected - registered()), airflow, timeout, echo)
+    _wait("supervision DAGs", lambda: sorted(expected - registered()), airflow, timeout)
     for dag_id in sorted(f"{SUPERVISE_DAG_PREFIX}{name}" for name in platform.autostart_jobs):
         _airflow_api(platform, "PATCH", f"/api/v2/dags/{quote(dag_id)}", {"is_paused": False})
         echo(f"  unpaused {dag_id}")
@@ -256,7 +249,8 @@ def up(platform: PlatformConfig, *, timeout: float = 300.0, echo: Echo = print) 
     Ledger.open(platform.resolved_ledger_url)
 
     echo("migrating Airflow's metadata database ...")
-    migrate_airflow_db(platform)
+    with progress.track("migrating Airflow's metadata database"):
+        migrate_airflow_db(platform)
     airflow = airflow_processes(platform)
     echo(f"starting Airflow: {', '.join(component.name for component in airflow)}")
     for component in airflow:
@@ -265,7 +259,7 @@ def up(platform: PlatformConfig, *, timeout: float = 300.0, echo: Echo = print) 
     echo(f"starting the event generator ({GENERATOR_RATE} events/s into {platform.landing_root / 'events'})")
     generator.start()
 
-    _wait("Airflow", lambda: _unhealthy_airflow_components(platform), airflow, timeout, echo)
+    _wait("Airflow", lambda: _unhealthy_airflow_components(platform), airflow, timeout)
     _unpause_supervision_dags(platform, airflow, timeout, echo)
     if not generator.is_running():
         raise ServiceError(

@@ -22,8 +22,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import psutil
 from botocore.exceptions import BotoCoreError, ClientError
 
+from ops import progress
 from ops.control.launcher import _process_start_ticks, _reap
 from ops.exceptions import ServiceError
 from ops.ports import port_is_free
@@ -57,17 +59,16 @@ def _reap_service(pid: int) -> None:
 def process_group_members(pgid: int) -> list[int]:
     """Pids of the live (non-zombie) processes in process group `pgid`."""
     members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for process in psutil.process_iter():
         try:
-            stat = (entry / "stat").read_text()
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            if os.getpgid(process.pid) != pgid:
+                continue
+            # A zombie has exited and only waits to be reaped: it is no longer a member.
+            if process.status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+                members.append(process.pid)
+        except (ProcessLookupError, psutil.NoSuchProcess, psutil.AccessDenied):
+            # It exited between the listing and the look.
             continue
-        # Fields after the command name's closing paren: state, ppid, pgrp, ...
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if fields[0] not in ("Z", "X") and int(fields[2]) == pgid:
-            members.append(int(entry.name))
     return members
 
 
@@ -328,23 +329,25 @@ class SeaweedS3:
         """Return once S3 lists buckets; ServiceError with the server's log tail on timeout."""
         client = s3_client(self.platform, timeout=2.0, attempts=1)
         deadline = time.monotonic() + timeout
-        while True:
-            try:
-                client.list_buckets()
-                return
-            except (BotoCoreError, ClientError) as exc:
-                problem = f"{type(exc).__name__}: {exc}"
-            if not self.process.is_running():
-                raise ServiceError(
-                    f"S3 at {self.endpoint_url} does not answer and {self.process.name} is not running "
-                    f"({problem}); last lines of {self.process.log_path}:\n{self.process.log_tail()}"
-                )
-            if time.monotonic() >= deadline:
-                raise ServiceError(
-                    f"S3 at {self.endpoint_url} did not answer within {timeout:g}s ({problem}); "
-                    f"last lines of {self.process.log_path}:\n{self.process.log_tail()}"
-                )
-            time.sleep(0.5)
+        with progress.track(f"waiting for S3 at {self.endpoint_url}") as task:
+            while True:
+                try:
+                    client.list_buckets()
+                    return
+                except (BotoCoreError, ClientError) as exc:
+                    problem = f"{type(exc).__name__}: {exc}"
+                    task.status(type(exc).__name__)
+                if not self.process.is_running():
+                    raise ServiceError(
+                        f"S3 at {self.endpoint_url} does not answer and {self.process.name} is not running "
+                        f"({problem}); last lines of {self.process.log_path}:\n{self.process.log_tail()}"
+                    )
+                if time.monotonic() >= deadline:
+                    raise ServiceError(
+                        f"S3 at {self.endpoint_url} did not answer within {timeout:g}s ({problem}); "
+                        f"last lines of {self.process.log_path}:\n{self.process.log_tail()}"
+                    )
+                time.sleep(0.5)
 
     def ensure_bucket(self) -> None:
         """Create the platform's bucket unless it exists."""

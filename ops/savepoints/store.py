@@ -19,7 +19,6 @@ Layout in the bucket, under `<savepoint_prefix>/<job>/`:
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import re
 import subprocess
@@ -34,10 +33,12 @@ from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Any
 
-from boto3.s3.transfer import TransferConfig
+from boto3.exceptions import RetriesExceededError, S3UploadFailedError
+from boto3.s3.transfer import S3Transfer, TransferConfig
 from botocore.client import BaseClient
 from botocore.exceptions import BotoCoreError, ClientError
 
+from ops import progress
 from ops.driver.checkpoint import log_entries, read_offsets, source_log_offset
 from ops.exceptions import SavepointError
 from ops.ledger.store import Ledger, SavepointRecord
@@ -50,7 +51,14 @@ MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = 1
 UPLOAD_THREADS = 8
 MULTIPART_THRESHOLD = 8 * 1024 * 1024
-_TRANSFER = TransferConfig(multipart_threshold=MULTIPART_THRESHOLD, multipart_chunksize=MULTIPART_THRESHOLD)
+# One transfer manager serves a whole copy, its requests bounded by the same thread count; a large
+# SST file goes up or down in parts at once instead of one long stream.
+_TRANSFER = TransferConfig(
+    multipart_threshold=MULTIPART_THRESHOLD,
+    multipart_chunksize=MULTIPART_THRESHOLD,
+    max_concurrency=UPLOAD_THREADS,
+)
+HASH_CHUNK_BYTES = 1024 * 1024
 # Spark purges old log and state files in the background; a file listed and then purged before it
 # was read makes the copy start over on a fresh listing, a few times at most.
 COPY_ATTEMPTS = 3
@@ -105,9 +113,11 @@ def _s3_errors(platform: PlatformConfig, doing: str) -> Iterator[None]:
     """Turn boto3's errors into a SavepointError that names the endpoint and the step."""
     try:
         yield
-    except BotoCoreError as exc:
+    # The transfer manager reports a download that kept losing its connection as
+    # RetriesExceededError and an upload S3 answered with an error as S3UploadFailedError.
+    except (BotoCoreError, RetriesExceededError) as exc:
         raise SavepointError(f"S3 at {_endpoint(platform)} unreachable while {doing}: {exc}") from exc
-    except ClientError as exc:
+    except (ClientError, S3UploadFailedError) as exc:
         raise SavepointError(f"S3 at {_endpoint(platform)} refused {doing}: {exc}") from exc
 
 
@@ -298,28 +308,39 @@ def _plan(checkpoint: Path, sink_log: Path) -> _Plan:
 # --- copying -------------------------------------------------------------------------------------
 
 
+def _file_digest(path: Path) -> tuple[int, str]:
+    """(size, sha256) of a file, read a chunk at a time so a large SST never sits in memory."""
+    digest = hashlib.sha256()
+    size = 0
+    with path.open("rb") as file:
+        while chunk := file.read(HASH_CHUNK_BYTES):
+            digest.update(chunk)
+            size += len(chunk)
+    return size, digest.hexdigest()
+
+
 def _copy_file(
-    client: BaseClient,
+    transfer: S3Transfer,
     platform: PlatformConfig,
     job: str,
     relative: str,
     local: Path,
     stored: dict[str, int],
+    task: progress.Task,
 ) -> tuple[SavepointFile, int]:
     """Hash one file and upload it unless the content store has it; (entry, bytes uploaded)."""
     try:
-        content = local.read_bytes()
+        size, sha256 = _file_digest(local)
+        entry = SavepointFile(path=relative, size=size, sha256=sha256)
+        if stored.get(entry.sha256) == entry.size:
+            task.advance(entry.size)
+            return entry, 0
+        transfer.upload_file(
+            str(local), platform.s3.bucket, _object_key(platform, job, entry.sha256), callback=task.advance
+        )
     except FileNotFoundError as exc:
+        # Purged by Spark before it was hashed or while it was uploaded.
         raise _Vanished(str(local)) from exc
-    entry = SavepointFile(path=relative, size=len(content), sha256=hashlib.sha256(content).hexdigest())
-    if stored.get(entry.sha256) == entry.size:
-        return entry, 0
-    key = _object_key(platform, job, entry.sha256)
-    if entry.size >= MULTIPART_THRESHOLD:
-        # A large SST file goes up in parts at once instead of one long stream.
-        client.upload_fileobj(io.BytesIO(content), platform.s3.bucket, key, Config=_TRANSFER)
-    else:
-        client.put_object(Bucket=platform.s3.bucket, Key=key, Body=content)
     return entry, entry.size
 
 
@@ -328,12 +349,23 @@ def _copy(
 ) -> tuple[list[SavepointFile], int]:
     """Upload the plan's files, `metadata` after all the others; (manifest entries, bytes uploaded)."""
     stored = _stored_objects(client, platform, job)
+    try:
+        total_bytes = sum(local.stat().st_size for _, local in plan.files)
+    except FileNotFoundError as exc:
+        raise _Vanished(str(exc)) from exc
     *data_files, (metadata_path, metadata_file) = plan.files
-    with ThreadPoolExecutor(max_workers=UPLOAD_THREADS) as pool:
+    with (
+        progress.track(f"savepoint of {job}", total=total_bytes, unit=progress.BYTES) as task,
+        S3Transfer(client, _TRANSFER) as transfer,
+        ThreadPoolExecutor(max_workers=UPLOAD_THREADS) as pool,
+    ):
+        task.status(f"batch {plan.batch_id}, {len(plan.files)} files")
         copied = list(
-            pool.map(lambda item: _copy_file(client, platform, job, item[0], item[1], stored), data_files)
+            pool.map(
+                lambda item: _copy_file(transfer, platform, job, item[0], item[1], stored, task), data_files
+            )
         )
-    copied.append(_copy_file(client, platform, job, metadata_path, metadata_file, stored))
+        copied.append(_copy_file(transfer, platform, job, metadata_path, metadata_file, stored, task))
     return [entry for entry, _ in copied], sum(uploaded for _, uploaded in copied)
 
 
@@ -520,19 +552,28 @@ def fetch_savepoint(
     """
     client = s3 or s3_client(platform)
     manifest = read_manifest(platform, savepoint, s3=client)
+    files: list[dict[str, Any]] = manifest["files"]
+    with (
+        progress.track(
+            f"fetching savepoint {savepoint.id}",
+            total=sum(entry["size"] for entry in files),
+            unit=progress.BYTES,
+        ) as task,
+        S3Transfer(client, _TRANSFER) as transfer,
+        ThreadPoolExecutor(max_workers=UPLOAD_THREADS) as pool,
+    ):
 
-    def fetch(entry: dict[str, Any]) -> None:
-        key = _object_key(platform, savepoint.job, entry["sha256"])
-        with _s3_errors(platform, f"reading {key}"):
-            content = client.get_object(Bucket=platform.s3.bucket, Key=key)["Body"].read()
-        if hashlib.sha256(content).hexdigest() != entry["sha256"]:
-            raise SavepointError(
-                f"savepoint {savepoint.id}: object for {entry['path']} does not match its checksum"
-            )
-        target = destination / entry["path"]
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(content)
+        def fetch(entry: dict[str, Any]) -> None:
+            key = _object_key(platform, savepoint.job, entry["sha256"])
+            target = destination / entry["path"]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with _s3_errors(platform, f"reading {key}"):
+                transfer.download_file(platform.s3.bucket, key, str(target), callback=task.advance)
+            if _file_digest(target)[1] != entry["sha256"]:
+                target.unlink()
+                raise SavepointError(
+                    f"savepoint {savepoint.id}: object for {entry['path']} does not match its checksum"
+                )
 
-    with ThreadPoolExecutor(max_workers=UPLOAD_THREADS) as pool:
-        list(pool.map(fetch, manifest["files"]))
+        list(pool.map(fetch, files))
     return manifest
