@@ -12,7 +12,9 @@ import pytest
 
 pytest_plugins = [
     "tests.support.airflow",
+    "tests.support.clock",
     "tests.support.drivers",
+    "tests.support.fake_backend",
     "tests.support.platform",
     "tests.support.slack",
     "tests.support.s3",

@@ -1,53 +1,17 @@
-"""The supervisor's act step against a real ledger: a launch backend that refuses to start, and a
-real sessionizer driver whose state and watermark cross the job's health limits."""
+"""The supervisor with real drivers: a sessionizer whose state and watermark cross the job's health
+limits. Its loop over a driver's lifecycle is tested on a fake backend in test_supervisor_loop.py."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ops.alerts import AlertCenter
-from ops.config import JobSpec, PlatformConfig
-from ops.exceptions import LaunchError
-from ops.ledger import Ledger, RunRecord
-from ops.supervisor import FAILURE, Supervisor, stop_all_jobs
+import pytest
+
+from ops.config import PlatformConfig
+from ops.ledger import Ledger
+from ops.supervisor import Supervisor, stop_all_jobs
 from tests.support.drivers import caught_up, edit_job, wait_for, write_sessions_input
 from tests.support.slack import SlackReceiver
-
-
-class RefusingBackend:
-    """A backend whose launches fail (e.g. no python, no disk); counts the attempts."""
-
-    name = "refusing"
-
-    def __init__(self) -> None:
-        self.launches = 0
-
-    def launch(self, spec: JobSpec, run_id: str):
-        self.launches += 1
-        raise LaunchError(f"cannot start driver for job {spec.name!r}: [Errno 28] No space left on device")
-
-    def is_alive(self, run: RunRecord) -> bool:
-        return False
-
-    def stop(self, run: RunRecord, timeout: float) -> str:
-        return "already exited"
-
-    def kill(self, run: RunRecord) -> None:
-        return None
-
-
-def test_a_launch_that_fails_is_a_failed_run_and_backs_off(
-    platform_conf: PlatformConfig, ledger: Ledger
-) -> None:
-    backend = RefusingBackend()
-    supervisor = Supervisor(platform_conf, ledger, backend, AlertCenter(ledger, platform_conf.slack))
-    first = supervisor.reconcile("router")
-    assert first.actions[0].startswith("launch: failed: launch: cannot start driver")
-    second = supervisor.reconcile("router")
-    assert backend.launches == 1
-    assert second.state == "RESTARTING"
-    (run,) = ledger.runs("router")
-    assert run.exit_reason.startswith(FAILURE + "launch:") and run.stopped_at is not None
 
 
 def tight_limits(spec: dict[str, Any]) -> None:
@@ -56,6 +20,8 @@ def tight_limits(spec: dict[str, Any]) -> None:
     spec["operations"]["health"].update(max_state_memory_mb=0.001, max_watermark_lag_seconds=3600)
 
 
+# Supervisor.for_platform launches real drivers through the local backend.
+@pytest.mark.spark
 def test_state_pressure_and_watermark_lag_of_a_running_driver_degrade_it_and_page(
     platform_conf: PlatformConfig, ledger: Ledger, slack_webhook: SlackReceiver
 ) -> None:
