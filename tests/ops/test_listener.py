@@ -19,8 +19,8 @@ from ops.listener import (
     state_memory_bytes,
     state_rows,
 )
-from ops.services import free_loopback_port
 from ops.telemetry import Heartbeat, read_heartbeat
+from tests.support.ports import free_test_port
 
 
 def test_batch_sample_reads_a_progress_record() -> None:
@@ -93,7 +93,7 @@ def test_listener_writes_heartbeats_and_serves_metrics(
         .trigger(processingTime="200 milliseconds")
         .start()
     )
-    port = free_loopback_port()
+    port = free_test_port()
     try:
         wait_for(listener, lambda hb: hb.event in ("started", "progress", "idle"))
         first = wait_for(listener, lambda hb: hb.batch_id == 0)
