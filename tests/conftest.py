@@ -29,6 +29,10 @@ FIXTURE_MARKERS = {
     "airflow_db": "airflow",
 }
 
+# Under xdist, the order tests are handed out in: the ones that start the most first, so a long
+# test does not start last while the other workers run out of work.
+XDIST_ORDER = ("slow", "airflow", "s3", "spark")
+
 # Tests that start the whole embedded platform run one at a time (under `--dist loadgroup` a
 # group stays on one worker): each is Airflow's four components plus SeaweedFS and the generator,
 # several GB and most of a core while they start.
@@ -37,7 +41,7 @@ EMBEDDED_PLATFORM_GROUP = "embedded_platform"
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each test with what its fixtures start; group the `slow` ones for xdist.
+    """Mark each test with what its fixtures start; group the `slow` ones and order them for xdist.
 
     `tryfirst`, because xdist reads the `xdist_group` markers in its own hook of this name.
     """
@@ -48,3 +52,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(marker)
         if item.get_closest_marker("slow") is not None:
             item.add_marker(pytest.mark.xdist_group(EMBEDDED_PLATFORM_GROUP))
+    # Only xdist workers collect for distribution; a serial run keeps the files' order.
+    if hasattr(config, "workerinput"):
+        items.sort(key=_xdist_rank)
+
+
+def _xdist_rank(item: pytest.Item) -> int:
+    """The position of the item's most expensive marker in `XDIST_ORDER`; the rest come last."""
+    return next(
+        (rank for rank, marker in enumerate(XDIST_ORDER) if item.get_closest_marker(marker) is not None),
+        len(XDIST_ORDER),
+    )
