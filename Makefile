@@ -1,18 +1,26 @@
 # Streamwarden: one machine, no Docker. `make demo` to try it, `make test` for what CI runs.
 .DEFAULT_GOAL := help
-.PHONY: help install demo stop test check bench bench-flink
+.PHONY: help install demo stop test test-fast check bench bench-flink
 
 UV_VERSION := 0.13.9
 VENV := .venv
 UV := .tools/bin/uv
 export PYSPARK_PYTHON := $(CURDIR)/$(VENV)/bin/python
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(VENV)/bin/python
+PYTEST := $(VENV)/bin/python -m pytest
+# The suite mostly waits (JVM cold starts, Airflow, polling), so it runs more workers than cores.
+# Each worker holds its own SparkSession, S3 server and Airflow database plus the drivers its test
+# starts (1-3 GB). `loadgroup` spreads tests one by one but keeps each xdist_group on one worker.
+TEST_WORKERS ?= 4
+# Markers tests/conftest.py derives from the fixtures a test uses; `slow` is set by hand.
+FAST_TESTS := not spark and not s3 and not airflow and not slow
 
 help:
 	@echo "make install  create .venv from uv.lock (bootstraps uv into .tools/)"
 	@echo "make demo     install, then start the embedded platform (S3, Airflow, generator, jobs)"
 	@echo "make stop     stop the embedded platform, streaming drivers included"
-	@echo "make test     install, then run the whole test suite (CI runs make check, then this)"
+	@echo "make test     install, then run the whole test suite in parallel (what CI runs; TEST_WORKERS=$(TEST_WORKERS))"
+	@echo "make test-fast  the tests that start no Spark, S3 or Airflow (about a minute; day-to-day work)"
 	@echo "make check    ruff format --check, ruff check (the import walls too), mypy --strict"
 	@echo "make bench    print benchmark figures"
 	@echo "make bench-flink  the jobs against PyFlink SQL (installs .tools/flink-venv on first use)"
@@ -36,7 +44,11 @@ stop:
 	$(VENV)/bin/warden platform down
 
 test: install
-	$(VENV)/bin/python -m pytest tests/
+	$(PYTEST) --numprocesses $(TEST_WORKERS) --dist loadgroup tests/
+
+# Serial: the fast tier takes about as long as starting xdist workers would.
+test-fast: install
+	$(PYTEST) -m "$(FAST_TESTS)" tests/
 
 # ruff covers every Python file of the repo (ops, jobs, synthetic, plugins, dags, benchmarks,
 # tests), each under the ruff.toml nearest to it; mypy checks the packages (strict, pyproject.toml).

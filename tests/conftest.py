@@ -1,11 +1,66 @@
-"""Shared fixtures. Real components only: each support module starts what its fixtures need."""
+"""Shared fixtures and the test tiers.
+
+Real components only: each support module starts what its fixtures need. A test is marked with
+the expensive things it starts, derived from the fixtures it uses (see `FIXTURE_MARKERS`), so the
+fast tier (`make test-fast`) needs no bookkeeping in the tests themselves; a test that starts one
+of them without such a fixture carries the marker by hand.
+"""
+
+from __future__ import annotations
+
+import pytest
 
 pytest_plugins = [
     "tests.support.airflow",
-    # Before drivers, which imports it: pytest rewrites asserts only in modules it imports first.
+    "tests.support.clock",
+    # Before the modules that import them: pytest rewrites asserts only in plugins it imports first.
     "tests.support.platform",
     "tests.support.drivers",
+    "tests.support.fake_backend",
     "tests.support.slack",
     "tests.support.s3",
     "tests.support.spark",
 ]
+
+# Fixture -> the marker of what it starts. The markers are registered in pyproject.toml.
+FIXTURE_MARKERS = {
+    "spark": "spark",
+    "start_driver": "spark",
+    "s3_server": "s3",
+    "airflow_db": "airflow",
+}
+
+# Under xdist, the order tests are handed out in: the ones that start the most first, so a long
+# test does not start last while the other workers run out of work.
+XDIST_ORDER = ("slow", "airflow", "s3", "spark")
+
+# Tests that start the whole embedded platform run one at a time (under `--dist loadgroup` a
+# group stays on one worker): each is Airflow's four components plus SeaweedFS and the generator,
+# several GB and most of a core while they start.
+EMBEDDED_PLATFORM_GROUP = "embedded_platform"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with what its fixtures start; group the `slow` ones and order them for xdist.
+
+    `tryfirst`, because xdist reads the `xdist_group` markers in its own hook of this name.
+    """
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        for fixture, marker in FIXTURE_MARKERS.items():
+            if fixture in fixtures and item.get_closest_marker(marker) is None:
+                item.add_marker(marker)
+        if item.get_closest_marker("slow") is not None:
+            item.add_marker(pytest.mark.xdist_group(EMBEDDED_PLATFORM_GROUP))
+    # Only xdist workers collect for distribution; a serial run keeps the files' order.
+    if hasattr(config, "workerinput"):
+        items.sort(key=_xdist_rank)
+
+
+def _xdist_rank(item: pytest.Item) -> int:
+    """The position of the item's most expensive marker in `XDIST_ORDER`; the rest come last."""
+    return next(
+        (rank for rank, marker in enumerate(XDIST_ORDER) if item.get_closest_marker(marker) is not None),
+        len(XDIST_ORDER),
+    )

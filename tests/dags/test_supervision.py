@@ -75,9 +75,14 @@ def test_router_survives_kill_9_under_its_supervision_dag(
         routed = sum(len(expected_routes(e)) for b in batches for e in b.events)
         return routed + sum(len(b.malformed) for b in batches)
 
+    def supervised_until_running() -> bool:
+        # One DAG run watches for at most a minute; a driver's cold start on a busy machine can take
+        # longer, and then the next run (as the schedule would start it) sees the driver run.
+        assert supervise.test().state == "success"
+        return ledger.job("router").state == "RUNNING"
+
     # First pass launches the driver; the watch fires once it runs and the reacting pass records it.
-    assert supervise.test().state == "success"
-    assert ledger.job("router").state == "RUNNING"
+    wait_for(supervised_until_running, 300, "the router RUNNING")
     wait_for(lambda: committed_rows() == expected_rows(), 120, "the first files to be routed")
 
     # More files, one per batch: kill -9 the driver while it works through them.
@@ -95,8 +100,7 @@ def test_router_survives_kill_9_under_its_supervision_dag(
     assert second_run is not None and second_run.run_id != first_run.run_id
     closed = next(r for r in ledger.runs("router") if r.run_id == first_run.run_id)
     assert closed.exit_reason.startswith("failed: driver process")
-    assert supervise.test().state == "success"
-    assert ledger.job("router").state == "RUNNING"
+    wait_for(supervised_until_running, 300, "the relaunched router RUNNING")
     wait_for(lambda: committed_rows() == expected_rows(), 180, "all files to be routed after the restart")
 
     # Exact sinks: every valid event once in each matching route, every malformed line dead-lettered.

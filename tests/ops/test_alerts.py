@@ -13,8 +13,8 @@ import pytest
 
 from ops.control.alerts import CLAIM_LEASE, Alert, AlertCenter
 from ops.ledger.store import Ledger
-from ops.ports import free_loopback_port
 from ops.spec.platform import PlatformConfig, SlackConfig
+from tests.support.ports import free_test_port
 from tests.support.slack import SlackReceiver, use_webhook
 
 RUN_URL = "http://127.0.0.1:8080/dags/warden_router/runs/scheduled__2031-05-04T12:00:00+00:00"
@@ -177,7 +177,7 @@ def test_resolve_sends_exactly_one_resolved_message(
 def test_unreachable_slack_keeps_the_alert_pending_until_it_answers(
     center: AlertCenter, ledger: Ledger, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    receiver = SlackReceiver(port=free_loopback_port())
+    receiver = SlackReceiver(port=free_test_port())
     use_webhook(monkeypatch, receiver.url)
     alert_id = center.raise_alert(page())
 

@@ -19,9 +19,9 @@ from ops.driver.listener import (
     state_rows,
 )
 from ops.driver.telemetry import Heartbeat, read_heartbeat
-from ops.ports import free_loopback_port
 from ops.spec.platform import PlatformConfig
 from tests.support.platform import job_paths
+from tests.support.ports import free_test_port
 
 
 def test_batch_sample_reads_a_progress_record() -> None:
@@ -94,7 +94,7 @@ def test_listener_writes_heartbeats_and_serves_metrics(
         .trigger(processingTime="200 milliseconds")
         .start()
     )
-    port = free_loopback_port()
+    port = free_test_port()
     try:
         wait_for(listener, lambda hb: hb.event in ("started", "progress", "idle"))
         first = wait_for(listener, lambda hb: hb.batch_id == 0)

@@ -12,8 +12,8 @@ import yaml
 
 from ops.embedded import platform as embedded
 from ops.embedded.services import free_seaweed_ports, process_group_members
-from ops.ports import free_loopback_port
 from ops.spec.platform import PlatformConfig, load_platform
+from tests.support.ports import free_test_port
 
 
 def processes_of(conf_dir: Path) -> list[str]:
@@ -39,7 +39,7 @@ def embedded_platform(platform_conf: PlatformConfig) -> PlatformConfig:
     """The throwaway platform with Airflow and S3 moved to free loopback ports."""
     path = platform_conf.conf_dir / "platform.yaml"
     settings = yaml.safe_load(path.read_text())
-    settings["airflow"] = {"host": "127.0.0.1", "port": free_loopback_port()}
+    settings["airflow"] = {"host": "127.0.0.1", "port": free_test_port()}
     settings["s3"] = {
         "endpoint_url": f"http://127.0.0.1:{free_seaweed_ports().s3}",
         "bucket": "warden-platform",

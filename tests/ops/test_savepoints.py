@@ -238,6 +238,7 @@ def periodic_savepoints(spec: dict[str, Any]) -> None:
     spec["operations"]["savepoints"] = {"interval_minutes": 0.02, "keep_count": 2, "max_age_hours": 1}
 
 
+@pytest.mark.spark
 def test_supervisor_takes_periodic_savepoints_and_an_s3_outage_pages_while_the_job_runs(
     platform_with_s3: PlatformConfig, ledger: Ledger, s3_server: S3Server, slack_webhook: SlackReceiver
 ) -> None:

@@ -67,6 +67,7 @@ def test_two_servers_with_their_own_ports_run_side_by_side(s3_server: S3Server, 
     assert not second.process.is_running()
 
 
+@pytest.mark.s3
 def test_start_failure_reports_the_log_tail(tmp_path: Path) -> None:
     ports = free_seaweed_ports()
     server = SeaweedS3(s3_platform(tmp_path, ports), ports)

@@ -87,6 +87,7 @@ def test_an_upgrade_that_crash_loops_is_rolled_back_to_its_savepoint(
     assert ledger.decisions("router", action="upgrade")[0].outcome.startswith("rolled back")
 
 
+@pytest.mark.spark
 def test_an_incompatible_upgrade_is_refused_before_the_running_job_stops(
     platform_with_s3: PlatformConfig, ledger: Ledger, tmp_path: Path
 ) -> None:

@@ -9,10 +9,10 @@ import pytest
 import yaml
 
 from ops.ledger.store import Ledger
-from ops.ports import free_loopback_port
 from ops.spec.job import find_job
 from ops.spec.paths import JobPaths
 from ops.spec.platform import CONF_DIR_ENV, DEFAULT_CONF_DIR, PlatformConfig, load_platform
+from tests.support.ports import free_test_port
 
 
 def write_conf(conf_dir: Path, runtime: Path, *, jobs: dict[str, dict] | None = None) -> None:
@@ -36,7 +36,7 @@ def write_conf(conf_dir: Path, runtime: Path, *, jobs: dict[str, dict] | None = 
     if jobs is None:
         for job_file in (DEFAULT_CONF_DIR / "jobs").glob("*.yaml"):
             spec = yaml.safe_load(job_file.read_text())
-            spec["operations"]["metrics_port"] = free_loopback_port()
+            spec["operations"]["metrics_port"] = free_test_port()
             (conf_dir / "jobs" / job_file.name).write_text(yaml.safe_dump(spec, sort_keys=False))
     else:
         for name, spec in jobs.items():
@@ -63,7 +63,7 @@ def copy_job(conf_dir: Path, name: str, new_name: str) -> Path:
     source = conf_dir / "jobs" / f"{name}.yaml"
     spec = yaml.safe_load(source.read_text())
     spec["name"] = new_name
-    spec["operations"]["metrics_port"] = free_loopback_port()
+    spec["operations"]["metrics_port"] = free_test_port()
     target = conf_dir / "jobs" / f"{new_name}.yaml"
     target.write_text(yaml.safe_dump(spec, sort_keys=False))
     shutil.copymode(source, target)

@@ -1,11 +1,19 @@
-"""One local SparkSession per test session (Spark takes seconds to start)."""
+"""One local SparkSession per test session (per xdist worker: Spark takes seconds to start).
+
+A failed test must not break the session for the tests after it. pytest-timeout interrupts a test
+inside whatever py4j call it waits in (a stream's `awaitTermination`, say): the JVM still owes
+that call's answer on the connection, so every later call on it would read the answer meant for
+the call before and the rest of the session fails with nonsense. py4j cleans up after a
+KeyboardInterrupt only, so `pytest_runtest_makereport` does it for every failed test that used the
+session: it drops the connection and stops the streaming queries the test left running.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 import pytest
 from pyspark.sql import SparkSession
@@ -31,3 +39,26 @@ def spark() -> Iterator[SparkSession]:
     session.stop()
     # py4j logs at INFO from a finalizer at interpreter exit, after pytest closed the streams.
     logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
+def recover_session(session: SparkSession) -> None:
+    """Give the session a fresh py4j connection and stop every streaming query still running."""
+    gateway_client = session.sparkContext._gateway._gateway_client
+    connection = gateway_client.get_thread_connection()
+    if connection is not None:
+        # The next call opens a new connection; the JVM drops the answer it still owes this one.
+        connection.close(reset=True)
+    for query in session.streams.active:
+        query.stop()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """After a failed test that used the session, recover it before the fixtures' teardown runs."""
+    report = yield
+    session = getattr(item, "funcargs", {}).get("spark")
+    if report.when == "call" and report.failed and isinstance(session, SparkSession):
+        recover_session(session)
+    return report
