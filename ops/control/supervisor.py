@@ -421,7 +421,9 @@ class Supervisor:
                         run_url=None,
                     )
                 )
-        for name in loaded.specs:
+        # A job can have a valid file and a refused one (router.yaml and router.yml): still invalid.
+        invalid = {path.stem for path in loaded.errors}
+        for name in set(loaded.specs) - invalid:
             if "config_invalid" in {a.kind for a in self.alerts.open_incidents(name)}:
                 self.alerts.resolve(name, "config_invalid", "job file validates again")
         self.alerts.deliver_due()

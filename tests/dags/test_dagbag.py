@@ -70,7 +70,8 @@ def test_a_restatement_schedule_in_a_job_file_adds_a_scheduled_restate_dag(
     platform_conf: PlatformConfig,
 ) -> None:
     def nightly(spec: dict) -> None:
-        spec["operations"]["restatement"] = {"cron": "0 3 * * *", "lookback_hours": 6}
+        # Router keeps 10 savepoints 30 minutes apart: they reach 4.5 hours back.
+        spec["operations"]["restatement"] = {"cron": "0 3 * * *", "lookback_hours": 4}
 
     edit_job(platform_conf, "router", nightly)
     bag = dagbag()
@@ -78,6 +79,6 @@ def test_a_restatement_schedule_in_a_job_file_adds_a_scheduled_restate_dag(
     scheduled = bag.get_dag("warden_restate_router")
     assert scheduled.schedule == "0 3 * * *"
     assert scheduled.params["dry_run"] is False and scheduled.params["job"] == "router"
-    assert scheduled.get_task("restate").lookback_hours == 6
+    assert scheduled.get_task("restate").lookback_hours == 4
     # The manual form stays a dry run by default.
     assert bag.get_dag("warden_restate").params["dry_run"] is True

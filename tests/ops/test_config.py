@@ -75,6 +75,47 @@ def test_every_repo_job_pages_with_its_own_runbook() -> None:
             "operations.savepoints.keep_count",
             "greater than or equal to 1",
         ),
+        # Fields that only make sense together.
+        (
+            lambda d: d["operations"]["restart"].update(initial_backoff_seconds=600, max_backoff_seconds=300),
+            "operations.restart",
+            "initial_backoff_seconds 600 is larger than max_backoff_seconds 300",
+        ),
+        (
+            lambda d: d["operations"]["savepoints"].update(interval_minutes=60, max_age_hours=0.5),
+            "operations.savepoints",
+            "max_age_hours 0.5 is shorter than interval_minutes 60",
+        ),
+        (
+            lambda d: d["operations"].update(
+                trigger={"interval_seconds": 5}, health={"stuck_grace_seconds": 5}
+            ),
+            "operations",
+            "an idle query reports progress only every 10 s, so the stuck limit (interval + grace = 10 s)",
+        ),
+        (
+            lambda d: d["operations"].update(
+                restatement={"cron": "0 3 * * *", "lookback_hours": 2}, savepoints={"interval_minutes": None}
+            ),
+            "operations",
+            "restatement needs periodic savepoints to restate from",
+        ),
+        (
+            lambda d: d["operations"].update(
+                restatement={"cron": "0 3 * * *", "lookback_hours": 48},
+                savepoints={"interval_minutes": 60, "keep_count": 100, "max_age_hours": 24},
+            ),
+            "operations",
+            "restatement.lookback_hours 48 is longer than savepoints.max_age_hours 24",
+        ),
+        (
+            lambda d: d["operations"].update(
+                restatement={"cron": "0 3 * * *", "lookback_hours": 6},
+                savepoints={"interval_minutes": 30, "keep_count": 10, "max_age_hours": 168},
+            ),
+            "operations",
+            "(4.5 h): raise keep_count to at least 13",
+        ),
     ],
 )
 def test_invalid_job_names_file_and_field(tmp_path: Path, mutate, field: str, problem: str) -> None:
@@ -86,6 +127,59 @@ def test_invalid_job_names_file_and_field(tmp_path: Path, mutate, field: str, pr
     assert str(path) in str(error.value)
     assert f"field '{field}" in str(error.value)
     assert problem in str(error.value)
+
+
+@pytest.mark.parametrize(
+    "operations",
+    [
+        {"trigger": {"interval_seconds": 1}, "health": {"stuck_grace_seconds": 10}},
+        {"trigger": {"interval_seconds": 30}, "health": {"stuck_grace_seconds": 1}},
+        {"restart": {"initial_backoff_seconds": 300, "max_backoff_seconds": 300}},
+        {
+            "restatement": {"cron": "0 3 * * *", "lookback_hours": 6},
+            "savepoints": {"interval_minutes": 30, "keep_count": 13, "max_age_hours": 6},
+        },
+    ],
+)
+def test_fields_that_agree_load(tmp_path: Path, operations: dict) -> None:
+    document = router_document()
+    document["operations"] |= operations
+    loaded = load_job(write_job(tmp_path, "router", document)).operations.model_dump()
+    for section, values in operations.items():
+        assert {key: loaded[section][key] for key in values} == values
+
+
+def test_a_yml_job_file_is_refused_naming_it_not_ignored(tmp_path: Path) -> None:
+    write_job(tmp_path, "router", router_document())
+    other = router_document() | {"name": "other"}
+    other["operations"] = other["operations"] | {"metrics_port": 9498}
+    yml = tmp_path / "jobs" / "other.yml"
+    yml.write_text(yaml.safe_dump(other))
+    # An editor's backup is no job file at all.
+    (tmp_path / "jobs" / "router.yaml~").write_text("name: [unclosed\n")
+
+    loaded = load_jobs(tmp_path)
+
+    assert set(loaded.specs) == {"router"}
+    assert set(loaded.errors) == {yml}
+    assert str(loaded.errors[yml]) == (
+        f"{yml}: job files end in .yaml, so this file is not loaded: rename it to other.yaml"
+    )
+    with pytest.raises(ConfigError, match=r"other.yml: job files end in .yaml"):
+        find_job("other", tmp_path)
+
+
+def test_warden_validate_exits_non_zero_on_a_yml_job_file(platform_conf: PlatformConfig) -> None:
+    yml = platform_conf.conf_dir / "jobs" / "extra.yml"
+    yml.write_text(yaml.safe_dump(router_document() | {"name": "extra"}))
+    result = subprocess.run(
+        [sys.executable, "-m", "ops.cli", "validate"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert f"INVALID  {yml}: job files end in .yaml" in result.stdout
 
 
 def test_name_must_match_file(tmp_path: Path) -> None:
