@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import yaml
@@ -82,3 +84,53 @@ def test_a_restatement_schedule_in_a_job_file_adds_a_scheduled_restate_dag(
     assert scheduled.get_task("restate").lookback_hours == 4
     # The manual form stays a dry run by default.
     assert bag.get_dag("warden_restate").params["dry_run"] is True
+
+
+def test_a_route_filter_spark_rejects_gets_no_dag_once_analysed_and_pages_once(
+    platform_conf: PlatformConfig, slack_webhook: SlackReceiver
+) -> None:
+    router_file = platform_conf.conf_dir / "jobs" / "router.yaml"
+
+    def break_filter(spec: dict) -> None:
+        # `>>>` parses (an unsigned shift), but a route needs a condition.
+        spec["pipeline"]["routes"][0]["filter"] = "amount >>> 1"
+
+    edit_job(platform_conf, "router", break_filter)
+    # Not analysed yet: provisionally valid (its driver would run the same check and refuse).
+    assert "warden_supervise_router" in dagbag().dag_ids
+
+    # The platform DAG analyses the new version with Spark, stores the verdict and pages once.
+    platform_dag = dagbag().get_dag("warden_platform")
+    assert platform_dag.test().state == "success"
+    bag = dagbag()
+    assert bag.import_errors == {}
+    assert "warden_supervise_router" not in bag.dag_ids
+    assert "warden_supervise_sessionizer" in bag.dag_ids
+    assert "router" not in bag.get_dag("warden_restart").params.get_param("job").schema["enum"]
+    assert platform_dag.test().state == "success"
+    [page] = [message["text"] for message in slack_webhook.messages]
+    assert "router config invalid: INVALID" in page
+    assert (
+        f"{router_file}: field 'pipeline.routes.0.filter': route 'purchases' filter 'amount &gt;&gt;&gt; 1' "
+        "is not a valid boolean expression: is of type int, not boolean" in page
+    )
+
+    # A fixed file is a new version: its DAG is back at once, and the next analysis accepts it.
+    edit_job(platform_conf, "router", lambda spec: spec["pipeline"]["routes"][0].update(filter="amount > 1"))
+    assert "warden_supervise_router" in dagbag().dag_ids
+    assert platform_dag.test().state == "success"
+    assert slack_webhook.messages[-1]["text"].startswith("✅ resolved: router config invalid")
+    assert "warden_supervise_router" in dagbag().dag_ids
+
+
+def test_parsing_the_dag_files_never_imports_pyspark(platform_conf: PlatformConfig) -> None:
+    probe = (
+        "import sys\n"
+        "from airflow.dag_processing.dagbag import DagBag\n"
+        f"bag = DagBag(dag_folder={str(DAGS)!r})\n"
+        "assert bag.import_errors == {}, bag.import_errors\n"
+        "assert 'warden_supervise_router' in bag.dag_ids\n"
+        "assert 'pyspark' not in sys.modules, sorted(m for m in sys.modules if m.startswith('pyspark'))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]

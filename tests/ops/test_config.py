@@ -13,6 +13,9 @@ from ops.exceptions import ConfigError
 from ops.spec.job import find_job, load_job, load_jobs
 from ops.spec.platform import DEFAULT_CONF_DIR, PlatformConfig, load_platform
 
+# The job files whose pipelines hold Spark SQL, in file name order.
+JOBS_WITH_SQL = ("attack_chains", "device_health", "router")
+
 
 def router_document() -> dict:
     return yaml.safe_load((DEFAULT_CONF_DIR / "jobs" / "router.yaml").read_text())
@@ -173,7 +176,7 @@ def test_warden_validate_exits_non_zero_on_a_yml_job_file(platform_conf: Platfor
     yml = platform_conf.conf_dir / "jobs" / "extra.yml"
     yml.write_text(yaml.safe_dump(router_document() | {"name": "extra"}))
     result = subprocess.run(
-        [sys.executable, "-m", "ops.cli", "validate"],
+        [sys.executable, "-m", "ops.cli", "validate", "--no-analysis"],
         capture_output=True,
         text=True,
         check=False,
@@ -225,8 +228,81 @@ def test_warden_validate_exits_non_zero_naming_file_and_field(platform_conf: Pla
     document["operations"] = document["operations"] | {"metrics_port": 80}
     path = write_job(platform_conf.conf_dir, "broken", document)
     result = subprocess.run(
-        [sys.executable, "-m", "ops.cli", "validate"], capture_output=True, text=True, check=False
+        [sys.executable, "-m", "ops.cli", "validate", "--no-analysis"],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert result.returncode == 1
     assert f"INVALID  {path}: field 'operations.metrics_port'" in result.stdout
     assert "ok       router" in result.stdout
+
+
+def warden(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ops.cli", *args], capture_output=True, text=True, check=False, timeout=900
+    )
+
+
+def test_warden_validate_runs_spark_s_analyzer_on_every_expression(platform_conf: PlatformConfig) -> None:
+    conf = platform_conf.conf_dir
+    documents = {name: yaml.safe_load((conf / "jobs" / f"{name}.yaml").read_text()) for name in JOBS_WITH_SQL}
+    # `>>>` parses (an unsigned shift) but is no condition; `amout` is no column.
+    documents["router"]["pipeline"]["routes"][0]["filter"] = "amount >>> 1"
+    documents["router"]["pipeline"]["routes"][1]["filter"] = "amout > 0"
+    documents["device_health"]["pipeline"]["data_points"][0]["red_when"] = "value + 1"
+    documents["attack_chains"]["pipeline"]["rules"][2]["filter"] = "event_type = = 'connection'"
+    for name, document in documents.items():
+        write_job(conf, name, document)
+
+    result = warden("validate")
+
+    assert result.returncode == 1, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("analysing 8 job file(s) with Spark's analyzer")
+    invalid = [line for line in lines if line.startswith("INVALID")]
+    attack_chains, device_health, router = (conf / "jobs" / f"{name}.yaml" for name in JOBS_WITH_SQL)
+    assert invalid[0].startswith(
+        f"INVALID  {attack_chains}: field 'pipeline.rules.2.filter': rule 'port_scan' filter "
+        "\"event_type = = 'connection'\" is not a valid boolean expression: [PARSE_SYNTAX_ERROR] Syntax error"
+    )
+    assert invalid[1] == (
+        f"INVALID  {device_health}: field 'pipeline.data_points.0.red_when': data point 'signal_db' red_when "
+        "'value + 1' is not a valid boolean expression: is of type double, not boolean"
+    )
+    assert invalid[2] == (
+        f"INVALID  {router}: field 'pipeline.routes.0.filter': route 'purchases' filter 'amount >>> 1' "
+        "is not a valid boolean expression: is of type int, not boolean"
+    )
+    assert invalid[3].startswith(
+        f"INVALID  {router}: field 'pipeline.routes.1.filter': route 'eu_views' filter 'amout > 0' is not a "
+        "valid boolean expression: [UNRESOLVED_COLUMN.WITH_SUGGESTION] A column, variable, or function "
+        "parameter with name `amout` cannot be resolved."
+    )
+    assert len(invalid) == 4
+    assert any(line.startswith("ok       sessionizer (sessionizer, config ") for line in lines)
+
+    # The verdicts are kept per file version: without the analyzer they still count, and an edited
+    # file is unanalysed (provisionally valid) until the analyzer sees it again.
+    documents["router"]["pipeline"]["routes"][0]["filter"] = "amount > 1"
+    documents["router"]["pipeline"]["routes"][1]["filter"] = "amount > 0"
+    write_job(conf, "router", documents["router"])
+    again = warden("validate", "--no-analysis")
+    assert again.returncode == 1
+    assert not again.stdout.startswith("analysing")
+    assert any(line.startswith("ok       router (router, config ") for line in again.stdout.splitlines())
+    assert "not analysed by Spark" in next(line for line in again.stdout.splitlines() if "router" in line)
+    assert sum(line.startswith("INVALID") for line in again.stdout.splitlines()) == 2
+
+
+def test_validate_without_analysis_and_status_never_import_pyspark(platform_conf: PlatformConfig) -> None:
+    probe = (
+        "import sys\n"
+        "from ops.cli import main\n"
+        "main(['validate', '--no-analysis'])\n"
+        "main(['status'])\n"
+        "assert 'pyspark' not in sys.modules, sorted(m for m in sys.modules if m.startswith('pyspark'))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "router" in result.stdout
