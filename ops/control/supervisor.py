@@ -48,6 +48,7 @@ from ops.control.policy import (
 from ops.driver.telemetry import read_heartbeat
 from ops.exceptions import ConfigError, JobBusyError, LaunchError, SavepointError, WardenError
 from ops.ledger.store import Ledger, RunRecord, SavepointRecord
+from ops.ports import port_is_free
 from ops.savepoints.store import apply_retention, take_savepoint
 from ops.spec.analysis import find_valid_job, run_analysis, unanalysed, with_verdicts
 from ops.spec.job import JobSpec, find_job, load_jobs
@@ -126,7 +127,12 @@ class Supervisor:
             heartbeat = None
         alive = run is not None and self.backend.is_alive(run)
         return Observation(
-            at=self.clock(), run=run, process_alive=alive, heartbeat=heartbeat, backlog_files=backlog
+            at=self.clock(),
+            run=run,
+            process_alive=alive,
+            heartbeat=heartbeat,
+            backlog_files=backlog,
+            metrics_port_free=port_is_free(spec.operations.metrics_port) if run is None else None,
         )
 
     def view(self, spec: JobSpec) -> JobView:

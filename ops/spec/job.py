@@ -205,6 +205,22 @@ class JobSpec(Model):
         return " ".join(value.split())
 
 
+METRICS_PORT_FIELD = "operations.metrics_port"
+# What every account of a taken metrics port says, so a closed run's exit reason can be recognised.
+METRICS_PORT_IN_USE = "is in use by another process"
+
+
+def metrics_port_in_use(spec: JobSpec) -> str:
+    """The configuration problem of a job whose metrics port another process holds: the job, the
+    port and the field, said alike by the supervisor before a launch and by a driver that finds
+    the port taken."""
+    return (
+        f"field '{METRICS_PORT_FIELD}': port {spec.operations.metrics_port} of job {spec.name!r} "
+        f"{METRICS_PORT_IN_USE} on 127.0.0.1; the job is not launched until the port is free or "
+        "the job file names another"
+    )
+
+
 # --- loading -------------------------------------------------------------------------------------
 
 

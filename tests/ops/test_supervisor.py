@@ -3,6 +3,7 @@ real sessionizer driver whose state and watermark cross the job's health limits.
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 from ops.control.alerts import AlertCenter
@@ -53,6 +54,33 @@ def test_a_launch_that_fails_is_a_failed_run_and_backs_off(
     assert second.state == "RESTARTING"
     (run,) = ledger.runs("router")
     assert run.exit_reason.startswith(FAILURE + "launch:") and run.stopped_at is not None
+
+
+def test_a_metrics_port_held_by_another_process_fails_the_job_once_and_it_launches_when_free(
+    platform_conf: PlatformConfig, ledger: Ledger, slack_webhook: SlackReceiver
+) -> None:
+    port = find_job("router", platform_conf.conf_dir).operations.metrics_port
+    backend = RefusingBackend()
+    supervisor = Supervisor(platform_conf, ledger, backend, AlertCenter(ledger, platform_conf.slack))
+    squatter = socket.create_server(("127.0.0.1", port))
+    try:
+        passes = [supervisor.reconcile("router") for _ in range(4)]
+        assert [p.state for p in passes] == ["FAILED"] * 4
+        assert backend.launches == 0 and ledger.runs("router") == []
+        # Nothing for the watcher to react to while the port stays taken: no restart loop.
+        assert supervisor.attention("router") is None
+        [page] = [message["text"] for message in slack_webhook.messages]
+        assert "router port in use: FAILED" in page
+        assert (
+            f"field 'operations.metrics_port': port {port} of job 'router' is in use by another process"
+            in page
+        )
+    finally:
+        squatter.close()
+
+    assert (supervisor.attention("router") or "").startswith("launch")
+    supervisor.reconcile("router")
+    assert backend.launches == 1
 
 
 def tight_limits(spec: dict[str, Any]) -> None:
