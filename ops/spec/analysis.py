@@ -97,9 +97,9 @@ def read_verdict(platform: PlatformConfig, spec: JobSpec) -> AnalysisVerdict | N
         verdict = AnalysisVerdict.model_validate_json(verdict_path(platform, spec.name).read_bytes())
     except (OSError, ValidationError):
         return None
-    spark_version = installed_spark_version()
     if verdict.config_version != spec.config_version or verdict.job != spec.name:
         return None
+    spark_version = installed_spark_version()
     if spark_version is not None and verdict.spark_version != spark_version:
         return None
     return verdict

@@ -3,9 +3,11 @@ a rejected version is an invalid file for everything that reads it, the supervis
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pyspark
 import pytest
 from pyspark.sql import SparkSession
 
@@ -16,7 +18,14 @@ from ops.control.alerts import AlertCenter
 from ops.control.supervisor import Supervisor
 from ops.exceptions import ConfigError
 from ops.ledger.store import Ledger, RunRecord
-from ops.spec.analysis import find_valid_job, read_verdict, unanalysed, with_verdicts
+from ops.spec.analysis import (
+    AnalysisVerdict,
+    find_valid_job,
+    read_verdict,
+    unanalysed,
+    verdict_path,
+    with_verdicts,
+)
 from ops.spec.job import JobSpec, find_job, load_jobs
 from ops.spec.platform import PlatformConfig
 from tests.support.drivers import edit_job
@@ -170,3 +179,24 @@ def test_the_supervisor_launches_nothing_from_a_rejected_version_and_pages_once(
         incident.kind == "config_invalid"
         and "route 'purchases' filter 'amount >>> 1'" in incident.alert.reason
     )
+
+
+def test_a_verdict_by_another_spark_version_does_not_count(platform_conf: PlatformConfig) -> None:
+    spec = find_job("router", platform_conf.conf_dir)
+    path = verdict_path(platform_conf, "router")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for spark_version, counts in (("3.5.0", False), (pyspark.__version__, True)):
+        verdict = AnalysisVerdict(
+            job="router",
+            config_version=spec.config_version,
+            spark_version=spark_version,
+            analysed_at=datetime(2026, 11, 24, tzinfo=UTC),
+            problems={
+                "pipeline.routes.0.filter": "route 'purchases' filter 'x' is not a valid boolean expression"
+            },
+        )
+        path.write_text(verdict.model_dump_json())
+        assert (read_verdict(platform_conf, spec) == verdict) is counts
+        assert (
+            "router" in with_verdicts(platform_conf, load_jobs(platform_conf.conf_dir)).specs
+        ) is not counts
