@@ -85,12 +85,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
     loaded = load_jobs(platform.conf_dir)
     if args.analysis and loaded.specs:
         # The one step that needs a JVM; it runs in its own process, so this one stays pyspark-free.
-        print(
-            f"analysing {len(loaded.specs)} job file(s) with Spark's analyzer (a local Spark session "
-            "starts; this takes a few seconds)...",
-            flush=True,
-        )
-        run_analysis(platform, sorted(loaded.specs))
+        with progress.track(
+            f"analysing {len(loaded.specs)} job file(s) with Spark's analyzer (a local Spark session starts)"
+        ):
+            run_analysis(platform, sorted(loaded.specs))
     rejected = False
     for name, spec in loaded.specs.items():
         verdict = read_verdict(platform, spec)

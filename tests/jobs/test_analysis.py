@@ -14,7 +14,7 @@ from pyspark.sql import SparkSession
 from jobs.analysis import analyse, record_verdict
 from jobs.catalog import sink_rows
 from jobs.runtime import read_job_landing
-from ops.control.alerts import AlertCenter
+from ops.control.alerts import Alert, AlertCenter
 from ops.control.supervisor import Supervisor
 from ops.exceptions import ConfigError
 from ops.ledger.store import Ledger, RunRecord
@@ -200,3 +200,30 @@ def test_a_verdict_by_another_spark_version_does_not_count(platform_conf: Platfo
         assert (
             "router" in with_verdicts(platform_conf, load_jobs(platform_conf.conf_dir)).specs
         ) is not counts
+
+
+def test_a_version_its_driver_already_refused_is_not_paged_twice(
+    spark: SparkSession, platform_conf: PlatformConfig, ledger: Ledger
+) -> None:
+    edit_job(platform_conf, "router", break_routes)
+    spec = find_job("router", platform_conf.conf_dir)
+    alerts = AlertCenter(ledger, platform_conf.slack)
+    # A driver launched before any analysis refused the version: the supervisor paged spec_rejected.
+    alerts.raise_alert(
+        Alert(
+            job="router",
+            kind="spec_rejected",
+            severity="critical",
+            state="FAILED",
+            reason="failed: config: query terminated (ConfigError: ...)",
+            last_batch=None,
+            run_url=None,
+        )
+    )
+    record_verdict(platform_conf, spec, analyse(spark, spec))
+    supervisor = Supervisor(platform_conf, ledger, CountingBackend(), alerts)
+
+    problems = supervisor.check_job_files()
+
+    assert [problem.split(": field ")[1][:26] for problem in problems] == ["'pipeline.routes.0.filter'"]
+    assert [incident.kind for incident in alerts.open_incidents("router")] == ["spec_rejected"]
