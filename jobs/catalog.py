@@ -51,7 +51,7 @@ from jobs.sessionizer.transform import sessionize
 from jobs.warehouse_writer.transform import PARTITION_COLUMNS as WAREHOUSE_PARTITIONS
 from jobs.warehouse_writer.transform import warehouse_rows
 from ops.exceptions import ConfigError
-from ops.spec.job import JobSpec
+from ops.spec.job import JobSpec, job_file
 from ops.spec.paths import JobPaths
 from ops.spec.pipelines import (
     AttackChainsPipeline,
@@ -213,6 +213,22 @@ def stage_names(spec: JobSpec) -> list[str]:
     return [*parsed, OUTPUT_STAGE]
 
 
+def parsed_inputs(spec: JobSpec, raw: Mapping[str, DataFrame]) -> dict[str, DataFrame]:
+    """Each input's raw lines (one string column `value`) parsed by `jobs.parsing.parse_events`."""
+    return {name: raw[name].transform(parse_events, source) for name, source in spec.pipeline.inputs.items()}
+
+
+def expression_problems(spec: JobSpec, inputs: Mapping[str, DataFrame]) -> dict[str, str]:
+    """What Spark's analyzer rejects in the pipeline's expressions (route filters, rule filters,
+    `red_when`) over the parsed `inputs`, by dotted field of the job file; only the analyzer runs.
+
+    The one check both a driver (before its query starts) and `jobs.analysis` (for `warden
+    validate` and the DAG factory, over empty frames of the declared schema) run.
+    """
+    kind = kind_of(spec)
+    return kind.check(inputs, spec.pipeline) if kind.check else {}
+
+
 def pipeline_stages(
     platform: PlatformConfig, spec: JobSpec, raw: Mapping[str, DataFrame]
 ) -> dict[str, DataFrame]:
@@ -222,13 +238,11 @@ def pipeline_stages(
     the pipeline, before anything is read.
     """
     kind = kind_of(spec)
-    inputs = {
-        name: raw[name].transform(parse_events, source) for name, source in spec.pipeline.inputs.items()
-    }
-    problems = kind.check(inputs, spec.pipeline) if kind.check else {}
+    inputs = parsed_inputs(spec, raw)
+    problems = expression_problems(spec, inputs)
     if problems:
         field, why = next(iter(problems.items()))
-        raise ConfigError(platform.conf_dir / "jobs" / f"{spec.name}.yaml", f"field '{field}': {why}")
+        raise ConfigError(job_file(spec.name, platform.conf_dir), f"field '{field}': {why}")
     if len(inputs) == 1:
         stages = {PARSED_STAGE: next(iter(inputs.values()))}
     else:

@@ -42,22 +42,27 @@ from ops.driver.preview import (
     write_preview,
 )
 from ops.exceptions import ConfigError
-from ops.spec.job import JobSpec
+from ops.spec.job import JobSpec, job_file
 from ops.spec.paths import JobPaths
 from ops.spec.platform import PlatformConfig
 
 log = structlog.get_logger("streamwarden.preview")
 
 
+def stage_problems(spec: JobSpec) -> dict[str, str]:
+    """Tapped stages the job's kind does not have, by dotted field of the job file."""
+    known = stage_names(spec)
+    return {
+        f"operations.preview.stages.{index}": f"unknown stage {stage!r}; this job has {known}"
+        for index, stage in enumerate(spec.operations.preview.stages)
+        if stage not in known
+    }
+
+
 def check_stages(platform: PlatformConfig, spec: JobSpec) -> None:
     """Raise `ConfigError` when the spec taps a stage the job's kind does not have."""
-    known = stage_names(spec)
-    for index, stage in enumerate(spec.operations.preview.stages):
-        if stage not in known:
-            raise ConfigError(
-                platform.conf_dir / "jobs" / f"{spec.name}.yaml",
-                f"field 'operations.preview.stages.{index}': unknown stage {stage!r}; this job has {known}",
-            )
+    for field, why in stage_problems(spec).items():
+        raise ConfigError(job_file(spec.name, platform.conf_dir), f"field '{field}': {why}")
 
 
 def capture_batch(platform: PlatformConfig, spec: JobSpec, stage: str) -> Callable[[DataFrame, int], None]:

@@ -29,7 +29,7 @@ from jobs.runtime import (
 )
 from ops.driver.listener import TelemetryListener
 from ops.exceptions import ConfigError
-from ops.spec.job import JOB_NAME_PATTERN, JobSpec, find_job
+from ops.spec.job import JOB_NAME_PATTERN, JobSpec, find_job, job_file
 from ops.spec.paths import HEARTBEAT_FILE, JobPaths
 from ops.spec.platform import PlatformConfig, load_platform
 
@@ -65,7 +65,7 @@ def refuse_changed_file(spec: JobSpec, launched_version: str | None, platform: P
     """
     if launched_version is not None and launched_version != spec.config_version:
         raise ConfigError(
-            platform.conf_dir / "jobs" / f"{spec.name}.yaml",
+            job_file(spec.name, platform.conf_dir),
             f"the job file changed on disk after the launch: launched with config {launched_version}, "
             f"the file now has config {spec.config_version}; refusing to start a version the run "
             "does not record",

@@ -9,7 +9,8 @@ before the normal trigger starts), graceful shutdown, and the process exit code:
 * 0 (`EXIT_STOPPED`): the query was stopped on SIGTERM/SIGINT after its current batch, or ended.
 * 1 (`EXIT_QUERY_FAILED`): the query died with an exception; the terminated heartbeat keeps the
   exception class and message.
-* 2 (`EXIT_CONFIG_ERROR`): the config could not be planned; nothing was started, and a terminated
+* 2 (`EXIT_CONFIG_ERROR`): the config could not be planned, or its metrics port
+  (`operations.metrics_port`) is taken by another process; nothing was started, and a terminated
   heartbeat names the error.
 
 Landing lines are parsed by `jobs.parsing`.
@@ -17,12 +18,14 @@ Landing lines are parsed by `jobs.parsing`.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import sys
 import threading
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from types import FrameType
 from typing import Literal
@@ -36,7 +39,7 @@ from jobs.parsing import LANDING_GLOB
 from ops.driver.listener import TelemetryListener, describe_failure, serve_metrics
 from ops.driver.replay import finish_replay_batch, pending_replay, stage_replay_batch
 from ops.exceptions import ConfigError
-from ops.spec.job import JobSpec
+from ops.spec.job import JobSpec, job_file, metrics_port_in_use
 from ops.spec.paths import JobPaths
 from ops.spec.platform import PlatformConfig
 
@@ -246,14 +249,32 @@ def run_streaming_job(
     """
     listener = TelemetryListener(JobPaths.of(platform, spec).heartbeat, spec.name, run_id)
     try:
-        with serve_metrics(listener.registry, spec.operations.metrics_port):
+        with ExitStack() as metrics:
+            _serve_job_metrics(metrics, platform, spec, listener)
             spark = build_session(platform, spec)
             try:
                 return _run_query(spark, platform, spec, plan, mode, listener, shutdown, taps)
             finally:
                 spark.stop()
+    except ConfigError as exc:
+        log.error("invalid job config", error=str(exc))
+        listener.record_termination(type(exc).__name__, str(exc))
+        return EXIT_CONFIG_ERROR
     except Exception as exc:
         return _failed(listener, type(exc).__name__, str(exc))
+
+
+def _serve_job_metrics(
+    metrics: ExitStack, platform: PlatformConfig, spec: JobSpec, listener: TelemetryListener
+) -> None:
+    """Serve the job's metrics until `metrics` closes; a taken port is a `ConfigError` naming the
+    job, the port and the field, so the supervisor holds the job instead of restarting it."""
+    try:
+        metrics.enter_context(serve_metrics(listener.registry, spec.operations.metrics_port))
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        raise ConfigError(job_file(spec.name, platform.conf_dir), metrics_port_in_use(spec)) from exc
 
 
 def _run_query(

@@ -1,6 +1,7 @@
 """`warden`: the operator's command line.
 
-warden validate                 check platform.yaml and every job file (exit 1 if any is invalid)
+warden validate [--no-analysis] check platform.yaml and every job file, their Spark SQL through
+                                Spark's analyzer (exit 1 if any is invalid)
 warden status                   one row per job: state, last batch, rates, backlog, restarts, last alert
 warden decisions JOB            the supervisor's recent decisions for a job, newest first
 warden start JOB / stop JOB     resume or suspend a job and reconcile it now
@@ -38,7 +39,8 @@ from ops.exceptions import WardenError
 from ops.recovery.restate import restate
 from ops.recovery.rewind import parse_moment, rewind_job
 from ops.recovery.upgrade import upgrade
-from ops.spec.job import find_job, load_jobs
+from ops.spec.analysis import read_verdict, run_analysis, with_verdicts
+from ops.spec.job import find_job, job_file, load_jobs
 from ops.spec.platform import load_platform
 
 if TYPE_CHECKING:
@@ -78,20 +80,34 @@ def _rate(value: float | None) -> str:
     return "-" if value is None else f"{value:,.0f}/s"
 
 
-def cmd_validate(_: argparse.Namespace) -> int:
+def cmd_validate(args: argparse.Namespace) -> int:
     platform = load_platform()
     loaded = load_jobs(platform.conf_dir)
+    if args.analysis and loaded.specs:
+        # The one step that needs a JVM; it runs in its own process, so this one stays pyspark-free.
+        with progress.track(
+            f"analysing {len(loaded.specs)} job file(s) with Spark's analyzer (a local Spark session starts)"
+        ):
+            run_analysis(platform, sorted(loaded.specs))
+    rejected = False
     for name, spec in loaded.specs.items():
-        print(f"ok       {name} ({spec.pipeline.kind}, config {spec.config_version})")
+        verdict = read_verdict(platform, spec)
+        if verdict is not None and verdict.rejected:
+            rejected = True
+            for error in verdict.errors(job_file(name, platform.conf_dir)):
+                print(f"INVALID  {error}")
+            continue
+        analysed = "analysed by Spark" if verdict is not None else "not analysed by Spark"
+        print(f"ok       {name} ({spec.pipeline.kind}, config {spec.config_version}, {analysed})")
     for error in loaded.errors.values():
         print(f"INVALID  {error}")
-    return 1 if loaded.errors else 0
+    return 1 if loaded.errors or rejected else 0
 
 
 def cmd_status(_: argparse.Namespace) -> int:
     platform = load_platform()
     supervisor = Supervisor.for_platform(platform)
-    loaded = load_jobs(platform.conf_dir)
+    loaded = with_verdicts(platform, load_jobs(platform.conf_dir))
     since = utcnow() - timedelta(hours=24)
     rows = []
     for name in sorted(set(loaded.specs) | {job.name for job in supervisor.ledger.jobs()}):
@@ -306,9 +322,16 @@ def cmd_preview(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="warden", description="Operate Streamwarden's streaming jobs.")
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("validate", help="validate platform.yaml and every job file").set_defaults(
-        run=cmd_validate
+    validate = commands.add_parser(
+        "validate", help="validate platform.yaml and every job file, Spark SQL included"
     )
+    validate.add_argument(
+        "--no-analysis",
+        dest="analysis",
+        action="store_false",
+        help="skip Spark's analyzer (no JVM); stored verdicts on the current files still count",
+    )
+    validate.set_defaults(run=cmd_validate)
     commands.add_parser("status", help="a table of every job's health").set_defaults(run=cmd_status)
     decisions = commands.add_parser("decisions", help="the supervisor's decisions for a job")
     decisions.add_argument("job")

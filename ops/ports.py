@@ -8,6 +8,9 @@ import socket
 def port_is_free(port: int) -> bool:
     """Whether nothing listens on 127.0.0.1:`port` right now."""
     with socket.socket() as probe:
+        # As the servers that will bind it do (Python's http.server, Go): connections of an earlier
+        # listener still in TIME_WAIT do not make the port taken; a listener does.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(("127.0.0.1", port))
         except OSError:

@@ -16,6 +16,13 @@ been resolved: the newest outbox row of that key is an alert, not a "resolved" m
   it closes and how long the incident lasted; that row closes the incident, so the next failure of
   the same kind opens a new one and pages again.
 
+Message identity. Every message of an incident carries the incident's id (the outbox id of the
+alert that opened it) and its sequence within the incident (1 the first page, 2, 3, ... each
+reminder, the last one the resolution), in the Block Kit context line and in the plain text the
+console line shows, beside the message's own outbox id. A receiver tells a reminder (same
+incident, higher sequence) from a resend of the same message (the outbox delivers at least once:
+same incident, same sequence, same body).
+
 Delivery from several processes (the supervisor pass, the platform DAG, the CLI) is safe: a
 process claims a row (status "sending", with a lease) before sending it and stops at the first row
 it cannot claim, so each alert is sent by one process and the queue keeps its order. A claim whose
@@ -112,6 +119,38 @@ def format_duration(seconds: float) -> str:
 
 
 @dataclass(frozen=True)
+class MessageRef:
+    """Where one outbox message sits: its own outbox id, its incident and its place in it.
+
+    `incident` is the outbox id of the alert that opened the incident; `sequence` counts the
+    incident's messages from 1 (the first page), so a reminder has a higher sequence than the page
+    before it while a resend of one message repeats its sequence.
+    """
+
+    message_id: int
+    incident: int
+    sequence: int
+    opened_at: datetime
+
+    @classmethod
+    def of(cls, record: AlertRecord) -> MessageRef:
+        """The reference of an outbox row (rows from before incident ids open their own incident)."""
+        payload = record.payload
+        opened_at = payload.get("opened_at")
+        return cls(
+            message_id=record.id,
+            incident=int(payload.get("incident", record.id)),
+            sequence=int(payload.get("sequence", 1)),
+            opened_at=datetime.fromisoformat(opened_at) if opened_at else record.created_at,
+        )
+
+    def label(self, role: str | None = None) -> str:
+        """`Incident #17, message 2 (reminder, alert #23)`: what a receiver keys on."""
+        role = role or ("first page" if self.sequence == 1 else "reminder")
+        return f"Incident #{self.incident}, message {self.sequence} ({role}, alert #{self.message_id})"
+
+
+@dataclass(frozen=True)
 class Alert:
     """One page about one job: what went wrong, the state it left the job in, where to look."""
 
@@ -143,15 +182,19 @@ class Alert:
     def from_payload(cls, payload: Mapping[str, Any]) -> Alert:
         return cls(**{f.name: payload[f.name] for f in dataclasses.fields(cls)})
 
-    def slack_message(self) -> dict[str, Any]:
-        """The webhook body: Block Kit blocks plus the plain `text` notifications show."""
+    def slack_message(self, ref: MessageRef | None = None) -> dict[str, Any]:
+        """The webhook body: Block Kit blocks plus the plain `text` notifications show; with `ref`,
+        both name the message's incident and sequence (notices pass none)."""
         emoji = SEVERITY_EMOJI[self.severity]
         last_batch = "none yet" if self.last_batch is None else str(self.last_batch)
+        incident = "" if ref is None else f"{ref.label()}, open since {ref.opened_at:%Y-%m-%d %H:%M:%S} UTC"
         text = (
             f"{emoji} [{self.severity.upper()}] {self.job} {_title(self.kind)}: {self.state}. "
             f"Reason: {_escape(_clip(self.reason, TEXT_REASON_LIMIT))}. Last batch: {last_batch}. "
+            f"{incident + '. ' if incident else ''}"
             f"Runbook: {self.runbook}. Airflow run: {self.run_url or 'none'}"
         )
+        prefix = f"🆔 {incident}  ·  " if incident else ""
         blocks = [
             _header(f"{emoji} {self.job} {_title(self.kind)}: {self.state}"),
             {
@@ -163,7 +206,10 @@ class Alert:
                     _field("Last batch", last_batch),
                 ],
             },
-            {"type": "context", "elements": [{"type": "mrkdwn", "text": _links(self.runbook, self.run_url)}]},
+            {
+                "type": "context",
+                "elements": [{"type": "mrkdwn", "text": _links(self.runbook, self.run_url, prefix=prefix)}],
+            },
         ]
         # Legacy webhooks route by "channel"; app webhooks post to their own channel and ignore it.
         return {"text": text, "blocks": blocks, "channel": self.channel}
@@ -202,15 +248,19 @@ class Resolution:
             resolved_at=datetime.fromisoformat(payload["resolved_at"]),
         )
 
-    def slack_message(self) -> dict[str, Any]:
-        """The webhook body, marked ✅ so it never reads like a new page."""
+    def slack_message(self, ref: MessageRef | None = None) -> dict[str, Any]:
+        """The webhook body, marked ✅ so it never reads like a new page; with `ref` it names the
+        incident it closes and its place in it, like every message of the incident."""
         alert = self.alert
         lasted = format_duration(self.lasted.total_seconds())
+        incident = "" if ref is None else ref.label("resolution")
         text = (
             f"✅ resolved: {alert.job} {_title(alert.kind)} after {lasted}: "
             f"{_escape(_clip(self.detail, TEXT_REASON_LIMIT))}. "
             f"It was {alert.state}: {_escape(_clip(alert.reason, TEXT_REASON_LIMIT))}"
+            f"{'. ' + incident if incident else ''}"
         )
+        prefix = f"🆔 {incident}  ·  " if incident else ""
         blocks = [
             _header(f"✅ {alert.job} {_title(alert.kind)} resolved"),
             {
@@ -228,7 +278,7 @@ class Resolution:
                     {
                         "type": "mrkdwn",
                         "text": _links(
-                            alert.runbook, alert.run_url, prefix=f"Closes alert #{self.resolves}  ·  "
+                            alert.runbook, alert.run_url, prefix=f"{prefix}Closes alert #{self.resolves}  ·  "
                         ),
                     }
                 ],
@@ -240,13 +290,16 @@ class Resolution:
 @dataclass(frozen=True)
 class Incident:
     """An open incident. `alert_id` is its newest alert row (raised at `raised_at`; reminders after
-    the dedup window add rows), `delivery` that row's outbox status."""
+    the dedup window add rows), `delivery` that row's outbox status; `incident_id` is the id of the
+    alert that opened it and `sequence` the newest row's place in it (1, 2, ...)."""
 
     alert: Alert
     alert_id: int
     opened_at: datetime
     raised_at: datetime
     delivery: str
+    incident_id: int
+    sequence: int
 
     @property
     def job(self) -> str:
@@ -272,10 +325,14 @@ class DeliveryReport:
 
 
 def slack_message(record: AlertRecord) -> dict[str, Any]:
-    """The webhook body of an outbox row, an alert or a resolution."""
+    """The webhook body of an outbox row, an alert or a resolution, naming its incident and sequence
+    (a notice belongs to no incident)."""
     if record.kind == RESOLVED_KIND:
-        return Resolution.from_payload(record.payload).slack_message()
-    return Alert.from_payload(record.payload["alert"]).slack_message()
+        return Resolution.from_payload(record.payload).slack_message(MessageRef.of(record))
+    notice = record.dedup_key.startswith(NOTICE_KEY_PREFIX)
+    return Alert.from_payload(record.payload["alert"]).slack_message(
+        None if notice else MessageRef.of(record)
+    )
 
 
 def backoff_seconds(attempts: int) -> float:
@@ -319,17 +376,23 @@ class AlertCenter:
 
     def open_incidents(self, job: str) -> list[Incident]:
         """The job's open incidents, oldest first."""
-        return [
-            Incident(
-                alert=Alert.from_payload(record.payload["alert"]),
-                alert_id=record.id,
-                opened_at=datetime.fromisoformat(record.payload["opened_at"]),
-                raised_at=record.created_at,
-                delivery=record.status,
+        incidents = []
+        for record in self.ledger.newest_alerts(job):
+            if record.kind == RESOLVED_KIND or record.dedup_key.startswith(NOTICE_KEY_PREFIX):
+                continue
+            ref = MessageRef.of(record)
+            incidents.append(
+                Incident(
+                    alert=Alert.from_payload(record.payload["alert"]),
+                    alert_id=record.id,
+                    opened_at=ref.opened_at,
+                    raised_at=record.created_at,
+                    delivery=record.status,
+                    incident_id=ref.incident,
+                    sequence=ref.sequence,
+                )
             )
-            for record in self.ledger.newest_alerts(job)
-            if record.kind != RESOLVED_KIND and not record.dedup_key.startswith(NOTICE_KEY_PREFIX)
-        ]
+        return incidents
 
     def _open_incident(self, job: str, kind: str) -> Incident | None:
         return next((incident for incident in self.open_incidents(job) if incident.kind == kind), None)
@@ -343,12 +406,27 @@ class AlertCenter:
         ):
             log.info("alert deduplicated", job=alert.job, kind=alert.kind, open_alert=incident.alert_id)
             return None
-        opened_at = incident.opened_at if incident is not None else now
-        payload = {"alert": alert.to_payload(), "opened_at": opened_at.isoformat()}
+        payload: dict[str, Any] = {"alert": alert.to_payload(), "opened_at": now.isoformat()}
+        if incident is not None:
+            # A reminder: the same incident, one message further. A new incident's id is the id of
+            # the row that opens it, so it needs no entry (see `MessageRef.of`).
+            payload |= {
+                "opened_at": incident.opened_at.isoformat(),
+                "incident": incident.incident_id,
+                "sequence": incident.sequence + 1,
+            }
         alert_id = self.ledger.enqueue_alert(
             alert.job, alert.kind, alert.dedup_key, alert.severity, payload, at=now
         )
-        log.info("alert queued", job=alert.job, kind=alert.kind, severity=alert.severity, alert_id=alert_id)
+        log.info(
+            "alert queued",
+            job=alert.job,
+            kind=alert.kind,
+            severity=alert.severity,
+            alert_id=alert_id,
+            incident=payload.get("incident", alert_id),
+            sequence=payload.get("sequence", 1),
+        )
         return alert_id
 
     def notify(self, alert: Alert) -> int:
@@ -379,7 +457,7 @@ class AlertCenter:
             RESOLVED_KIND,
             incident.alert.dedup_key,
             "info",
-            resolution.to_payload(),
+            resolution.to_payload() | {"incident": incident.incident_id, "sequence": incident.sequence + 1},
             at=resolution.resolved_at,
         )
         log.info(

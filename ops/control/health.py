@@ -54,6 +54,9 @@ class Observation:
     process_alive: bool
     heartbeat: Heartbeat | None
     backlog_files: int | None = None
+    # Whether the job's metrics port is free for a launch; None when not looked at (a run is open
+    # and its driver holds the port).
+    metrics_port_free: bool | None = None
 
     @property
     def heartbeat_age(self) -> float | None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from ops.control.health import DEGRADING, Assessment, Observation, Signal
 from ops.ledger.store import JobRecord, RunRecord
-from ops.spec.job import JobSpec, RestartPolicy
+from ops.spec.job import METRICS_PORT_IN_USE, JobSpec, RestartPolicy, metrics_port_in_use
 
 # Exit reasons that start with this count against the restart budget.
 FAILURE = "failed: "
@@ -203,7 +203,8 @@ def _after_failure(view: JobView, now: datetime, inputs: dict[str, Any]) -> Plan
     else:
         cleanup = CloseRun(f"dead: {assessment.detail}", exit_reason=exit_reason)
     actions: list[Action] = [cleanup]
-    if "down" not in view.open_alert_kinds:
+    # A taken metrics port pages as `port_in_use` below, once: not also as the job being down.
+    if "down" not in view.open_alert_kinds and METRICS_PORT_IN_USE not in exit_reason:
         actions.append(RaiseAlert("down", "critical", assessment.detail))
     closed = replace(run, stopped_at=now, exit_reason=exit_reason)
     return _without_run(view, (closed, *view.closed_runs), now, inputs, tuple(actions))
@@ -219,7 +220,18 @@ def _without_run(
     policy = view.spec.operations.restart
     last = closed_runs[0] if closed_runs else None
     reset_at = view.job.restart_requested_at
-    if last is not None and (last.exit_reason or "").startswith(CONFIG_FAILURE):
+    port_free = view.observation.metrics_port_free
+    # None: not looked at, a run was open this pass; if its driver died on a taken port, the port
+    # counts as taken until the next pass looks.
+    if port_free is False or (port_free is None and last is not None and _lost_its_port(last)):
+        # A launch now would die on the taken port. Waiting is no failed run, so no restart storm
+        # builds up; each pass looks again, and a free port (or a file naming another) launches.
+        reason = metrics_port_in_use(view.spec)
+        alert = (
+            () if "port_in_use" in view.open_alert_kinds else (RaiseAlert("port_in_use", "critical", reason),)
+        )
+        return Plan(Lifecycle.FAILED, reason, actions + alert, inputs)
+    if last is not None and (last.exit_reason or "").startswith(CONFIG_FAILURE) and not _lost_its_port(last):
         operator_retry = reset_at is not None and reset_at > (last.stopped_at or now)
         if last.config_version == view.spec.config_version and not operator_retry:
             # "spec_rejected": the file validates but the driver refused it (e.g. a filter Spark cannot
@@ -255,6 +267,13 @@ def _without_run(
     )
 
 
+def _lost_its_port(run: RunRecord) -> bool:
+    """Whether the run's driver refused to start because its metrics port was taken."""
+    return (run.exit_reason or "").startswith(CONFIG_FAILURE) and METRICS_PORT_IN_USE in (
+        run.exit_reason or ""
+    )
+
+
 def savepoint_due(view: JobView, now: datetime) -> str | None:
     """Why the running job needs a periodic savepoint now, or None.
 
@@ -277,7 +296,7 @@ def _while_running(view: JobView, now: datetime, inputs: dict[str, Any]) -> Plan
     if assessment.has(Signal.STARTING):
         return Plan(Lifecycle.SUBMITTED, assessment.detail, (), inputs)
     actions: list[Action] = []
-    for kind in ("down", "spec_rejected", "restart_storm"):
+    for kind in ("down", "spec_rejected", "restart_storm", "port_in_use"):
         if kind in view.open_alert_kinds:
             actions.append(ResolveAlert(kind, f"running again: {assessment.detail}"))
     due = savepoint_due(view, now)

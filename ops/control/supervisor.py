@@ -48,7 +48,9 @@ from ops.control.policy import (
 from ops.driver.telemetry import read_heartbeat
 from ops.exceptions import ConfigError, JobBusyError, LaunchError, SavepointError, WardenError
 from ops.ledger.store import Ledger, RunRecord, SavepointRecord
+from ops.ports import port_is_free
 from ops.savepoints.store import apply_retention, take_savepoint
+from ops.spec.analysis import find_valid_job, run_analysis, unanalysed, with_verdicts
 from ops.spec.job import JobSpec, find_job, load_jobs
 from ops.spec.paths import JobPaths
 from ops.spec.platform import PlatformConfig
@@ -125,7 +127,12 @@ class Supervisor:
             heartbeat = None
         alive = run is not None and self.backend.is_alive(run)
         return Observation(
-            at=self.clock(), run=run, process_alive=alive, heartbeat=heartbeat, backlog_files=backlog
+            at=self.clock(),
+            run=run,
+            process_alive=alive,
+            heartbeat=heartbeat,
+            backlog_files=backlog,
+            metrics_port_free=port_is_free(spec.operations.metrics_port) if run is None else None,
         )
 
     def view(self, spec: JobSpec) -> JobView:
@@ -178,7 +185,7 @@ class Supervisor:
         """One observe -> record -> validate -> decide -> act pass for `job`."""
         with job_lock(self.platform, job, "reconcile"):
             try:
-                spec = find_job(job, self.platform.conf_dir)
+                spec = find_valid_job(job, self.platform)
             except ConfigError as error:
                 return self._invalid_spec(job, error, run_url)
             view = self.view(spec)
@@ -382,7 +389,7 @@ class Supervisor:
     def attention(self, job: str) -> str | None:
         """Why `job` needs a reconcile pass now, or None; reads only, never acts."""
         try:
-            spec = find_job(job, self.platform.conf_dir)
+            spec = find_valid_job(job, self.platform)
         except ConfigError as error:
             return f"spec invalid: {error}"
         view = self.view(spec)
@@ -402,14 +409,29 @@ class Supervisor:
             job, "detect", reason, {"detected_at": detected_at}, run.run_id if run else None
         )
 
+    def analyse_job_files(self) -> list[str]:
+        """Run Spark's analyzer on the job files whose current version has no verdict yet (one
+        local Spark session for all of them, none when every version has one); a line per job."""
+        pending = unanalysed(self.platform, load_jobs(self.platform.conf_dir))
+        verdicts = run_analysis(self.platform, pending)
+        return [
+            f"{name}: {'rejected' if verdict.rejected else 'accepted'} (config {verdict.config_version})"
+            for name, verdict in verdicts.items()
+        ]
+
     def check_job_files(self) -> list[str]:
-        """Page once per invalid job file; close the page when the file is fixed."""
-        loaded = load_jobs(self.platform.conf_dir)
+        """Page once per invalid job file (invalid by itself or rejected by Spark's analyzer);
+        close the page when the file is fixed."""
+        parsed = load_jobs(self.platform.conf_dir)
+        loaded = with_verdicts(self.platform, parsed)
         problems = []
         for path, error in loaded.errors.items():
             job = path.stem
             problems.append(str(error))
-            if "config_invalid" not in {a.kind for a in self.alerts.open_incidents(job)}:
+            open_kinds = {a.kind for a in self.alerts.open_incidents(job)}
+            # A driver that already refused this version paged `spec_rejected`: one page per cause.
+            rejected_by_driver = job in parsed.specs and "spec_rejected" in open_kinds
+            if "config_invalid" not in open_kinds and not rejected_by_driver:
                 self.alerts.raise_alert(
                     Alert(
                         job=job,
@@ -421,7 +443,9 @@ class Supervisor:
                         run_url=None,
                     )
                 )
-        for name in loaded.specs:
+        # A job can have a valid file and a refused one (router.yaml and router.yml): still invalid.
+        invalid = {path.stem for path in loaded.errors}
+        for name in set(loaded.specs) - invalid:
             if "config_invalid" in {a.kind for a in self.alerts.open_incidents(name)}:
                 self.alerts.resolve(name, "config_invalid", "job file validates again")
         self.alerts.deliver_due()

@@ -2,12 +2,18 @@
 
 Every model forbids unknown keys. Loading validates the whole file and raises one `ConfigError`
 naming the file and the dotted path of the first bad field, so nothing is launched from a file
-that does not validate.
+that does not validate. Fields that only make sense together are checked together: the first
+restart backoff is at most the longest, a stuck grace outlasts the gap between an idle query's
+progress events, savepoint retention keeps what a scheduled restatement needs.
+
+Job files end in `.yaml`. A `.yml` file in `conf/jobs/` is reported as an error naming it (a
+silently ignored job is worse than a refused one); other names (editor backups) are ignored.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,7 +21,7 @@ from pathlib import Path
 from typing import Literal
 
 from croniter import croniter
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from ops.exceptions import ConfigError
 from ops.spec.model import Model, describe_error, read_yaml
@@ -23,6 +29,12 @@ from ops.spec.pipelines import Pipeline
 from ops.spec.platform import conf_dir
 
 JOB_NAME_PATTERN = r"^[a-z][a-z0-9_]{1,62}$"
+JOB_FILE_SUFFIX = ".yaml"
+# Refused with a message instead of being ignored: the usual other spelling of the suffix.
+REFUSED_JOB_FILE_SUFFIXES = (".yml",)
+# Spark's `spark.sql.streaming.noDataProgressEventInterval` default: an idle query reports progress
+# (our heartbeat) at most this often, so a shorter stuck limit calls an idle job stuck.
+IDLE_PROGRESS_INTERVAL_SECONDS = 10.0
 
 
 # --- job specs -----------------------------------------------------------------------------------
@@ -61,6 +73,15 @@ class RestartPolicy(Model):
     stable_batches: int = Field(3, ge=1)
     stable_seconds: float = Field(600.0, ge=0)
 
+    @model_validator(mode="after")
+    def _backoff_grows_to_its_maximum(self) -> RestartPolicy:
+        if self.initial_backoff_seconds > self.max_backoff_seconds:
+            raise ValueError(
+                f"initial_backoff_seconds {self.initial_backoff_seconds:g} is larger than "
+                f"max_backoff_seconds {self.max_backoff_seconds:g}"
+            )
+        return self
+
 
 class AlertRouting(Model):
     channel: str = "#streams-oncall"
@@ -75,6 +96,17 @@ class SavepointPolicy(Model):
     )
     keep_count: int = Field(5, ge=1, description="Savepoints kept; the newest good one always is.")
     max_age_hours: float = Field(7 * 24.0, gt=0, description="Older savepoints are deleted.")
+
+    @model_validator(mode="after")
+    def _retention_outlasts_the_interval(self) -> SavepointPolicy:
+        # Otherwise each savepoint is too old to keep once the next is taken: keep_count never counts.
+        if self.interval_minutes is not None and self.max_age_hours * 60 < self.interval_minutes:
+            raise ValueError(
+                f"max_age_hours {self.max_age_hours:g} is shorter than interval_minutes "
+                f"{self.interval_minutes:g}: every savepoint but the newest would be deleted before the "
+                "next one is taken (set keep_count: 1 to keep only the newest)"
+            )
+        return self
 
 
 class RestatementSchedule(Model):
@@ -117,6 +149,45 @@ class Operations(Model):
     shutdown_timeout_seconds: float = Field(60.0, gt=0)
     preview: PreviewTaps = Field(default_factory=PreviewTaps)
 
+    @model_validator(mode="after")
+    def _fields_agree(self) -> Operations:
+        # The startup grace has no such relation: the first heartbeat ("started") is written when
+        # the query starts, whatever the trigger interval.
+        interval, grace = self.trigger.interval_seconds, self.health.stuck_grace_seconds
+        idle_gap = math.ceil(IDLE_PROGRESS_INTERVAL_SECONDS / interval) * interval
+        if interval + grace <= idle_gap:
+            raise ValueError(
+                f"health.stuck_grace_seconds {grace:g} is too short for trigger.interval_seconds "
+                f"{interval:g}: an idle query reports progress only every {idle_gap:g} s, so the stuck "
+                f"limit (interval + grace = {interval + grace:g} s) would call an idle job stuck"
+            )
+        if self.restatement is not None:
+            self._savepoints_cover(self.restatement.lookback_hours)
+        return self
+
+    def _savepoints_cover(self, lookback_hours: float) -> None:
+        """Raise unless retention keeps a savepoint `lookback_hours` old to restate from."""
+        savepoints, lookback_minutes = self.savepoints, lookback_hours * 60
+        if savepoints.interval_minutes is None:
+            raise ValueError(
+                "restatement needs periodic savepoints to restate from, "
+                "but savepoints.interval_minutes is null"
+            )
+        if savepoints.max_age_hours < lookback_hours:
+            raise ValueError(
+                f"restatement.lookback_hours {lookback_hours:g} is longer than savepoints.max_age_hours "
+                f"{savepoints.max_age_hours:g}: retention deletes every savepoint old enough to restate from"
+            )
+        # The oldest of keep_count savepoints taken every interval is (keep_count - 1) intervals old.
+        covered_minutes = (savepoints.keep_count - 1) * savepoints.interval_minutes
+        if covered_minutes < lookback_minutes:
+            raise ValueError(
+                f"restatement.lookback_hours {lookback_hours:g} is longer than savepoints.keep_count "
+                f"{savepoints.keep_count} savepoints every {savepoints.interval_minutes:g} min reach back "
+                f"({covered_minutes / 60:g} h): raise keep_count to at least "
+                f"{math.ceil(lookback_minutes / savepoints.interval_minutes) + 1}"
+            )
+
 
 class JobSpec(Model):
     """One job: what it computes (`pipeline`) and how it is run (`operations`)."""
@@ -132,6 +203,22 @@ class JobSpec(Model):
     @classmethod
     def _one_line(cls, value: str) -> str:
         return " ".join(value.split())
+
+
+METRICS_PORT_FIELD = "operations.metrics_port"
+# What every account of a taken metrics port says, so a closed run's exit reason can be recognised.
+METRICS_PORT_IN_USE = "is in use by another process"
+
+
+def metrics_port_in_use(spec: JobSpec) -> str:
+    """The configuration problem of a job whose metrics port another process holds: the job, the
+    port and the field, said alike by the supervisor before a launch and by a driver that finds
+    the port taken."""
+    return (
+        f"field '{METRICS_PORT_FIELD}': port {spec.operations.metrics_port} of job {spec.name!r} "
+        f"{METRICS_PORT_IN_USE} on 127.0.0.1; the job is not launched until the port is free or "
+        "the job file names another"
+    )
 
 
 # --- loading -------------------------------------------------------------------------------------
@@ -161,13 +248,38 @@ def load_job(path: Path) -> JobSpec:
 def job_files(directory: Path | None = None) -> Iterator[Path]:
     """The job files in `conf/jobs/`, sorted by name."""
     jobs_dir = (directory or conf_dir()) / "jobs"
-    return iter(sorted(jobs_dir.glob("*.yaml")))
+    return iter(sorted(jobs_dir.glob(f"*{JOB_FILE_SUFFIX}")))
+
+
+def job_file(name: str, directory: Path | None = None) -> Path:
+    """Where the file of job `name` is (whether or not it exists)."""
+    return (directory or conf_dir()) / "jobs" / f"{name}{JOB_FILE_SUFFIX}"
+
+
+def _refused_file_error(path: Path) -> ConfigError:
+    return ConfigError(
+        path,
+        f"job files end in {JOB_FILE_SUFFIX}, so this file is not loaded: rename it to "
+        f"{path.stem}{JOB_FILE_SUFFIX}",
+    )
+
+
+def refused_job_files(directory: Path | None = None) -> dict[Path, ConfigError]:
+    """Files in `conf/jobs/` that look like job files under another suffix (`.yml`), each with
+    the error that says so."""
+    jobs_dir = (directory or conf_dir()) / "jobs"
+    return {
+        path: _refused_file_error(path)
+        for suffix in REFUSED_JOB_FILE_SUFFIXES
+        for path in sorted(jobs_dir.glob(f"*{suffix}"))
+    }
 
 
 def load_jobs(directory: Path | None = None) -> JobLoadResult:
-    """Load every job file; an invalid file is reported, the others still load."""
+    """Load every job file; an invalid file is reported, the others still load. So is a job file
+    under a refused suffix (`.yml`): it is never loaded, but never silently."""
     specs: dict[str, JobSpec] = {}
-    errors: dict[Path, ConfigError] = {}
+    errors: dict[Path, ConfigError] = refused_job_files(directory)
     ports: dict[int, str] = {}
     for path in job_files(directory):
         try:
@@ -190,7 +302,10 @@ def find_job(name: str, directory: Path | None = None) -> JobSpec:
     """Load the spec of one job by name."""
     if not re.match(JOB_NAME_PATTERN, name):
         raise ConfigError(Path(name), f"{name!r} is not a valid job name")
-    path = (directory or conf_dir()) / "jobs" / f"{name}.yaml"
+    path = job_file(name, directory)
     if not path.exists():
+        refused = [p for p in map(path.with_suffix, REFUSED_JOB_FILE_SUFFIXES) if p.exists()]
+        if refused:
+            raise _refused_file_error(refused[0])
         raise ConfigError(path, f"no job named {name!r}")
     return load_job(path)

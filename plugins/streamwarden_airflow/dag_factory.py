@@ -2,7 +2,11 @@
 request DAGs and the platform housekeeping DAG.
 
 A job file that does not validate gets no supervision DAG (its driver is left as it is); the
-platform DAG pages about it, and every other job's DAG still loads.
+platform DAG pages about it, and every other job's DAG still loads. That includes a file whose
+current version Spark's analyzer rejected (a route filter that does not analyze, say): parsing
+never starts Spark, it reads the verdict `warden validate` or the platform DAG's
+`analyse_job_files` task stored for that version (`ops.spec.analysis`). A version not analysed yet
+keeps its DAG until a verdict says otherwise; its driver runs the same check before it starts.
 """
 
 from __future__ import annotations
@@ -13,7 +17,9 @@ from airflow.sdk import DAG, Param, task
 
 from ops.control.supervisor import Supervisor
 from ops.embedded.platform import SUPERVISE_DAG_PREFIX
-from ops.spec.job import RestatementSchedule, load_jobs
+from ops.exceptions import ConfigError
+from ops.spec.analysis import with_verdicts
+from ops.spec.job import JobLoadResult, RestatementSchedule, load_jobs
 from ops.spec.platform import load_platform
 from streamwarden_airflow.operators import (
     JobRequestOperator,
@@ -168,6 +174,11 @@ def platform_dag() -> DAG:
     ) as dag:
 
         @task
+        def analyse_job_files() -> list[str]:
+            return Supervisor.for_platform(load_platform()).analyse_job_files()
+
+        # Pages about invalid files even when the analysis could not run.
+        @task(trigger_rule="all_done")
         def check_job_files() -> list[str]:
             return Supervisor.for_platform(load_platform()).check_job_files()
 
@@ -175,14 +186,26 @@ def platform_dag() -> DAG:
         def prune_savepoints() -> list[str]:
             return Supervisor.for_platform(load_platform()).prune_all_savepoints()
 
-        check_job_files()
+        analyse_job_files() >> check_job_files()
         prune_savepoints()
     return dag
 
 
+def _valid_jobs() -> JobLoadResult:
+    """The job files that validate, less the versions Spark's analyzer rejected (no Spark here)."""
+    loaded = load_jobs()
+    try:
+        platform = load_platform()
+    except ConfigError:
+        # Without platform.yaml there is no runtime root holding verdicts; the DAGs still load
+        # and every task reports the broken platform file.
+        return loaded
+    return with_verdicts(platform, loaded)
+
+
 def build_dags() -> list[DAG]:
     """Every Streamwarden DAG for the current conf directory."""
-    loaded = load_jobs()
+    loaded = _valid_jobs()
     jobs = sorted(loaded.specs)
     dags = [supervision_dag(name, loaded.specs[name].description) for name in jobs]
     dags += [request_dag(action, jobs) for action in REQUESTS]

@@ -70,7 +70,8 @@ def test_a_restatement_schedule_in_a_job_file_adds_a_scheduled_restate_dag(
     platform_conf: PlatformConfig,
 ) -> None:
     def nightly(spec: dict) -> None:
-        spec["operations"]["restatement"] = {"cron": "0 3 * * *", "lookback_hours": 6}
+        # Router keeps 10 savepoints 30 minutes apart: they reach 4.5 hours back.
+        spec["operations"]["restatement"] = {"cron": "0 3 * * *", "lookback_hours": 4}
 
     edit_job(platform_conf, "router", nightly)
     bag = dagbag()
@@ -78,6 +79,43 @@ def test_a_restatement_schedule_in_a_job_file_adds_a_scheduled_restate_dag(
     scheduled = bag.get_dag("warden_restate_router")
     assert scheduled.schedule == "0 3 * * *"
     assert scheduled.params["dry_run"] is False and scheduled.params["job"] == "router"
-    assert scheduled.get_task("restate").lookback_hours == 6
+    assert scheduled.get_task("restate").lookback_hours == 4
     # The manual form stays a dry run by default.
     assert bag.get_dag("warden_restate").params["dry_run"] is True
+
+
+def test_a_route_filter_spark_rejects_gets_no_dag_once_analysed_and_pages_once(
+    platform_conf: PlatformConfig, slack_webhook: SlackReceiver
+) -> None:
+    router_file = platform_conf.conf_dir / "jobs" / "router.yaml"
+
+    def break_filter(spec: dict) -> None:
+        # `>>>` parses (an unsigned shift), but a route needs a condition.
+        spec["pipeline"]["routes"][0]["filter"] = "amount >>> 1"
+
+    edit_job(platform_conf, "router", break_filter)
+    # Not analysed yet: provisionally valid (its driver would run the same check and refuse).
+    assert "warden_supervise_router" in dagbag().dag_ids
+
+    # The platform DAG analyses the new version with Spark, stores the verdict and pages once.
+    platform_dag = dagbag().get_dag("warden_platform")
+    assert platform_dag.test().state == "success"
+    bag = dagbag()
+    assert bag.import_errors == {}
+    assert "warden_supervise_router" not in bag.dag_ids
+    assert "warden_supervise_sessionizer" in bag.dag_ids
+    assert "router" not in bag.get_dag("warden_restart").params.get_param("job").schema["enum"]
+    assert platform_dag.test().state == "success"
+    [page] = [message["text"] for message in slack_webhook.messages]
+    assert "router config invalid: INVALID" in page
+    assert (
+        f"{router_file}: field 'pipeline.routes.0.filter': route 'purchases' filter 'amount &gt;&gt;&gt; 1' "
+        "is not a valid boolean expression: is of type int, not boolean" in page
+    )
+
+    # A fixed file is a new version: its DAG is back at once, and the next analysis accepts it.
+    edit_job(platform_conf, "router", lambda spec: spec["pipeline"]["routes"][0].update(filter="amount > 1"))
+    assert "warden_supervise_router" in dagbag().dag_ids
+    assert platform_dag.test().state == "success"
+    assert slack_webhook.messages[-1]["text"].startswith("✅ resolved: router config invalid")
+    assert "warden_supervise_router" in dagbag().dag_ids

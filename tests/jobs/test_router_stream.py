@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 import urllib.request
 from collections import Counter
 from collections.abc import Callable
@@ -107,6 +108,24 @@ def test_unparsable_route_filter_exits_2_with_a_terminated_heartbeat(
     assert heartbeat.error_class == "ConfigError"
     assert heartbeat.error_message is not None
     assert "pipeline.routes.1.filter" in heartbeat.error_message and "eu_views" in heartbeat.error_message
+    assert not (platform_conf.checkpoint_root / "router").exists()
+
+
+def test_a_taken_metrics_port_exits_2_naming_the_job_port_and_field(
+    platform_conf: PlatformConfig, start_driver: Callable[..., Driver]
+) -> None:
+    port = find_job("router", platform_conf.conf_dir).operations.metrics_port
+    with socket.create_server(("127.0.0.1", port)):
+        driver = start_driver("run-port")
+        assert driver.wait_exit() == 2, driver.log()
+    heartbeat = read_heartbeat(driver.heartbeat_file)
+    assert heartbeat is not None and heartbeat.event == "terminated"
+    assert heartbeat.error_class == "ConfigError"
+    assert heartbeat.error_message == (
+        f"{platform_conf.conf_dir / 'jobs' / 'router.yaml'}: field 'operations.metrics_port': port {port} of "
+        "job 'router' is in use by another process on 127.0.0.1; the job is not launched until the port is "
+        "free or the job file names another"
+    )
     assert not (platform_conf.checkpoint_root / "router").exists()
 
 

@@ -311,3 +311,60 @@ def test_two_deliverers_send_each_alert_once_in_order(
     assert {(record.id, record.status, record.attempts) for record in ledger.alerts()} == {
         (i, "sent", 1) for i in ids
     }
+
+
+def context_line(message: dict) -> str:
+    return message["blocks"][-1]["elements"][0]["text"]
+
+
+def test_reminders_resends_and_the_resolution_name_their_incident_and_sequence(
+    center: AlertCenter, clock: FakeClock, slack_webhook: SlackReceiver
+) -> None:
+    first = center.raise_alert(page())
+    # Slack answers the first attempt with a 500: the outbox sends the same message again.
+    slack_webhook.respond_with(500)
+    center.deliver_due()
+    clock.advance(1)
+    center.deliver_due()
+    clock.advance(center.slack.dedup_window_seconds)
+    reminder = center.raise_alert(page(reason="still down"))
+    center.deliver_due()
+    other = center.raise_alert(page("router", "stuck"))
+    clock.advance(60)
+    resolution = center.resolve("router", "down", "running again")
+    center.deliver_due()
+
+    failed_attempt, resent, reminded, stuck, resolved = (request.json() for request in slack_webhook.requests)
+    # A resend is the same message: same incident, same sequence, same body.
+    assert resent == failed_attempt
+    assert f"🆔 Incident #{first}, message 1 (first page, alert #{first})" in context_line(resent)
+    assert (
+        f"Incident #{first}, message 1 (first page, alert #{first}), open since 2031-05-04 12:00:00 UTC"
+        in (resent["text"])
+    )
+    # A reminder is a new message of the same incident.
+    assert f"🆔 Incident #{first}, message 2 (reminder, alert #{reminder})" in context_line(reminded)
+    assert f"Incident #{first}, message 2 (reminder, alert #{reminder})" in reminded["text"]
+    # Another kind is another incident, numbered from 1.
+    assert f"🆔 Incident #{other}, message 1 (first page, alert #{other})" in context_line(stuck)
+    # The resolution is the incident's last message and still says which alert it closes.
+    line = context_line(resolved)
+    assert f"🆔 Incident #{first}, message 3 (resolution, alert #{resolution})" in line
+    assert f"Closes alert #{reminder}" in line
+    assert resolved["text"].endswith(f"Incident #{first}, message 3 (resolution, alert #{resolution})")
+
+
+def test_the_console_line_names_the_incident_and_sequence(
+    center: AlertCenter, clock: FakeClock, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv(center.slack.webhook_url_env, raising=False)
+    first = center.raise_alert(page())
+    center.deliver_due()
+    clock.advance(center.slack.dedup_window_seconds)
+    reminder = center.raise_alert(page(reason="still down"))
+    center.deliver_due()
+
+    first_line, reminder_line = capsys.readouterr().err.splitlines()
+    assert f"alert #{first}," in first_line and f"Incident #{first}, message 1 (first page" in first_line
+    assert f"alert #{reminder}," in reminder_line
+    assert f"Incident #{first}, message 2 (reminder, alert #{reminder})" in reminder_line

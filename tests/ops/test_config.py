@@ -13,6 +13,9 @@ from ops.exceptions import ConfigError
 from ops.spec.job import find_job, load_job, load_jobs
 from ops.spec.platform import DEFAULT_CONF_DIR, PlatformConfig, load_platform
 
+# The job files whose pipelines hold Spark SQL, in file name order.
+JOBS_WITH_SQL = ("attack_chains", "device_health", "router")
+
 
 def router_document() -> dict:
     return yaml.safe_load((DEFAULT_CONF_DIR / "jobs" / "router.yaml").read_text())
@@ -75,6 +78,47 @@ def test_every_repo_job_pages_with_its_own_runbook() -> None:
             "operations.savepoints.keep_count",
             "greater than or equal to 1",
         ),
+        # Fields that only make sense together.
+        (
+            lambda d: d["operations"]["restart"].update(initial_backoff_seconds=600, max_backoff_seconds=300),
+            "operations.restart",
+            "initial_backoff_seconds 600 is larger than max_backoff_seconds 300",
+        ),
+        (
+            lambda d: d["operations"]["savepoints"].update(interval_minutes=60, max_age_hours=0.5),
+            "operations.savepoints",
+            "max_age_hours 0.5 is shorter than interval_minutes 60",
+        ),
+        (
+            lambda d: d["operations"].update(
+                trigger={"interval_seconds": 5}, health={"stuck_grace_seconds": 5}
+            ),
+            "operations",
+            "an idle query reports progress only every 10 s, so the stuck limit (interval + grace = 10 s)",
+        ),
+        (
+            lambda d: d["operations"].update(
+                restatement={"cron": "0 3 * * *", "lookback_hours": 2}, savepoints={"interval_minutes": None}
+            ),
+            "operations",
+            "restatement needs periodic savepoints to restate from",
+        ),
+        (
+            lambda d: d["operations"].update(
+                restatement={"cron": "0 3 * * *", "lookback_hours": 48},
+                savepoints={"interval_minutes": 60, "keep_count": 100, "max_age_hours": 24},
+            ),
+            "operations",
+            "restatement.lookback_hours 48 is longer than savepoints.max_age_hours 24",
+        ),
+        (
+            lambda d: d["operations"].update(
+                restatement={"cron": "0 3 * * *", "lookback_hours": 6},
+                savepoints={"interval_minutes": 30, "keep_count": 10, "max_age_hours": 168},
+            ),
+            "operations",
+            "(4.5 h): raise keep_count to at least 13",
+        ),
     ],
 )
 def test_invalid_job_names_file_and_field(tmp_path: Path, mutate, field: str, problem: str) -> None:
@@ -86,6 +130,59 @@ def test_invalid_job_names_file_and_field(tmp_path: Path, mutate, field: str, pr
     assert str(path) in str(error.value)
     assert f"field '{field}" in str(error.value)
     assert problem in str(error.value)
+
+
+@pytest.mark.parametrize(
+    "operations",
+    [
+        {"trigger": {"interval_seconds": 1}, "health": {"stuck_grace_seconds": 10}},
+        {"trigger": {"interval_seconds": 30}, "health": {"stuck_grace_seconds": 1}},
+        {"restart": {"initial_backoff_seconds": 300, "max_backoff_seconds": 300}},
+        {
+            "restatement": {"cron": "0 3 * * *", "lookback_hours": 6},
+            "savepoints": {"interval_minutes": 30, "keep_count": 13, "max_age_hours": 6},
+        },
+    ],
+)
+def test_fields_that_agree_load(tmp_path: Path, operations: dict) -> None:
+    document = router_document()
+    document["operations"] |= operations
+    loaded = load_job(write_job(tmp_path, "router", document)).operations.model_dump()
+    for section, values in operations.items():
+        assert {key: loaded[section][key] for key in values} == values
+
+
+def test_a_yml_job_file_is_refused_naming_it_not_ignored(tmp_path: Path) -> None:
+    write_job(tmp_path, "router", router_document())
+    other = router_document() | {"name": "other"}
+    other["operations"] = other["operations"] | {"metrics_port": 9498}
+    yml = tmp_path / "jobs" / "other.yml"
+    yml.write_text(yaml.safe_dump(other))
+    # An editor's backup is no job file at all.
+    (tmp_path / "jobs" / "router.yaml~").write_text("name: [unclosed\n")
+
+    loaded = load_jobs(tmp_path)
+
+    assert set(loaded.specs) == {"router"}
+    assert set(loaded.errors) == {yml}
+    assert str(loaded.errors[yml]) == (
+        f"{yml}: job files end in .yaml, so this file is not loaded: rename it to other.yaml"
+    )
+    with pytest.raises(ConfigError, match=r"other.yml: job files end in .yaml"):
+        find_job("other", tmp_path)
+
+
+def test_warden_validate_exits_non_zero_on_a_yml_job_file(platform_conf: PlatformConfig) -> None:
+    yml = platform_conf.conf_dir / "jobs" / "extra.yml"
+    yml.write_text(yaml.safe_dump(router_document() | {"name": "extra"}))
+    result = subprocess.run(
+        [sys.executable, "-m", "ops.cli", "validate", "--no-analysis"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert f"INVALID  {yml}: job files end in .yaml" in result.stdout
 
 
 def test_name_must_match_file(tmp_path: Path) -> None:
@@ -131,8 +228,85 @@ def test_warden_validate_exits_non_zero_naming_file_and_field(platform_conf: Pla
     document["operations"] = document["operations"] | {"metrics_port": 80}
     path = write_job(platform_conf.conf_dir, "broken", document)
     result = subprocess.run(
-        [sys.executable, "-m", "ops.cli", "validate"], capture_output=True, text=True, check=False
+        [sys.executable, "-m", "ops.cli", "validate", "--no-analysis"],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert result.returncode == 1
     assert f"INVALID  {path}: field 'operations.metrics_port'" in result.stdout
     assert "ok       router" in result.stdout
+
+
+def warden(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ops.cli", *args], capture_output=True, text=True, check=False, timeout=900
+    )
+
+
+def test_warden_validate_runs_spark_s_analyzer_on_every_expression(platform_conf: PlatformConfig) -> None:
+    conf = platform_conf.conf_dir
+    documents = {name: yaml.safe_load((conf / "jobs" / f"{name}.yaml").read_text()) for name in JOBS_WITH_SQL}
+    # `>>>` parses (an unsigned shift) but is no condition; `amout` is no column.
+    documents["router"]["pipeline"]["routes"][0]["filter"] = "amount >>> 1"
+    documents["router"]["pipeline"]["routes"][1]["filter"] = "amout > 0"
+    documents["device_health"]["pipeline"]["data_points"][0]["red_when"] = "value + 1"
+    documents["attack_chains"]["pipeline"]["rules"][2]["filter"] = "event_type = = 'connection'"
+    for name, document in documents.items():
+        write_job(conf, name, document)
+
+    result = warden("validate")
+
+    assert result.returncode == 1, result.stderr
+    # Progress on stderr, the report on stdout.
+    assert result.stderr.startswith(
+        "analysing 8 job file(s) with Spark's analyzer (a local Spark session starts)"
+    )
+    assert "done" in result.stderr.splitlines()[-1]
+    lines = result.stdout.splitlines()
+    invalid = [line for line in lines if line.startswith("INVALID")]
+    attack_chains, device_health, router = (conf / "jobs" / f"{name}.yaml" for name in JOBS_WITH_SQL)
+    assert invalid[0].startswith(
+        f"INVALID  {attack_chains}: field 'pipeline.rules.2.filter': rule 'port_scan' filter "
+        "\"event_type = = 'connection'\" is not a valid boolean expression: [PARSE_SYNTAX_ERROR] Syntax error"
+    )
+    assert invalid[1] == (
+        f"INVALID  {device_health}: field 'pipeline.data_points.0.red_when': data point 'signal_db' red_when "
+        "'value + 1' is not a valid boolean expression: is of type double, not boolean"
+    )
+    assert invalid[2] == (
+        f"INVALID  {router}: field 'pipeline.routes.0.filter': route 'purchases' filter 'amount >>> 1' "
+        "is not a valid boolean expression: is of type int, not boolean"
+    )
+    assert invalid[3].startswith(
+        f"INVALID  {router}: field 'pipeline.routes.1.filter': route 'eu_views' filter 'amout > 0' is not a "
+        "valid boolean expression: [UNRESOLVED_COLUMN.WITH_SUGGESTION] A column, variable, or function "
+        "parameter with name `amout` cannot be resolved."
+    )
+    assert len(invalid) == 4
+    assert any(line.startswith("ok       sessionizer (sessionizer, config ") for line in lines)
+
+    # The verdicts are kept per file version: without the analyzer they still count, and an edited
+    # file is unanalysed (provisionally valid) until the analyzer sees it again.
+    documents["router"]["pipeline"]["routes"][0]["filter"] = "amount > 1"
+    documents["router"]["pipeline"]["routes"][1]["filter"] = "amount > 0"
+    write_job(conf, "router", documents["router"])
+    again = warden("validate", "--no-analysis")
+    assert again.returncode == 1
+    assert "analysing" not in again.stderr
+    assert any(line.startswith("ok       router (router, config ") for line in again.stdout.splitlines())
+    assert "not analysed by Spark" in next(line for line in again.stdout.splitlines() if "router" in line)
+    assert sum(line.startswith("INVALID") for line in again.stdout.splitlines()) == 2
+
+
+def test_validate_never_imports_pyspark_itself(platform_conf: PlatformConfig) -> None:
+    # Its Spark analysis runs in a process of its own (tests/test_layering.py covers `status`).
+    probe = (
+        "import sys\n"
+        "from ops.cli import main\n"
+        "main(['validate', '--no-analysis'])\n"
+        "assert 'pyspark' not in sys.modules, sorted(m for m in sys.modules if m.startswith('pyspark'))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "router" in result.stdout

@@ -99,9 +99,14 @@ def view(
     open_alerts: frozenset[str] = frozenset(),
     last_savepoint: datetime | None = None,
     spec: JobSpec = SPEC,
+    port_free: bool | None = None,
 ) -> JobView:
     observation = Observation(
-        at=NOW, run=open_run, process_alive=alive and open_run is not None, heartbeat=beat
+        at=NOW,
+        run=open_run,
+        process_alive=alive and open_run is not None,
+        heartbeat=beat,
+        metrics_port_free=port_free,
     )
     return JobView(
         job, spec, observation, assess(observation, spec.operations), closed, open_alerts, last_savepoint
@@ -213,6 +218,71 @@ def test_spec_rejected_by_the_driver_is_not_restarted() -> None:
     assert [a.alert_kind for a in plan.actions] == ["spec_rejected"]
     retried = decide(view(job_record(restart_requested_at=NOW), closed=(rejected,)), NOW)
     assert kinds(retried) == [Launch]
+
+
+PORT_TAKEN = (
+    f"field 'operations.metrics_port': port {SPEC.operations.metrics_port} of job 'router' is in use by "
+    "another process on 127.0.0.1"
+)
+
+
+def test_a_taken_metrics_port_holds_the_job_failed_pages_once_and_launches_when_free() -> None:
+    held = decide(view(job_record(state="SUSPENDED"), port_free=False), NOW)
+    assert held.state is Lifecycle.FAILED and held.reason.startswith(PORT_TAKEN)
+    assert kinds(held) == [RaiseAlert]
+    assert (held.actions[0].alert_kind, held.actions[0].severity) == ("port_in_use", "critical")
+    assert held.actions[0].reason.startswith(PORT_TAKEN)
+
+    # Waiting is not a failed run: pass after pass, nothing is launched, nobody is paged again.
+    for _ in range(3 * POLICY.budget):
+        still = decide(
+            view(job_record(state="FAILED"), open_alerts=frozenset({"port_in_use"}), port_free=False), NOW
+        )
+        assert (still.state, still.actions) == (Lifecycle.FAILED, ())
+
+    freed = decide(
+        view(job_record(state="FAILED"), open_alerts=frozenset({"port_in_use"}), port_free=True), NOW
+    )
+    assert kinds(freed) == [Launch]
+    # The job file naming another port is looked at under that port: free, so it launches.
+    moved = SPEC.model_copy(
+        update={
+            "operations": SPEC.operations.model_copy(update={"metrics_port": 9999}),
+            "config_version": "moved",
+        }
+    )
+    assert kinds(decide(view(job_record(state="FAILED"), spec=moved, port_free=True), NOW)) == [Launch]
+
+
+def test_a_driver_that_found_its_port_taken_is_held_until_the_port_is_free() -> None:
+    current = run(started=30)
+    message = f"{PORT_TAKEN}; the job is not launched until the port is free or the job file names another"
+    beat = replace(heartbeat(current, event="terminated", error_class="ConfigError"), error_message=message)
+
+    closing = decide(view(job_record(), current, beat=beat), NOW)
+
+    assert closing.state is Lifecycle.FAILED
+    assert kinds(closing) == [CloseRun, RaiseAlert]
+    assert closing.actions[0].exit_reason.startswith(CONFIG_FAILURE)
+    assert [a.alert_kind for a in closing.actions if isinstance(a, RaiseAlert)] == ["port_in_use"]
+    lost = run(started=60, stopped=10, exit_reason=closing.actions[0].exit_reason)
+    open_alerts = frozenset({"port_in_use"})
+    busy = decide(
+        view(job_record(state="FAILED"), closed=(lost,), open_alerts=open_alerts, port_free=False), NOW
+    )
+    assert (busy.state, busy.actions) == (Lifecycle.FAILED, ())
+    freed = decide(
+        view(job_record(state="FAILED"), closed=(lost,), open_alerts=open_alerts, port_free=True), NOW
+    )
+    assert kinds(freed) == [Launch]
+
+
+def test_running_again_resolves_the_port_page() -> None:
+    current = run(started=600)
+    plan = decide(
+        view(job_record(), current, beat=heartbeat(current), open_alerts=frozenset({"port_in_use"})), NOW
+    )
+    assert [(type(a), a.alert_kind) for a in plan.actions] == [(ResolveAlert, "port_in_use")]
 
 
 @pytest.mark.parametrize("state", ["RUNNING", "SUSPENDED"])

@@ -1,0 +1,107 @@
+"""`python -m jobs.analysis [JOB ...]`: Spark's analyzer on job files, the way a driver runs it.
+
+For each job (all valid job files when none is named) it builds empty frames with the declared
+schema of every input, parses them like the driver does and runs the driver's own checks over
+them: `jobs.catalog.expression_problems` (route filters, attack_chains rule filters,
+device_health `red_when`) and the preview stages (`jobs.preview.stage_problems`). Nothing is read
+and no stream starts, so one local session analyses every job in seconds. Each verdict is written
+to `<runtime_root>/jobs/<job>/analysis.json` for this version of the file (see
+`ops.spec.analysis`, which reads them without Spark) and printed as one JSON line.
+
+The enricher's mapping file is not analysed here: it is a separate file the driver reloads while
+it runs and validates on every change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+import pyspark
+from pyspark.sql import SparkSession
+
+from jobs.catalog import expression_problems, parsed_inputs
+from jobs.preview import stage_problems
+from ops.atomic import write_atomically
+from ops.clock import utcnow
+from ops.exceptions import ConfigError
+from ops.spec.analysis import AnalysisVerdict, verdict_path
+from ops.spec.job import JobSpec, load_jobs
+from ops.spec.platform import PlatformConfig, load_platform
+
+# The raw landing lines a driver reads: one string column, as Spark's text source gives them.
+RAW_SCHEMA = "value string"
+
+
+def analysis_session(platform: PlatformConfig) -> SparkSession:
+    """A small local session for the analyzer, with the platform's SQL settings (ANSI mode and the
+    like change what the analyzer accepts), bound to loopback."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = (
+        SparkSession.builder.master("local[1]")
+        .appName("streamwarden-analysis")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+    )
+    for key, value in platform.spark.extra_conf.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def analyse(spark: SparkSession, spec: JobSpec) -> dict[str, str]:
+    """What a driver of `spec` would refuse before starting its query, by dotted field of the job
+    file; empty when it would start. Only the analyzer runs, over empty frames."""
+    raw = {name: spark.createDataFrame([], RAW_SCHEMA) for name in spec.pipeline.inputs}
+    return {**expression_problems(spec, parsed_inputs(spec, raw)), **stage_problems(spec)}
+
+
+def record_verdict(platform: PlatformConfig, spec: JobSpec, problems: dict[str, str]) -> AnalysisVerdict:
+    """Write the verdict on this version of the job file where `ops.spec.analysis` reads it."""
+    verdict = AnalysisVerdict(
+        job=spec.name,
+        config_version=spec.config_version,
+        spark_version=pyspark.__version__,
+        analysed_at=utcnow(),
+        problems=problems,
+    )
+    write_atomically(verdict_path(platform, spec.name), verdict.model_dump_json(indent=2))
+    return verdict
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Analyse the named (or all valid) job files; exit 0 once every verdict is written, 2 when
+    the platform config or a named job file does not load."""
+    parser = argparse.ArgumentParser(prog="python -m jobs.analysis", description=__doc__.splitlines()[0])
+    parser.add_argument("jobs", nargs="*", help="job names (default: every valid job file)")
+    args = parser.parse_args(argv)
+    try:
+        platform = load_platform()
+    except ConfigError as exc:
+        print(f"jobs.analysis: {exc}", file=sys.stderr)
+        return 2
+    loaded = load_jobs(platform.conf_dir)
+    names = args.jobs or sorted(loaded.specs)
+    missing = [name for name in names if name not in loaded.specs]
+    if missing:
+        print(f"jobs.analysis: no valid job file for {', '.join(missing)}", file=sys.stderr)
+        return 2
+    spark = analysis_session(platform)
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        for name in names:
+            spec = loaded.specs[name]
+            verdict = record_verdict(platform, spec, analyse(spark, spec))
+            print(verdict.model_dump_json(), flush=True)
+    finally:
+        spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
