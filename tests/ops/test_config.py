@@ -244,6 +244,7 @@ def warden(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.spark  # starts a Spark driver without the fixtures that mark it
 def test_warden_validate_runs_spark_s_analyzer_on_every_expression(platform_conf: PlatformConfig) -> None:
     conf = platform_conf.conf_dir
     documents = {name: yaml.safe_load((conf / "jobs" / f"{name}.yaml").read_text()) for name in JOBS_WITH_SQL}

@@ -124,6 +124,7 @@ class FileChangingBackend(LocalProcessBackend):
         return super().launch(spec, run_id)
 
 
+@pytest.mark.spark  # starts a Spark driver without the fixtures that mark it
 def test_a_driver_whose_job_file_changed_after_launch_refuses_and_the_next_run_has_the_new_file(
     platform_conf: PlatformConfig, ledger: Ledger
 ) -> None:
