@@ -10,8 +10,11 @@ export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(VENV)/bin/python
 PYTEST := $(VENV)/bin/python -m pytest
 # The suite mostly waits (JVM cold starts, Airflow, polling), so it runs more workers than cores.
 # Each worker holds its own SparkSession, S3 server and Airflow database plus the drivers its test
-# starts (1-3 GB). `loadgroup` spreads tests one by one but keeps each xdist_group on one worker.
-TEST_WORKERS ?= 4
+# starts (1-3 GB; the whole machine peaked at 12 GB). 3 rather than 4 on 2 cores: Spark's Python
+# workers must connect back within 10 s and a few tests wait a minute for a driver's cold start,
+# and 4 workers on a busy machine broke both; `make test TEST_WORKERS=4` where cores are idle.
+# `loadgroup` hands tests out one by one but keeps each xdist_group on one worker.
+TEST_WORKERS ?= 3
 # Markers tests/conftest.py derives from the fixtures a test uses; `slow` is set by hand.
 FAST_TESTS := not spark and not s3 and not airflow and not slow
 

@@ -140,7 +140,7 @@ def test_query_failing_at_runtime_exits_1_and_keeps_the_error(
     edit_job(platform_conf, "router", failing_filter)
     write_batch(platform_conf.landing_root / "events", 10, 0.0, 7)
     driver = start_driver("run-fail")
-    assert driver.wait_exit(timeout=90) == 1, driver.log()
+    assert driver.wait_exit() == 1, driver.log()
     heartbeat = read_heartbeat(driver.heartbeat_file)
     assert heartbeat is not None and heartbeat.event == "terminated"
     assert heartbeat.error_class is not None and heartbeat.error_class.endswith("Exception")

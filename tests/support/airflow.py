@@ -1,7 +1,8 @@
 """Airflow for tests: a private AIRFLOW_HOME with a migrated metadata database.
 
 The environment is set when this plugin module is imported, before anything imports Airflow,
-because Airflow reads its configuration once at import.
+because Airflow reads its configuration once at import. Each process imports it once, so every
+xdist worker has an AIRFLOW_HOME (and metadata database) of its own.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ sys.path.insert(0, str(REPO / "plugins"))
 
 @pytest.fixture(scope="session")
 def airflow_db() -> Path:
-    """Airflow's metadata database (SQLite in AIRFLOW_HOME), migrated once per test session."""
+    """Airflow's metadata database (SQLite in AIRFLOW_HOME), migrated once per session (per worker)."""
     subprocess.run(
         [sys.executable, "-m", "airflow", "db", "migrate"],
         check=True,

@@ -70,7 +70,8 @@ class Driver:
             )
 
     # A driver's cold start (JVM, session, first batch) takes 20-30 s on a quiet machine and was
-    # seen past 90 s with the 2 cores shared; the limit only bounds how long a failure takes.
+    # seen past 90 s with the 2 cores shared; the limits only bound how long a failure takes. A
+    # driver that refuses its spec exits after the same cold start, so its exit waits as long.
     def wait_heartbeat(self, accept: Callable[[Heartbeat], bool], timeout: float = 240) -> Heartbeat:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -84,7 +85,7 @@ class Driver:
             f"no such heartbeat; last {read_heartbeat(self.heartbeat_file)}; log:\n{self.log()}"
         )
 
-    def wait_exit(self, timeout: float = 60) -> int:
+    def wait_exit(self, timeout: float = 240) -> int:
         try:
             return self.process.wait(timeout)
         except subprocess.TimeoutExpired:

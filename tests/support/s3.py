@@ -1,4 +1,5 @@
-"""A real S3 server for tests: SeaweedFS on free loopback ports, started once per session.
+"""A real S3 server for tests: SeaweedFS on free loopback ports, started once per session (so once
+per xdist worker, each with its own ports and data directory).
 
 `s3_server` yields an `S3Server` handle with the endpoint, the bucket and a boto3 client. Tests of
 S3 outages use `with s3_server.outage(): ...`, which stops the server and always starts it again;
@@ -127,7 +128,7 @@ class SlowLink:
 
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    """A SeaweedFS S3 server on free loopback ports for the whole session, stopped at its end."""
+    """A SeaweedFS S3 server on free loopback ports for the whole session (worker), stopped at its end."""
     server = S3Server(s3_platform(tmp_path_factory.mktemp("s3"), free_seaweed_ports()))
     server.start()
     try:
