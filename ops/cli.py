@@ -266,7 +266,7 @@ def cmd_state(args: argparse.Namespace) -> int:
 
     platform = load_platform()
     spec = find_job(args.job, platform.conf_dir)
-    table = read_value_state(local_session(), platform, spec, key=args.key)
+    table = read_value_state(local_session(platform), platform, spec, key=args.key)
     print("\n".join(state_lines(table)))
     if args.key is not None and not table.rows:
         print(f"warden: no state for key {args.key!r} in job {args.job!r}", file=sys.stderr)
