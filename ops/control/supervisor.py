@@ -26,7 +26,7 @@ import structlog
 
 from ops.clock import utcnow
 from ops.control.alerts import Alert, AlertCenter
-from ops.control.health import Observation, assess, landing_backlog
+from ops.control.health import Observation, assess, observe
 from ops.control.launcher import LaunchBackend, LocalProcessBackend
 from ops.control.locks import job_lock
 from ops.control.policy import (
@@ -45,15 +45,14 @@ from ops.control.policy import (
     TakeSavepoint,
     decide,
 )
-from ops.driver.telemetry import read_heartbeat
 from ops.exceptions import ConfigError, JobBusyError, LaunchError, SavepointError, WardenError
 from ops.ledger.store import Ledger, RunRecord, SavepointRecord
-from ops.savepoints.store import apply_retention, take_savepoint
 from ops.spec.job import JobSpec, find_job, load_jobs
-from ops.spec.paths import JobPaths
 from ops.spec.platform import PlatformConfig
 
 log = structlog.get_logger("streamwarden.supervisor")
+# The savepoint store (boto3) is imported by the methods that copy or prune: the DAG processor, the
+# triggerer and every reconcile pass import this module, and most passes take no savepoint.
 
 # --- the loop ----------------------------------------------------------------------------------
 
@@ -117,16 +116,7 @@ class Supervisor:
 
     def observe(self, spec: JobSpec) -> Observation:
         """A read-only look at the job's open run, process, heartbeat and input backlog."""
-        paths = JobPaths.of(self.platform, spec)
-        run = self.ledger.current_run(spec.name)
-        backlog = landing_backlog(list(paths.landing.values()), paths.sources)
-        heartbeat = read_heartbeat(paths.heartbeat)
-        if heartbeat is not None and (run is None or heartbeat.run_id != run.run_id):
-            heartbeat = None
-        alive = run is not None and self.backend.is_alive(run)
-        return Observation(
-            at=self.clock(), run=run, process_alive=alive, heartbeat=heartbeat, backlog_files=backlog
-        )
+        return observe(self.platform, self.ledger, self.backend, spec, self.clock())
 
     def view(self, spec: JobSpec) -> JobView:
         job = self.ledger.ensure_job(
@@ -292,6 +282,8 @@ class Supervisor:
         """Take a savepoint and apply retention; a failed savepoint pages (`savepoint_failed`) and
         raises. Retention failing after a good savepoint is only reported: the savepoint stands,
         and retention runs again after the next one and in the platform DAG."""
+        from ops.savepoints.store import take_savepoint
+
         try:
             record = take_savepoint(self.platform, self.ledger, spec)
         except SavepointError as error:
@@ -324,6 +316,8 @@ class Supervisor:
 
     def prune_savepoints(self, spec: JobSpec) -> list[str]:
         """Apply the spec's savepoint retention; the ids deleted."""
+        from ops.savepoints.store import apply_retention
+
         policy = spec.operations.savepoints
         return apply_retention(
             self.platform, self.ledger, spec.name, policy.keep_count, timedelta(hours=policy.max_age_hours)

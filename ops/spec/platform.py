@@ -16,6 +16,8 @@ from ops.spec.model import Model, describe_error, read_yaml
 
 CONF_DIR_ENV = "STREAMWARDEN_CONF_DIR"
 DEFAULT_CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+# Each job's supervision DAG is `<prefix><job>`; the DAG factory and `warden platform up` agree here.
+SUPERVISE_DAG_PREFIX = "warden_supervise_"
 
 
 class StorageConfig(Model):

@@ -12,9 +12,8 @@ from datetime import datetime, timedelta
 from airflow.sdk import DAG, Param, task
 
 from ops.control.supervisor import Supervisor
-from ops.embedded.platform import SUPERVISE_DAG_PREFIX
 from ops.spec.job import RestatementSchedule, load_jobs
-from ops.spec.platform import load_platform
+from ops.spec.platform import SUPERVISE_DAG_PREFIX, load_platform
 from streamwarden_airflow.operators import (
     JobRequestOperator,
     ReconcileOperator,
