@@ -154,10 +154,14 @@ def restate_dag(jobs: list[str], schedule: RestatementSchedule | None = None) ->
 
 def platform_dag() -> DAG:
     """Housekeeping every minute: page about invalid job files, deliver alerts still in the outbox,
-    apply savepoint retention (also for jobs that are down)."""
+    apply savepoint retention (also for jobs that are down), remove sink files of batches that
+    never committed."""
     with DAG(
         dag_id="warden_platform",
-        description="Validates job files, delivers alerts left in the outbox, prunes old savepoints",
+        description=(
+            "Validates job files, delivers alerts left in the outbox, prunes old savepoints, "
+            "removes orphaned sink output"
+        ),
         schedule=timedelta(minutes=1),
         start_date=START,
         catchup=False,
@@ -174,8 +178,13 @@ def platform_dag() -> DAG:
         def prune_savepoints() -> list[str]:
             return Supervisor.for_platform(load_platform()).prune_all_savepoints()
 
+        @task
+        def remove_orphaned_output() -> list[str]:
+            return Supervisor.for_platform(load_platform()).remove_all_orphaned_output()
+
         check_job_files()
         prune_savepoints()
+        remove_orphaned_output()
     return dag
 
 
