@@ -298,10 +298,13 @@ class Supervisor:
         cutoff = None if driver_gone else newest_commit_time(paths)
         if not driver_gone and cutoff is None:
             return None
-        orphans = find_orphaned_output(paths, written_before=cutoff)
-        if not orphans.files:
-            return None
-        rows, unreadable = count_rows(orphans.files)
+        try:
+            orphans = find_orphaned_output(paths, written_before=cutoff)
+            if not orphans.files:
+                return None
+            rows, unreadable = count_rows(orphans.files)
+        except OSError as error:
+            raise SinkCleanupError(f"job {spec.name!r}: cannot scan {paths.sink}: {error}") from error
         decision = self.ledger.record_decision(
             spec.name, "remove_orphans", reason, orphans.inputs(rows, unreadable), run_id
         )

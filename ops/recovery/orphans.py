@@ -95,7 +95,10 @@ def find_orphaned_output(paths: JobPaths, *, written_before: float | None) -> Or
     for path in sorted(_part_files(paths.sink)):
         if path in listed:
             continue
-        status = path.stat()
+        try:
+            status = path.stat()
+        except FileNotFoundError:
+            continue  # gone meanwhile: a failing task deletes what it wrote
         if written_before is None or status.st_mtime < written_before:
             orphans.append(path)
             total += status.st_size
