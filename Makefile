@@ -32,10 +32,12 @@ $(UV):
 	python3 -m venv .tools
 	.tools/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 
-# The stamp is newer than the lock and pyproject only after a successful sync, so an
-# up-to-date install costs nothing and a changed lock re-syncs.
-$(VENV)/.synced: uv.lock pyproject.toml | $(UV)
-	$(UV) sync --locked
+# The stamp is newer than the lock, pyproject and this file only after a successful sync, so an
+# up-to-date install costs nothing and a changed lock re-syncs. Bytecode is compiled at install:
+# where PYTHONDONTWRITEBYTECODE is set (or the venv is read-only) Python never caches it, and every
+# `warden` call, DAG parse and driver start compiled each module it imported (seconds each time).
+$(VENV)/.synced: uv.lock pyproject.toml Makefile | $(UV)
+	$(UV) sync --locked --compile-bytecode
 	@touch $@
 
 install: $(VENV)/.synced

@@ -81,6 +81,8 @@ def build_session(platform: PlatformConfig, spec: JobSpec) -> SparkSession:
     # Python workers otherwise start the system python, which lacks the venv's packages (FACTS.md).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # The JVM starts in getOrCreate below and inherits this process's environment.
+    os.environ.update(platform.spark.network_env())
     resources = spec.operations.resources
     builder = (
         SparkSession.builder.appName(f"streamwarden-{spec.name}")
@@ -92,7 +94,7 @@ def build_session(platform: PlatformConfig, spec: JobSpec) -> SparkSession:
         # Stage progress bars would interleave with the JSON log lines on stderr.
         .config("spark.ui.showConsoleProgress", "false")
     )
-    for key, value in state_conf(spec).items():
+    for key, value in {**platform.spark.network_conf(), **state_conf(spec)}.items():
         builder = builder.config(key, value)
     for key, value in platform.spark.extra_conf.items():
         builder = builder.config(key, value)

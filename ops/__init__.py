@@ -7,7 +7,7 @@
     control/     the reconcile loop: pure policy (`policy`), the supervisor that observes and acts,
                  health, launcher, locks, alerts
     savepoints/  savepoint copies of checkpoints in S3, their catalogue and retention
-    recovery/    rewind, restate, upgrade, and the state reader
+    recovery/    rewind, restate, upgrade, the state reader, orphaned sink output
     embedded/    the one-machine platform: S3 server, Airflow processes, generator
     atomic, clock, ports, s3, exceptions: small modules every wing shares
 

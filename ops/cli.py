@@ -31,19 +31,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ops.clock import utcnow
+from ops.control.health import observe
+from ops.control.launcher import LocalProcessBackend
 from ops.control.policy import FAILURE
-from ops.control.supervisor import Supervisor
 from ops.driver.preview import read_preview
-from ops.embedded import platform as embedded
 from ops.exceptions import WardenError
-from ops.recovery.restate import restate
-from ops.recovery.rewind import parse_moment, rewind_job
-from ops.recovery.upgrade import upgrade
+from ops.ledger.store import Ledger
 from ops.spec.analysis import read_verdict, run_analysis, with_verdicts
 from ops.spec.job import find_job, job_file, load_jobs
 from ops.spec.platform import load_platform
 
+# `warden status` reads the ledger, heartbeats and landing directories only. The supervisor (Slack
+# client, savepoint store), recovery (pyarrow, boto3), the embedded platform and pyspark are
+# imported by the commands that use them, so a status call does not load them (tests/test_layering).
 if TYPE_CHECKING:
+    from ops.control.supervisor import Supervisor
     from ops.recovery.state_reader import StateTable
 from rich.console import Console
 from rich.table import Table
@@ -104,23 +106,35 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 1 if loaded.errors or rejected else 0
 
 
+def _supervisor() -> Supervisor:
+    """The platform's supervisor, for the commands that act."""
+    from ops.control.supervisor import Supervisor
+
+    return Supervisor.for_platform(load_platform())
+
+
 def cmd_status(_: argparse.Namespace) -> int:
     platform = load_platform()
-    supervisor = Supervisor.for_platform(platform)
+    ledger = Ledger.open(platform.resolved_ledger_url)
+    backend = LocalProcessBackend(platform)
     loaded = with_verdicts(platform, load_jobs(platform.conf_dir))
-    since = utcnow() - timedelta(hours=24)
+    now = utcnow()
+    since = now - timedelta(hours=24)
+    records = {job.name: job for job in ledger.jobs()}
     rows = []
-    for name in sorted(set(loaded.specs) | {job.name for job in supervisor.ledger.jobs()}):
-        job = supervisor.ledger.job(name)
-        observation = supervisor.observe(loaded.specs[name]) if name in loaded.specs else None
+    for name in sorted(set(loaded.specs) | set(records)):
+        job = records.get(name)
+        observation = (
+            observe(platform, ledger, backend, loaded.specs[name], now) if name in loaded.specs else None
+        )
         heartbeat = observation.heartbeat if observation else None
         sample = heartbeat.last_sample if heartbeat else None
         restarts = sum(
             1
-            for run in supervisor.ledger.runs(name, limit=200)
+            for run in ledger.runs(name, limit=200)
             if run.started_at >= since and (run.exit_reason or "").startswith(FAILURE)
         )
-        alerts = supervisor.ledger.alerts(name, limit=1)
+        alerts = ledger.alerts(name, limit=1)
         last_alert = (
             f"{alerts[0].kind} {alerts[0].status} {alerts[0].created_at:%m-%d %H:%M}" if alerts else "-"
         )
@@ -149,7 +163,7 @@ def cmd_status(_: argparse.Namespace) -> int:
         "last batch",
         "input",
         "processed",
-        "backlog",
+        "backlog (files)",
         "restarts 24h",
         "last alert",
     ]
@@ -160,7 +174,7 @@ def cmd_status(_: argparse.Namespace) -> int:
 
 
 def cmd_decisions(args: argparse.Namespace) -> int:
-    supervisor = Supervisor.for_platform(load_platform())
+    supervisor = _supervisor()
     decisions = supervisor.ledger.decisions(args.job, limit=args.limit)
     rows = [
         [d.id, f"{d.at:%Y-%m-%d %H:%M:%S}", d.action, d.reason, d.outcome or "", d.run_id or ""]
@@ -171,14 +185,14 @@ def cmd_decisions(args: argparse.Namespace) -> int:
 
 
 def cmd_savepoint(args: argparse.Namespace) -> int:
-    supervisor = Supervisor.for_platform(load_platform())
+    supervisor = _supervisor()
     print(f"taking a savepoint of {args.job} (the job keeps running)...", flush=True)
     print(supervisor.savepoint(args.job, args.reason).line())
     return 0
 
 
 def cmd_savepoints(args: argparse.Namespace) -> int:
-    supervisor = Supervisor.for_platform(load_platform())
+    supervisor = _supervisor()
     rows = [
         [
             sp.id,
@@ -199,7 +213,7 @@ def cmd_savepoints(args: argparse.Namespace) -> int:
 
 
 def _request_and_reconcile(job: str, action: str, reason: str) -> int:
-    supervisor = Supervisor.for_platform(load_platform())
+    supervisor = _supervisor()
     print(supervisor.request(job, action, reason))
     print(supervisor.reconcile(job).line())
     return 0
@@ -214,11 +228,13 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 
 def cmd_reconcile(args: argparse.Namespace) -> int:
-    print(Supervisor.for_platform(load_platform()).reconcile(args.job).line())
+    print(_supervisor().reconcile(args.job).line())
     return 0
 
 
 def cmd_platform(args: argparse.Namespace) -> int:
+    from ops.embedded import platform as embedded
+
     platform = load_platform()
     match args.action:
         case "up":
@@ -235,6 +251,8 @@ def cmd_platform(args: argparse.Namespace) -> int:
 
 
 def _moment_argument(text: str) -> datetime:
+    from ops.recovery.rewind import parse_moment
+
     try:
         return parse_moment(text)
     except ValueError as exc:
@@ -242,7 +260,9 @@ def _moment_argument(text: str) -> datetime:
 
 
 def cmd_rewind(args: argparse.Namespace) -> int:
-    supervisor = Supervisor.for_platform(load_platform())
+    from ops.recovery.rewind import rewind_job
+
+    supervisor = _supervisor()
     plan = rewind_job(
         supervisor,
         args.job,
@@ -260,10 +280,12 @@ def cmd_rewind(args: argparse.Namespace) -> int:
 
 
 def cmd_restate(args: argparse.Namespace) -> int:
+    from ops.recovery.restate import restate
+
     if args.dry_run:
         return cmd_rewind(args)
     restatement = restate(
-        Supervisor.for_platform(load_platform()),
+        _supervisor(),
         args.job,
         reason=args.reason,
         savepoint_id=args.savepoint,
@@ -275,7 +297,9 @@ def cmd_restate(args: argparse.Namespace) -> int:
 
 
 def cmd_upgrade(args: argparse.Namespace) -> int:
-    supervisor = Supervisor.for_platform(load_platform())
+    from ops.recovery.upgrade import upgrade
+
+    supervisor = _supervisor()
     result = upgrade(
         supervisor, args.job, args.spec, reason=args.reason, readiness_timeout=args.readiness_timeout
     )
@@ -302,7 +326,7 @@ def cmd_state(args: argparse.Namespace) -> int:
 
     platform = load_platform()
     spec = find_job(args.job, platform.conf_dir)
-    table = read_value_state(local_session(), platform, spec, key=args.key)
+    table = read_value_state(local_session(platform), platform, spec, key=args.key)
     print("\n".join(state_lines(table)))
     if args.key is not None and not table.rows:
         print(f"warden: no state for key {args.key!r} in job {args.job!r}", file=sys.stderr)

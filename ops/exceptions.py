@@ -10,6 +10,7 @@ Hierarchy::
     ├── AlertDeliveryError      Slack refused or could not take an alert (it stays in the outbox)
     ├── SavepointError          a savepoint could not be taken, verified or pruned (nothing catalogued)
     ├── RewindError             a rewind was refused (nothing touched) or a replay went wrong
+    ├── SinkCleanupError        orphaned sink files cannot be told apart or removed (nothing removed)
     ├── UpgradeError            an upgrade was refused before the running version was touched
     ├── JobBusyError            another operation holds the job's lock
     ├── StateReadError          a job's state cannot be read (not stateful, nothing committed yet)
@@ -62,6 +63,10 @@ class SavepointError(WardenError):
 
 class RewindError(WardenError):
     """A rewind was refused before anything was touched, or a queued replay could not proceed."""
+
+
+class SinkCleanupError(WardenError):
+    """Orphaned output files of a sink cannot be told apart from committed ones, or not removed."""
 
 
 class UpgradeError(WardenError):

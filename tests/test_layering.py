@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ops.ledger.store import Ledger
 from ops.spec.platform import PlatformConfig
 
 REPO = Path(__file__).resolve().parents[1]
@@ -76,15 +77,31 @@ def test_parsing_the_dags_loads_no_pyspark(
     assert "warden_supervise_router" in parsed["dag_ids"]
     # The probe does see the DAG factory, so an empty answer below is not for want of looking.
     assert "streamwarden_airflow.dag_factory" in modules
-    assert loaded(modules, "pyspark") == set()
+    # The clients only an action needs (S3, Slack, Parquet, migrations) load when it runs.
+    assert loaded(modules, "pyspark", "boto3", "botocore", "pyarrow", "slack_sdk", "alembic") == set()
 
 
-def test_warden_status_loads_no_pyspark(platform_conf: PlatformConfig, tmp_path: Path) -> None:
+def test_warden_status_loads_the_ledger_and_nothing_heavier(ledger: Ledger, tmp_path: Path) -> None:
+    # The ledger exists and is at the newest revision, as on every call after the first.
     result, modules = run_probe(WARDEN_STATUS, out=tmp_path / "modules.json")
     assert result.stdout.splitlines()[0].split()[:2] == ["job", "state"]
-    # ops.cli itself runs as __main__; the supervisor it reads the ledger through is loaded.
-    assert "ops.control.supervisor" in modules
-    assert loaded(modules, "pyspark", "airflow") == set()
+    # ops.cli itself runs as __main__; it reads the ledger and observes jobs through these.
+    assert {"ops.ledger.store", "ops.control.health", "sqlalchemy"} <= modules
+    walls = loaded(
+        modules,
+        "pyspark",
+        "airflow",
+        "boto3",
+        "botocore",
+        "pyarrow",
+        "slack_sdk",
+        "alembic",
+        "ops.control.supervisor",
+        "ops.savepoints",
+        "ops.recovery",
+        "ops.embedded",
+    )
+    assert walls == set()
 
 
 def test_a_spark_driver_loads_no_control_plane(tmp_path: Path) -> None:

@@ -42,17 +42,20 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cached_property
 from http.client import HTTPException
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
-from slack_sdk.errors import SlackRequestError
-from slack_sdk.webhook import WebhookClient
 
 from ops.clock import utcnow
 from ops.exceptions import AlertDeliveryError
 from ops.ledger.store import AlertRecord, Ledger
 from ops.spec.job import AlertRouting
 from ops.spec.platform import SlackConfig
+
+# slack_sdk is imported where a message is sent: the DAG processor imports this module on every
+# parse, and `warden status` and most reconcile passes send nothing.
+if TYPE_CHECKING:
+    from slack_sdk.webhook import WebhookClient
 
 log = structlog.get_logger("streamwarden.alerts")
 
@@ -364,6 +367,8 @@ class AlertCenter:
     @cached_property
     def webhook(self) -> WebhookClient | None:
         """The Slack webhook client, or None when no webhook URL is configured."""
+        from slack_sdk.webhook import WebhookClient
+
         url = self.slack.webhook_url()
         if url is None:
             return None
@@ -508,6 +513,8 @@ class AlertCenter:
 
     @staticmethod
     def _post(webhook: WebhookClient, message: dict[str, Any]) -> None:
+        from slack_sdk.errors import SlackRequestError
+
         try:
             response = webhook.send_dict(message)
         except (OSError, HTTPException, SlackRequestError) as error:

@@ -15,10 +15,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from ops.control.launcher import LaunchBackend
 from ops.driver.checkpoint import source_files
-from ops.driver.telemetry import Heartbeat
-from ops.ledger.store import RunRecord
-from ops.spec.job import HealthThresholds, Operations
+from ops.driver.telemetry import Heartbeat, read_heartbeat
+from ops.ledger.store import Ledger, RunRecord
+from ops.ports import port_is_free
+from ops.spec.job import HealthThresholds, JobSpec, Operations
+from ops.spec.paths import JobPaths
+from ops.spec.platform import PlatformConfig
 
 
 class Signal(enum.Enum):
@@ -77,6 +81,31 @@ class Assessment:
 
     def has(self, signal: Signal) -> bool:
         return signal in self.signals
+
+
+def observe(
+    platform: PlatformConfig, ledger: Ledger, backend: LaunchBackend, spec: JobSpec, at: datetime
+) -> Observation:
+    """A read-only look at the job's open run, process, heartbeat and input backlog.
+
+    The supervisor's observe step and `warden status` both look through here: the ledger, the
+    heartbeat file and the landing directories, never the driver itself.
+    """
+    paths = JobPaths.of(platform, spec)
+    run = ledger.current_run(spec.name)
+    backlog = landing_backlog(list(paths.landing.values()), paths.sources)
+    heartbeat = read_heartbeat(paths.heartbeat)
+    if heartbeat is not None and (run is None or heartbeat.run_id != run.run_id):
+        heartbeat = None
+    alive = run is not None and backend.is_alive(run)
+    return Observation(
+        at=at,
+        run=run,
+        process_alive=alive,
+        heartbeat=heartbeat,
+        backlog_files=backlog,
+        metrics_port_free=port_is_free(spec.operations.metrics_port) if run is None else None,
+    )
 
 
 def assess(observation: Observation, operations: Operations) -> Assessment:

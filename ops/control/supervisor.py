@@ -8,6 +8,11 @@ trail the next pass can read; every automated action is a decision row with reas
 The same observe + decide, run without acting, is what the Airflow watcher polls: when the plan
 differs from what the ledger says, something needs a pass now.
 
+Output a killed batch left in the sink (files no committed batch lists) goes once the job's
+driver is gone: after a run is closed or stopped and before a launch, and from housekeeping
+(`remove_all_orphaned_output`) for files older than the newest commit. Each removal is a
+`remove_orphans` decision with the files, bytes and rows it took (`ops.recovery.orphans`).
+
 Periodic savepoints are one of those actions: a running job whose last savepoint attempt is older
 than `operations.savepoints.interval_minutes` gets one, taken while it keeps running. A failed
 savepoint opens a `savepoint_failed` alert (the job is not touched) and the next good one
@@ -26,7 +31,7 @@ import structlog
 
 from ops.clock import utcnow
 from ops.control.alerts import Alert, AlertCenter
-from ops.control.health import Observation, assess, landing_backlog
+from ops.control.health import Observation, assess, observe
 from ops.control.launcher import LaunchBackend, LocalProcessBackend
 from ops.control.locks import job_lock
 from ops.control.policy import (
@@ -45,17 +50,29 @@ from ops.control.policy import (
     TakeSavepoint,
     decide,
 )
-from ops.driver.telemetry import read_heartbeat
-from ops.exceptions import ConfigError, JobBusyError, LaunchError, SavepointError, WardenError
+from ops.exceptions import (
+    ConfigError,
+    JobBusyError,
+    LaunchError,
+    SavepointError,
+    SinkCleanupError,
+    WardenError,
+)
 from ops.ledger.store import Ledger, RunRecord, SavepointRecord
-from ops.ports import port_is_free
-from ops.savepoints.store import apply_retention, take_savepoint
+from ops.recovery.orphans import (
+    count_rows,
+    find_orphaned_output,
+    newest_commit_time,
+    remove_orphaned_output,
+)
 from ops.spec.analysis import find_valid_job, run_analysis, unanalysed, with_verdicts
 from ops.spec.job import JobSpec, find_job, load_jobs
 from ops.spec.paths import JobPaths
 from ops.spec.platform import PlatformConfig
 
 log = structlog.get_logger("streamwarden.supervisor")
+# The savepoint store (boto3) is imported by the methods that copy or prune: the DAG processor, the
+# triggerer and every reconcile pass import this module, and most passes take no savepoint.
 
 # --- the loop ----------------------------------------------------------------------------------
 
@@ -119,21 +136,7 @@ class Supervisor:
 
     def observe(self, spec: JobSpec) -> Observation:
         """A read-only look at the job's open run, process, heartbeat and input backlog."""
-        paths = JobPaths.of(self.platform, spec)
-        run = self.ledger.current_run(spec.name)
-        backlog = landing_backlog(list(paths.landing.values()), paths.sources)
-        heartbeat = read_heartbeat(paths.heartbeat)
-        if heartbeat is not None and (run is None or heartbeat.run_id != run.run_id):
-            heartbeat = None
-        alive = run is not None and self.backend.is_alive(run)
-        return Observation(
-            at=self.clock(),
-            run=run,
-            process_alive=alive,
-            heartbeat=heartbeat,
-            backlog_files=backlog,
-            metrics_port_free=port_is_free(spec.operations.metrics_port) if run is None else None,
-        )
+        return observe(self.platform, self.ledger, self.backend, spec, self.clock())
 
     def view(self, spec: JobSpec) -> JobView:
         job = self.ledger.ensure_job(
@@ -236,6 +239,7 @@ class Supervisor:
         spec, run = view.spec, view.observation.run
         match action:
             case Launch():
+                self._clean_sink(spec, "before a launch: output of batches that never committed")
                 return self._launch(spec)
             case StopDriver(graceful=graceful, exit_reason=exit_reason):
                 assert run is not None
@@ -245,11 +249,13 @@ class Supervisor:
                     self.backend.kill(run)
                     ended = "killed"
                 self.ledger.finish_run(run.run_id, exit_reason)
+                self._clean_sink(spec, "driver stopped: output of batches that never committed", run.run_id)
                 return ended
             case CloseRun(exit_reason=exit_reason):
                 assert run is not None
                 self.backend.kill(run)
                 self.ledger.finish_run(run.run_id, exit_reason)
+                self._clean_sink(spec, "driver gone: output of batches that never committed", run.run_id)
                 return "closed"
             case SuspendJob(reason=reason):
                 self.ledger.update_job(spec.name, desired_state=Desired.SUSPENDED)
@@ -276,6 +282,77 @@ class Supervisor:
                 return self._save(spec, plan.state.name, run_url).line()
         raise AssertionError(f"unhandled action {action!r}")
 
+    # orphaned sink output ----------------------------------------------------------------------
+
+    def remove_orphaned_output(
+        self, spec: JobSpec, reason: str, *, driver_gone: bool, run_id: str | None = None
+    ) -> str | None:
+        """Remove the sink files no committed batch lists; the outcome, or None if there were none.
+
+        `driver_gone` (the caller holds the job's lock, and its run is closed with its process
+        group killed, or none is open) allows files of any age; otherwise only those written before
+        the newest commit go, which no batch in flight can own. The removal is a `remove_orphans`
+        decision, written before the files go, with their count, bytes and rows and the run that
+        left them, when known.
+        """
+        paths = JobPaths.of(self.platform, spec)
+        cutoff = None if driver_gone else newest_commit_time(paths)
+        if not driver_gone and cutoff is None:
+            return None
+        try:
+            orphans = find_orphaned_output(paths, written_before=cutoff)
+            if not orphans.files:
+                return None
+            rows, unreadable = count_rows(orphans.files)
+        except OSError as error:
+            raise SinkCleanupError(f"job {spec.name!r}: cannot scan {paths.sink}: {error}") from error
+        decision = self.ledger.record_decision(
+            spec.name, "remove_orphans", reason, orphans.inputs(rows, unreadable), run_id
+        )
+        try:
+            remove_orphaned_output(orphans)
+        except OSError as error:
+            self.ledger.set_outcome(decision, f"error: {error}")
+            raise SinkCleanupError(f"job {spec.name!r}: cannot remove orphaned output: {error}") from error
+        outcome = (
+            f"removed {len(orphans.files)} orphaned files ({orphans.total_bytes:,} bytes, {rows:,} rows"
+            + (f", {unreadable} unreadable" if unreadable else "")
+            + ")"
+        )
+        self.ledger.set_outcome(decision, outcome)
+        log.info("orphaned output removed", job=spec.name, outcome=outcome)
+        return outcome
+
+    def _clean_sink(self, spec: JobSpec, reason: str, run_id: str | None = None) -> None:
+        # Leftovers only mislead readers that bypass the sink log; a failed cleanup never keeps
+        # the job from running, and housekeeping tries again.
+        try:
+            self.remove_orphaned_output(spec, reason, driver_gone=True, run_id=run_id)
+        except SinkCleanupError as error:
+            log.warning("orphaned output kept", job=spec.name, error=str(error))
+
+    def remove_all_orphaned_output(self) -> list[str]:
+        """Housekeeping for every valid job, running or not: orphaned files older than its newest
+        commit. One line per job that had something to say; a job whose lock is held is skipped."""
+        lines = []
+        for name, spec in load_jobs(self.platform.conf_dir).specs.items():
+            try:
+                with job_lock(self.platform, name, "sink cleanup", timeout=0):
+                    outcome = self.remove_orphaned_output(
+                        spec,
+                        "housekeeping: output older than the newest commit that no batch lists",
+                        driver_gone=False,
+                    )
+            except JobBusyError as busy:
+                lines.append(f"{name}: skipped, {busy}")
+                continue
+            except SinkCleanupError as error:
+                lines.append(f"{name}: {error}")
+                continue
+            if outcome is not None:
+                lines.append(f"{name}: {outcome}")
+        return lines
+
     # savepoints -------------------------------------------------------------------------------
 
     def savepoint(self, job: str, reason: str) -> SavepointOutcome:
@@ -299,6 +376,8 @@ class Supervisor:
         """Take a savepoint and apply retention; a failed savepoint pages (`savepoint_failed`) and
         raises. Retention failing after a good savepoint is only reported: the savepoint stands,
         and retention runs again after the next one and in the platform DAG."""
+        from ops.savepoints.store import take_savepoint
+
         try:
             record = take_savepoint(self.platform, self.ledger, spec)
         except SavepointError as error:
@@ -331,6 +410,8 @@ class Supervisor:
 
     def prune_savepoints(self, spec: JobSpec) -> list[str]:
         """Apply the spec's savepoint retention; the ids deleted."""
+        from ops.savepoints.store import apply_retention
+
         policy = spec.operations.savepoints
         return apply_retention(
             self.platform, self.ledger, spec.name, policy.keep_count, timedelta(hours=policy.max_age_hours)

@@ -14,6 +14,7 @@ import json
 import re
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from ops.atomic import write_atomically
 
@@ -56,8 +57,9 @@ def _log_view(directory: Path, upto: int | None) -> list[dict[str, Any]]:
 
 
 def local_path(uri: str) -> Path:
-    """A `file:` URI (as Spark logs paths) as a local path."""
-    return Path(uri.removeprefix("file://").removeprefix("file:"))
+    """A `file:` URI as Spark logs paths (percent-encoded: `a b` is `a%20b`, a partition value's
+    escaped `%3A` is `%253A`) as the local path it names."""
+    return Path(unquote(uri.removeprefix("file://").removeprefix("file:")))
 
 
 def sink_files(sink_log: Path, upto: int | None = None) -> set[Path]:

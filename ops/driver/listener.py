@@ -106,45 +106,42 @@ def describe_failure(exception_text: str, error_condition: str | None) -> tuple[
     return error_class, message[:MAX_ERROR_MESSAGE]
 
 
-class _Metrics:
-    """The driver's Prometheus metrics, on a registry of their own (one driver per process)."""
+# Every series carries the job it measures, so one Prometheus query or dashboard covers all drivers.
+# Not `job`: Prometheus sets that label to the scrape job's name and would rename ours.
+JOB_LABEL = "job_name"
 
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.last_batch_id = Gauge(
-            "streamwarden_last_committed_batch_id",
-            "Id of the newest committed micro-batch",
-            registry=registry,
+
+class _Metrics:
+    """The driver's Prometheus metrics, on a registry of their own (one driver per process), each
+    labelled with the job's name."""
+
+    def __init__(self, registry: CollectorRegistry, job: str) -> None:
+        def gauge(name: str, documentation: str) -> Gauge:
+            return Gauge(name, documentation, [JOB_LABEL], registry=registry).labels(job)
+
+        def counter(name: str, documentation: str) -> Counter:
+            return Counter(name, documentation, [JOB_LABEL], registry=registry).labels(job)
+
+        self.last_batch_id = gauge(
+            "streamwarden_last_committed_batch_id", "Id of the newest committed micro-batch"
         )
-        self.input_rows = Counter(
-            "streamwarden_input_rows", "Rows read by committed micro-batches", registry=registry
+        self.input_rows = counter("streamwarden_input_rows", "Rows read by committed micro-batches")
+        self.input_rate = gauge("streamwarden_input_rows_per_second", "Input rate of the newest batch")
+        self.processed_rate = gauge(
+            "streamwarden_processed_rows_per_second", "Processing rate of the newest batch"
         )
-        self.input_rate = Gauge(
-            "streamwarden_input_rows_per_second", "Input rate of the newest batch", registry=registry
-        )
-        self.processed_rate = Gauge(
-            "streamwarden_processed_rows_per_second", "Processing rate of the newest batch", registry=registry
-        )
-        self.batch_duration = Gauge(
-            "streamwarden_batch_duration_seconds", "Duration of the newest batch", registry=registry
-        )
-        self.state_rows = Gauge(
-            "streamwarden_state_rows", "Rows held in state by all stateful operators", registry=registry
-        )
-        self.dropped_by_watermark = Counter(
+        self.batch_duration = gauge("streamwarden_batch_duration_seconds", "Duration of the newest batch")
+        self.state_rows = gauge("streamwarden_state_rows", "Rows held in state by all stateful operators")
+        self.dropped_by_watermark = counter(
             "streamwarden_rows_dropped_by_watermark",
             "Rows Spark's stateful operators dropped as behind the watermark (jobs with a `late` "
             "output route theirs there instead)",
-            registry=registry,
         )
-        self.state_memory = Gauge(
-            "streamwarden_state_memory_bytes",
-            "Memory used by the state stores of all stateful operators",
-            registry=registry,
+        self.state_memory = gauge(
+            "streamwarden_state_memory_bytes", "Memory used by the state stores of all stateful operators"
         )
-        self.heartbeat = Gauge(
-            "streamwarden_heartbeat_timestamp_seconds",
-            "When the driver last wrote its heartbeat",
-            registry=registry,
+        self.heartbeat = gauge(
+            "streamwarden_heartbeat_timestamp_seconds", "When the driver last wrote its heartbeat"
         )
 
 
@@ -172,7 +169,7 @@ class TelemetryListener(StreamingQueryListener):
         self.run_id = run_id
         self.path = heartbeat
         self.registry = CollectorRegistry()
-        self._metrics = _Metrics(self.registry)
+        self._metrics = _Metrics(self.registry, job)
         self._recent: deque[BatchSample] = deque(maxlen=RECENT_BATCHES)
         self._batch_id: int | None = None
         self._state_rows: int | None = None

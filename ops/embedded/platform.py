@@ -34,11 +34,10 @@ from ops.exceptions import ServiceError
 from ops.ledger.store import Ledger
 from ops.s3 import s3_credentials
 from ops.spec.job import load_jobs
-from ops.spec.platform import CONF_DIR_ENV, PlatformConfig
+from ops.spec.platform import CONF_DIR_ENV, SUPERVISE_DAG_PREFIX, PlatformConfig
 
 # Where the code lives (dags/, plugins/, the ops and jobs packages); the conf dir may be elsewhere.
 CODE_ROOT = Path(__file__).resolve().parents[2]
-SUPERVISE_DAG_PREFIX = "warden_supervise_"
 # Each component with the flags that keep it off the network beyond its own job.
 AIRFLOW_COMMANDS = {
     "airflow-scheduler": ["scheduler", "--skip-serve-logs"],

@@ -2,7 +2,10 @@
 
 It holds each job's desired state and observed status, its driver runs, every automated decision
 with its reason and inputs, and the alert outbox. The schema is owned by the Alembic migrations in
-`ops/migrations/`; `Ledger.open()` brings the database to the newest revision before use.
+`ops/ledger/migrations/`; `Ledger.open()` brings the database to the newest revision before use.
+Alembic (its script directory, environment and migration context) takes longer to load and run
+than every other part of a `warden status` call, so `open` first reads the revision the database
+is at, one query, and runs Alembic only when that is not `SCHEMA_REVISION`.
 """
 
 from __future__ import annotations
@@ -17,14 +20,17 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config as AlembicConfig
 from sqlalchemy.engine import Connection, Engine
 
 from ops.clock import utcnow
 from ops.exceptions import LedgerError
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+# The newest revision in MIGRATIONS_DIR (a test holds it to Alembic's head): bump it with each
+# new migration, or every `Ledger.open` runs Alembic to find out there is nothing to do.
+SCHEMA_REVISION = "0002"
+# Alembic's bookkeeping table: one row, the revision the database is at.
+VERSION_TABLE = "alembic_version"
 
 metadata = sa.MetaData()
 
@@ -222,10 +228,23 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
 
 def migrate(url: str) -> None:
     """Bring the database at `url` to the newest schema revision."""
+    # Imported here: only a database behind SCHEMA_REVISION needs Alembic.
+    from alembic import command
+    from alembic.config import Config as AlembicConfig
+
     alembic_config = AlembicConfig()
     alembic_config.set_main_option("script_location", str(MIGRATIONS_DIR))
     alembic_config.set_main_option("sqlalchemy.url", url)
     command.upgrade(alembic_config, "head")
+
+
+def schema_revision(engine: Engine) -> str | None:
+    """The schema revision the database is at; None for a database Alembic never touched."""
+    with engine.connect() as connection:
+        if not sa.inspect(connection).has_table(VERSION_TABLE):
+            return None
+        revision = connection.execute(sa.text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()
+    return None if revision is None else str(revision)
 
 
 class Ledger:
@@ -236,17 +255,16 @@ class Ledger:
 
     @classmethod
     def open(cls, url: str, *, upgrade: bool = True) -> Ledger:
-        """Connect to the ledger at `url`, creating and migrating it when `upgrade` is set."""
+        """Connect to the ledger at `url`; with `upgrade`, create it or migrate it when it is
+        not at `SCHEMA_REVISION`."""
         if url.startswith("sqlite:///"):
             Path(url[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
         engine = sa.create_engine(url, future=True)
         if engine.dialect.name == "sqlite":
             sa.event.listen(engine, "connect", _sqlite_pragmas)
         try:
-            if upgrade:
+            if schema_revision(engine) != SCHEMA_REVISION and upgrade:
                 migrate(url)
-            with engine.connect() as connection:
-                connection.execute(sa.select(sa.literal(1)))
         except sa.exc.SQLAlchemyError as exc:
             raise LedgerError(f"ledger at {engine.url!r} is unusable: {exc}") from exc
         return cls(engine)

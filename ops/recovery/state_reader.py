@@ -18,6 +18,7 @@ Reading needs no running query and changes nothing; a job's own driver may run m
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -60,19 +61,23 @@ def last_committed_batch(checkpoint: Path) -> int | None:
     return max(log_entries(checkpoint / "commits"), default=None)
 
 
-def local_session() -> SparkSession:
-    """The active SparkSession, or a small local one for reading state (UTC, no UI)."""
+def local_session(platform: PlatformConfig) -> SparkSession:
+    """The active SparkSession, or a small local one for reading state (UTC, no UI), bound to the
+    platform's driver address like the drivers."""
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
-    return (
+    os.environ.update(platform.spark.network_env())
+    builder = (
         SparkSession.builder.master("local[1]")
         .appName("streamwarden-state-reader")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
     )
+    for key, value in platform.spark.network_conf().items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
 
 
 @contextmanager

@@ -16,6 +16,8 @@ from ops.spec.model import Model, describe_error, read_yaml
 
 CONF_DIR_ENV = "STREAMWARDEN_CONF_DIR"
 DEFAULT_CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+# Each job's supervision DAG is `<prefix><job>`; the DAG factory and `warden platform up` agree here.
+SUPERVISE_DAG_PREFIX = "warden_supervise_"
 
 
 class StorageConfig(Model):
@@ -56,7 +58,22 @@ class AirflowConfig(Model):
 class SparkDefaults(Model):
     master: str = "local[2]"
     ui_enabled: bool = False
+    # The address every driver binds its ports to (RPC, block manager, UI) and advertises. Spark's
+    # default is the machine's external address; loopback keeps an embedded platform off the
+    # network. A driver with executors on other hosts needs an address they reach (null: Spark's).
+    bind_address: str | None = "127.0.0.1"
     extra_conf: dict[str, str] = Field(default_factory=dict)
+
+    def network_conf(self) -> dict[str, str]:
+        """The driver confs that bind its RPC and block-manager ports to `bind_address`."""
+        if self.bind_address is None:
+            return {}
+        return {"spark.driver.bindAddress": self.bind_address, "spark.driver.host": self.bind_address}
+
+    def network_env(self) -> dict[str, str]:
+        """The environment the driver's JVM needs for the same: its web UI binds to
+        `SPARK_LOCAL_IP` (or every interface), whatever `spark.driver.bindAddress` says."""
+        return {} if self.bind_address is None else {"SPARK_LOCAL_IP": self.bind_address}
 
 
 class PlatformConfig(Model):

@@ -16,11 +16,10 @@ from datetime import datetime, timedelta
 from airflow.sdk import DAG, Param, task
 
 from ops.control.supervisor import Supervisor
-from ops.embedded.platform import SUPERVISE_DAG_PREFIX
 from ops.exceptions import ConfigError
 from ops.spec.analysis import with_verdicts
 from ops.spec.job import JobLoadResult, RestatementSchedule, load_jobs
-from ops.spec.platform import load_platform
+from ops.spec.platform import SUPERVISE_DAG_PREFIX, load_platform
 from streamwarden_airflow.operators import (
     JobRequestOperator,
     ReconcileOperator,
@@ -161,10 +160,14 @@ def restate_dag(jobs: list[str], schedule: RestatementSchedule | None = None) ->
 
 def platform_dag() -> DAG:
     """Housekeeping every minute: page about invalid job files, deliver alerts still in the outbox,
-    apply savepoint retention (also for jobs that are down)."""
+    apply savepoint retention (also for jobs that are down), remove sink files of batches that
+    never committed."""
     with DAG(
         dag_id="warden_platform",
-        description="Validates job files, delivers alerts left in the outbox, prunes old savepoints",
+        description=(
+            "Validates job files, delivers alerts left in the outbox, prunes old savepoints, "
+            "removes orphaned sink output"
+        ),
         schedule=timedelta(minutes=1),
         start_date=START,
         catchup=False,
@@ -186,8 +189,13 @@ def platform_dag() -> DAG:
         def prune_savepoints() -> list[str]:
             return Supervisor.for_platform(load_platform()).prune_all_savepoints()
 
+        @task
+        def remove_orphaned_output() -> list[str]:
+            return Supervisor.for_platform(load_platform()).remove_all_orphaned_output()
+
         analyse_job_files() >> check_job_files()
         prune_savepoints()
+        remove_orphaned_output()
     return dag
 
 

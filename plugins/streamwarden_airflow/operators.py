@@ -12,8 +12,6 @@ from airflow.sdk import BaseOperator, Context
 from ops.clock import utcnow
 from ops.control.supervisor import PassSummary, Supervisor
 from ops.exceptions import WardenError
-from ops.recovery.restate import restate
-from ops.recovery.rewind import parse_moment, rewind_job
 from ops.spec.platform import PlatformConfig, load_platform
 from streamwarden_airflow.triggers import JobWatchTrigger
 
@@ -146,6 +144,10 @@ class RestateOperator(SupervisorOperator):
         self.lookback_hours = lookback_hours
 
     def execute(self, context: Context) -> str:
+        # Imported here: recovery loads pyarrow and boto3, which no DAG parse needs.
+        from ops.recovery.restate import restate
+        from ops.recovery.rewind import parse_moment, rewind_job
+
         savepoint_id = self.savepoint.strip() or None
         before = parse_moment(self.before) if self.before.strip() else None
         if savepoint_id is None and before is None and self.lookback_hours is not None:

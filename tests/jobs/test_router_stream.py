@@ -64,8 +64,8 @@ def test_router_routes_every_event_reports_progress_and_stops_on_sigterm(
     port = spec.operations.metrics_port
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         metrics = response.read().decode()
-    assert f"streamwarden_input_rows_total {float(total_lines)}" in metrics
-    assert f"streamwarden_last_committed_batch_id {float(heartbeat.batch_id)}" in metrics
+    assert f'streamwarden_input_rows_total{{job_name="router"}} {float(total_lines)}' in metrics
+    assert f'streamwarden_last_committed_batch_id{{job_name="router"}} {float(heartbeat.batch_id)}' in metrics
 
     driver.process.send_signal(signal.SIGTERM)
     assert driver.wait_exit() == 0, driver.log()

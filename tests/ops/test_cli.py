@@ -17,6 +17,8 @@ def test_stop_status_and_decisions(platform_conf: PlatformConfig, capsys: pytest
     assert main(["status"]) == 0
     header, *rows = capsys.readouterr().out.splitlines()
     assert header.split()[:4] == ["job", "state", "desired", "last"]
+    # Rates are per second in their cells; the backlog counts landing files not yet read.
+    assert "backlog (files)" in header
     # One row per job of conf/jobs, by name.
     assert [row.split()[:3] for row in rows if row.startswith("router ")] == [
         ["router", "SUSPENDED", "suspended"]

@@ -111,11 +111,15 @@ def test_listener_writes_heartbeats_and_serves_metrics(
             urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response,
         ):
             metrics = response.read().decode()
-        assert "streamwarden_input_rows_total 4.0" in metrics
-        assert "streamwarden_last_committed_batch_id 1.0" in metrics
-        assert "streamwarden_state_rows 3.0" in metrics
-        assert "streamwarden_rows_dropped_by_watermark_total 0.0" in metrics
-        assert f"streamwarden_state_memory_bytes {float(second.state_memory_bytes)}" in metrics
+        job = '{job_name="router"}'
+        assert f"streamwarden_input_rows_total{job} 4.0" in metrics
+        assert f"streamwarden_last_committed_batch_id{job} 1.0" in metrics
+        assert f"streamwarden_state_rows{job} 3.0" in metrics
+        assert f"streamwarden_rows_dropped_by_watermark_total{job} 0.0" in metrics
+        assert f"streamwarden_state_memory_bytes{job} {float(second.state_memory_bytes)}" in metrics
+        # Every sample of every driver metric names its job.
+        samples = [line for line in metrics.splitlines() if line.startswith("streamwarden_")]
+        assert len(samples) >= 9 and all(job in line for line in samples), samples
     finally:
         query.stop()
     assert listener.wait_terminated(timeout=30)

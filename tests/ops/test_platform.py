@@ -10,10 +10,16 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ops.driver.telemetry import read_heartbeat
 from ops.embedded import platform as embedded
 from ops.embedded.services import free_seaweed_ports, process_group_members
+from ops.ledger.store import Ledger
+from ops.spec.job import find_job
 from ops.spec.platform import PlatformConfig, load_platform
+from tests.support.drivers import wait_for
+from tests.support.platform import job_paths
 from tests.support.ports import free_test_port
+from tests.support.sockets import listening_sockets, process_trees
 
 
 def processes_of(conf_dir: Path) -> list[str]:
@@ -93,3 +99,40 @@ def test_up_status_down(embedded_platform: PlatformConfig) -> None:
     assert processes_of(platform.conf_dir) == []
     # Down again is a no-op.
     embedded.down(platform, echo=progress.append)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_every_listening_socket_of_the_running_platform_is_on_loopback(
+    embedded_platform: PlatformConfig,
+) -> None:
+    platform = embedded_platform
+    progress: list[str] = []
+    heartbeat = job_paths(platform, "router").heartbeat
+    try:
+        embedded.up(platform, timeout=600, echo=progress.append)
+        # The router's supervision DAG launches its driver; a committed batch means its JVM, block
+        # manager and metrics endpoint are all up.
+        wait_for(
+            lambda: (hb := read_heartbeat(heartbeat)) is not None and hb.batch_id is not None,
+            900,
+            "the router driver's first committed batch",
+        )
+        ledger = Ledger.open(platform.resolved_ledger_url)
+        drivers = [run.pid for job in ledger.jobs() if (run := ledger.current_run(job.name)) and run.pid]
+        services = [row.pid for row in embedded.status(platform) if row.pid is not None]
+        # Drivers outlive the Airflow task that launched them, so they are roots of their own; any
+        # process that carries the platform's conf dir in its environment counts too.
+        marked = [int(line.split(":", 1)[0]) for line in processes_of(platform.conf_dir)]
+        sockets = listening_sockets(process_trees([*services, *drivers, *marked]))
+    finally:
+        embedded.down(platform, echo=progress.append)
+
+    report = "\n".join(s.line() for s in sockets)
+    print(f"listening sockets of the running platform:\n{report}")
+    # Not vacuous: S3, the Airflow API, a driver, its metrics endpoint and its JVM were all seen.
+    ports = {s.port for s in sockets}
+    assert {platform.airflow.port, int(platform.s3.endpoint_url.rsplit(":", 1)[1])} <= ports, report
+    router = find_job("router", platform.conf_dir).operations.metrics_port
+    assert router in ports and any("java" in s.command for s in sockets), report
+    assert [s.line() for s in sockets if not s.loopback] == [], report

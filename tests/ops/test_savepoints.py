@@ -299,7 +299,7 @@ def test_retention_failing_after_a_good_savepoint_reports_it_taken(
         outage.enter_context(s3_server.outage())
         return record
 
-    monkeypatch.setattr("ops.control.supervisor.take_savepoint", copy_then_lose_s3)
+    monkeypatch.setattr("ops.savepoints.store.take_savepoint", copy_then_lose_s3)
     with outage:
         outcome = supervisor.savepoint("router", "second")
     assert outcome.savepoint.batch_id == 1 and outcome.pruned == []
