@@ -19,6 +19,11 @@ warden platform up|down|status  the embedded platform (S3 server, Airflow, gener
 warden state JOB [--key K]      a stateful job's latest committed state (per key), e.g. device health
 warden preview JOB STAGE [--limit N]
                                 the newest records a running job's preview tap captured at STAGE
+
+rewind, restate and upgrade record the operation in the ledger and then run reconcile passes
+until the supervisor's loop has finished it, with a progress line on stderr per change. If the
+command dies (Ctrl-C, kill -9), the next pass by anyone (the job's supervision DAG, `warden
+reconcile JOB`) finishes the operation or rolls it back.
 """
 
 from __future__ import annotations
@@ -259,23 +264,36 @@ def _moment_argument(text: str) -> datetime:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
+def _progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 def cmd_rewind(args: argparse.Namespace) -> int:
-    from ops.recovery.rewind import rewind_job
+    from ops.recovery.rewind import rewind, rewind_job
 
     supervisor = _supervisor()
-    plan = rewind_job(
+    if args.dry_run:
+        plan = rewind_job(
+            supervisor,
+            args.job,
+            reason=args.reason,
+            savepoint_id=args.savepoint,
+            before=args.before,
+            dry_run=True,
+        )
+        print(plan.describe())
+        print("dry run: nothing changed")
+        return 0
+    plan = rewind(
         supervisor,
         args.job,
         reason=args.reason,
         savepoint_id=args.savepoint,
         before=args.before,
-        dry_run=args.dry_run,
+        progress=_progress,
     )
     print(plan.describe())
-    if args.dry_run:
-        print("dry run: nothing changed")
-    else:
-        print(f"rewound; the batches replay when the job next runs (warden start {args.job})")
+    print(f"rewound; the batches replay when the job next runs (warden start {args.job})")
     return 0
 
 
@@ -284,15 +302,16 @@ def cmd_restate(args: argparse.Namespace) -> int:
 
     if args.dry_run:
         return cmd_rewind(args)
-    restatement = restate(
+    summary = restate(
         _supervisor(),
         args.job,
         reason=args.reason,
         savepoint_id=args.savepoint,
         before=args.before,
         timeout=args.timeout,
+        progress=_progress,
     )
-    print(restatement.summary())
+    print(summary)
     return 0
 
 
@@ -301,7 +320,12 @@ def cmd_upgrade(args: argparse.Namespace) -> int:
 
     supervisor = _supervisor()
     result = upgrade(
-        supervisor, args.job, args.spec, reason=args.reason, readiness_timeout=args.readiness_timeout
+        supervisor,
+        args.job,
+        args.spec,
+        reason=args.reason,
+        readiness_timeout=args.readiness_timeout,
+        progress=_progress,
     )
     print(result.line())
     return 0 if result.outcome == "upgraded" else 1

@@ -13,12 +13,14 @@ Hierarchy::
     ├── SinkCleanupError        orphaned sink files cannot be told apart or removed (nothing removed)
     ├── UpgradeError            an upgrade was refused before the running version was touched
     ├── JobBusyError            another operation holds the job's lock
+    ├── OperationInProgressError  a rewind, restate or upgrade of the job is still open
     ├── StateReadError          a job's state cannot be read (not stateful, nothing committed yet)
     └── PreviewError            a preview tap is not enabled or has captured nothing yet
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 
 
@@ -80,6 +82,18 @@ class JobBusyError(WardenError):
         self.job = job
         self.holder = holder
         super().__init__(f"job {job!r} is busy: {holder} holds its lock")
+
+
+class OperationInProgressError(WardenError):
+    """A rewind, restate or upgrade was asked for while another one of the job is still open."""
+
+    def __init__(self, job: str, kind: str, step: str, since: datetime) -> None:
+        self.job = job
+        self.kind = kind
+        super().__init__(
+            f"job {job!r} has a {kind} in progress (step {step}, requested {since:%Y-%m-%d %H:%M:%S} UTC); "
+            f"the reconcile loop finishes it (warden reconcile {job}) before another can start"
+        )
 
 
 class StateReadError(WardenError):

@@ -3,7 +3,11 @@
 A launch submits a driver and returns at once; the driver outlives whoever launched it (an Airflow
 task, the CLI). `LaunchBackend` is the interface the supervisor uses; `LocalProcessBackend` runs
 each driver as a detached `python -m jobs.runner` process in Spark local mode. A backend for a
-Spark standalone cluster or YARN implements the same four methods.
+Spark standalone cluster or YARN implements the same five methods.
+
+Besides a job's own driver, a backend starts the driver of an upgrade's dry run: the candidate
+spec against a scratch platform (its own conf dir, storage and runtime), replaying the batches
+queued there and exiting (`--replay-only`). It is started, watched and killed like any driver.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from ops.exceptions import LaunchError
 from ops.ledger.store import RunRecord
 from ops.spec.job import JobSpec
 from ops.spec.paths import JobPaths
-from ops.spec.platform import CONF_DIR_ENV, PlatformConfig
+from ops.spec.platform import CONF_DIR_ENV, PlatformConfig, load_platform
 
 # A zombie has exited and only waits for its parent to reap it: it counts as gone.
 _GONE = frozenset({psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD})
@@ -44,6 +48,11 @@ class LaunchBackend(Protocol):
 
     def launch(self, spec: JobSpec, run_id: str) -> LaunchedDriver:
         """Start the driver of `spec` for run `run_id` and return without waiting for it."""
+        ...
+
+    def launch_replay_only(self, spec: JobSpec, run_id: str, conf_dir: Path) -> LaunchedDriver:
+        """Start a driver of `spec` under the (scratch) platform in `conf_dir` that replays the
+        batches queued there and exits; return without waiting for it."""
         ...
 
     def is_alive(self, run: RunRecord) -> bool:
@@ -97,12 +106,19 @@ class LocalProcessBackend:
         self.platform = platform
 
     def launch(self, spec: JobSpec, run_id: str) -> LaunchedDriver:
-        runtime_dir = JobPaths.of(self.platform, spec).runtime
+        return self._spawn(self.platform, spec, run_id, [])
+
+    def launch_replay_only(self, spec: JobSpec, run_id: str, conf_dir: Path) -> LaunchedDriver:
+        return self._spawn(load_platform(conf_dir), spec, run_id, ["--replay-only"])
+
+    @staticmethod
+    def _spawn(platform: PlatformConfig, spec: JobSpec, run_id: str, extra_args: list[str]) -> LaunchedDriver:
+        runtime_dir = JobPaths.of(platform, spec).runtime
         runtime_dir.mkdir(parents=True, exist_ok=True)
         log_path = runtime_dir / f"driver-{run_id}.log"
         env = {
             **os.environ,
-            CONF_DIR_ENV: str(self.platform.conf_dir),
+            CONF_DIR_ENV: str(platform.conf_dir),
             "PYSPARK_PYTHON": sys.executable,
             "PYSPARK_DRIVER_PYTHON": sys.executable,
         }
@@ -118,6 +134,7 @@ class LocalProcessBackend:
             run_id,
             "--config-version",
             spec.config_version,
+            *extra_args,
         ]
         log_path.touch()
         try:

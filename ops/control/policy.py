@@ -1,8 +1,36 @@
 """The supervisor's pure policy: lifecycle states, actions, and `decide` (DESIGN.md section 3).
 
-`decide` sees only values (a `JobView`) and returns a `Plan`: the next lifecycle state, why, and
-the actions that get the job there. No I/O happens here, so the restart policy, backoff, storm and
-savepoint rules are tested without processes; `ops.control.supervisor` observes and acts.
+`decide` sees only values (a `JobView`) and returns a `Plan`: the next lifecycle state, why, the
+actions that get the job there and, while a recovery operation is open, its step. No I/O happens
+here, so the restart policy, backoff, storm, savepoint and recovery rules are tested without
+processes; `ops.control.supervisor` observes and acts.
+
+Recovery operations (rewind, restate, upgrade) are desired-state changes, not scripts. `warden`
+or an Airflow form records one in the ledger (an `OperationRecord`; at most one is open per job),
+and every reconcile pass, whoever runs it, takes it one step further until it is closed. `decide`
+picks the step from the record's facts and the observation alone; the loop writes that step to the
+record before acting, and every step is safe to redo, so when the process that asked for the
+operation dies, the next pass (the supervision DAG, `warden reconcile JOB`) finishes it:
+
+    rewind   REWINDING     stop the driver -> rewind to the savepoint (under the job lock) -> done
+    restate  RESTATING     stop the driver -> rewind to the savepoint -> replay: the job runs as
+                           desired and its driver replays the queued batches first -> once the
+                           queue is empty and the last replayed batch is committed: a summary in
+                           the ledger and on Slack (`restated`) -> done
+    upgrade  UPGRADING     savepoint -> dry run: the candidate replays one batch on a scratch copy
+                           of the savepoint (a replay-only driver from the launch backend) ->
+                           stop -> install the candidate -> launch -> ready: it commits
+                           `restart.stable_batches` batches (or idles) in one run within the
+                           readiness timeout -> done
+             ROLLING_BACK  the new version did not get ready: stop -> reinstall the previous spec
+                           -> rewind to the savepoint -> launch -> page `upgrade_rolled_back` -> done
+
+Which step comes next follows from facts the steps record: a rewind is done once `rewound_at` is
+set (its replay plan is recorded before it starts, so a redo reports the same rows); an upgrade's
+savepoint, dry-run driver and verdict, and `failure`. Until its dry run has passed, an upgrade
+leaves the running version to the ordinary rules and a failure refuses it with nothing touched;
+after that, a failure to get ready rolls back. A rewind or restate whose rewind is refused (input
+no longer retained, say) ends "failed" with nothing touched, and the job runs on as desired.
 """
 
 from __future__ import annotations
@@ -13,12 +41,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ops.control.health import DEGRADING, Assessment, Observation, Signal
-from ops.ledger.store import JobRecord, RunRecord
+from ops.ledger.store import JobRecord, OperationRecord, RunRecord
 from ops.spec.job import METRICS_PORT_IN_USE, JobSpec, RestartPolicy, metrics_port_in_use
 
 # Exit reasons that start with this count against the restart budget.
 FAILURE = "failed: "
 CONFIG_FAILURE = FAILURE + "config: "
+# A dry run replays one batch; a driver still at it after this long is stopped and refused.
+DRY_RUN_TIMEOUT_SECONDS = 300.0
 
 
 class Lifecycle(enum.Enum):
@@ -31,6 +61,10 @@ class Lifecycle(enum.Enum):
     SUSPENDING = ("stop requested; the running batch finishes first", False)
     SUSPENDED = ("stopped on purpose (operator or restart storm)", True)
     FAILED = ("not restarted automatically: needs a fixed spec or an operator restart", True)
+    REWINDING = ("a rewind: the driver stops, then the checkpoint goes back to a savepoint", False)
+    RESTATING = ("a restatement: stop, rewind to a savepoint, replay the later batches, report", False)
+    UPGRADING = ("an upgrade: savepoint, dry run of the candidate, deploy, wait until it is ready", False)
+    ROLLING_BACK = ("an upgrade that did not get ready goes back to the previous spec and savepoint", False)
 
     def __init__(self, description: str, terminal: bool) -> None:
         self.description = description
@@ -40,6 +74,39 @@ class Lifecycle(enum.Enum):
 class Desired(enum.StrEnum):
     RUNNING = "running"
     SUSPENDED = "suspended"
+
+
+class OperationKind(enum.StrEnum):
+    REWIND = "rewind"
+    RESTATE = "restate"
+    UPGRADE = "upgrade"
+
+
+class Step(enum.StrEnum):
+    """The step of an operation a pass works on, recorded before it acts (the module docstring)."""
+
+    REQUESTED = "requested"
+    STOP = "stop"
+    REWIND = "rewind"
+    REPLAY = "replay"
+    SAVEPOINT = "savepoint"
+    DRY_RUN = "dry_run"
+    INSTALL = "install"
+    READY = "ready"
+    ROLLBACK_STOP = "rollback_stop"
+    ROLLBACK_INSTALL = "rollback_install"
+    ROLLBACK_REWIND = "rollback_rewind"
+    ROLLBACK_LAUNCH = "rollback_launch"
+    FINISH = "finish"
+
+
+class Result(enum.StrEnum):
+    """How an operation ended."""
+
+    DONE = "done"
+    REFUSED = "refused"  # an upgrade stopped before the running version was touched
+    ROLLED_BACK = "rolled back"
+    FAILED = "failed"  # a rewind was refused; nothing was touched
 
 
 # --- actions: what decide() asks act() to do ---------------------------------------------------
@@ -99,7 +166,103 @@ class TakeSavepoint:
     kind: str = "savepoint"
 
 
-Action = Launch | StopDriver | CloseRun | SuspendJob | RaiseAlert | ResolveAlert | TakeSavepoint
+# --- actions of recovery operations ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Restore:
+    """Rewind the stopped job to a savepoint and queue its later batches for replay.
+
+    The pass holds the job lock. The replay plan goes into the operation before anything changes,
+    `rewound_at` once all of it is done; a refusal becomes the operation's `failure`.
+    """
+
+    reason: str
+    savepoint_id: str
+    kind: str = "restore"
+
+
+@dataclass(frozen=True)
+class TakeUpgradeSavepoint:
+    """Take the savepoint an upgrade starts from (online) and record it in the operation."""
+
+    reason: str
+    kind: str = "savepoint"
+
+
+@dataclass(frozen=True)
+class StartDryRun:
+    """Restore the upgrade's savepoint into a scratch platform and have the launch backend start a
+    replay-only driver of the candidate on it; the operation records the driver."""
+
+    reason: str
+    kind: str = "dry_run"
+
+
+@dataclass(frozen=True)
+class EndDryRun:
+    """Stop what is left of the dry run, remove its scratch copy, record the verdict (`failure`
+    None: passed)."""
+
+    reason: str
+    failure: str | None
+    kind: str = "dry_run_end"
+
+
+@dataclass(frozen=True)
+class InstallSpec:
+    """Write the operation's candidate or previous spec (by config version) as the job's file."""
+
+    reason: str
+    config_version: str
+    kind: str = "install_spec"
+
+
+@dataclass(frozen=True)
+class RollBack:
+    """Record why a deployed upgrade fails; the following passes roll it back."""
+
+    reason: str
+    kind: str = "rollback"
+
+
+@dataclass(frozen=True)
+class FinishOperation:
+    """Close the operation with its outcome (also on its decision row); a restatement that is
+    done computes its summary and sends it to Slack."""
+
+    reason: str
+    result: Result
+    kind: str = "finish"
+
+
+Action = (
+    Launch
+    | StopDriver
+    | CloseRun
+    | SuspendJob
+    | RaiseAlert
+    | ResolveAlert
+    | TakeSavepoint
+    | Restore
+    | TakeUpgradeSavepoint
+    | StartDryRun
+    | EndDryRun
+    | InstallSpec
+    | RollBack
+    | FinishOperation
+)
+
+
+@dataclass(frozen=True)
+class RecoveryProgress:
+    """What the supervisor saw of an open operation's own work: the replay queue, the newest
+    commit, and the dry-run driver (`dry_run_error` None once it is gone: it passed)."""
+
+    pending_replay: int = 0
+    last_commit: int = -1
+    dry_run_alive: bool = False
+    dry_run_error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -114,6 +277,9 @@ class JobView:
     open_alert_kinds: frozenset[str]
     # When the newest savepoint decision was made (periodic or requested), None if never.
     last_savepoint_attempt: datetime | None = None
+    # The job's open recovery operation, and what its steps have done so far.
+    operation: OperationRecord | None = None
+    progress: RecoveryProgress = field(default_factory=RecoveryProgress)
 
 
 @dataclass(frozen=True)
@@ -122,6 +288,8 @@ class Plan:
     reason: str
     actions: tuple[Action, ...] = ()
     inputs: dict[str, Any] = field(default_factory=dict)
+    # The open operation's step this pass works on; recorded before acting.
+    step: Step | None = None
 
 
 # --- pure policy -------------------------------------------------------------------------------
@@ -161,6 +329,14 @@ def decide(view: JobView, now: datetime) -> Plan:
         "run_id": run.run_id if run else None,
         "desired_state": job.desired_state,
     }
+    if view.operation is not None:
+        return _operating(view, view.operation, now, inputs)
+    return _supervising(view, now, inputs)
+
+
+def _supervising(view: JobView, now: datetime, inputs: dict[str, Any]) -> Plan:
+    """The ordinary rules: desired state, requests, restarts with backoff, health, savepoints."""
+    job, assessment, run = view.job, view.assessment, view.observation.run
     if job.desired_state == Desired.SUSPENDED:
         if run is None:
             return Plan(
@@ -309,3 +485,195 @@ def _while_running(view: JobView, now: datetime, inputs: dict[str, Any]) -> Plan
             actions.append(ResolveAlert(kind, f"back within limits: {assessment.detail}"))
     state = Lifecycle.DEGRADED if assessment.reasons else Lifecycle.RUNNING
     return Plan(state, assessment.detail, tuple(actions), inputs)
+
+
+# --- recovery operations (the module docstring has the state machines) ---------------------------
+
+
+def _operating(view: JobView, operation: OperationRecord, now: datetime, inputs: dict[str, Any]) -> Plan:
+    inputs = {**inputs, "operation": {"id": operation.id, "kind": operation.kind, "step": operation.step}}
+    if operation.kind == OperationKind.UPGRADE:
+        if operation.dry_run_passed_at is None:
+            return _before_deploy(view, operation, now, inputs)
+        if operation.failure is not None:
+            return _rolling_back(view, operation, inputs)
+        return _deploying(view, operation, now, inputs)
+    return _rewinding(view, operation, now, inputs)
+
+
+def _stop(view: JobView, reason: str, exit_reason: str) -> tuple[Action, ...]:
+    """Stop the open run for an operation: gracefully while its driver lives, else just close it."""
+    if view.observation.run is None:
+        return ()
+    if view.observation.process_alive:
+        return (StopDriver(reason, exit_reason=exit_reason, graceful=True),)
+    return (CloseRun(f"{reason}; the driver is already gone ({view.assessment.detail})", exit_reason),)
+
+
+def _without_savepoints(actions: tuple[Action, ...]) -> tuple[Action, ...]:
+    # No periodic savepoint while an operation is open: a rewind supersedes the newer savepoints,
+    # and an upgrade takes its own.
+    return tuple(action for action in actions if not isinstance(action, TakeSavepoint))
+
+
+def _rewinding(view: JobView, operation: OperationRecord, now: datetime, inputs: dict[str, Any]) -> Plan:
+    """rewind: stop -> rewind -> done. restate: stop -> rewind -> replay -> done."""
+    kind = operation.kind
+    state = Lifecycle.RESTATING if kind == OperationKind.RESTATE else Lifecycle.REWINDING
+    if operation.failure is not None:
+        finish = FinishOperation(f"{kind} failed: {operation.failure}", Result.FAILED)
+        return Plan(state, finish.reason, (finish,), inputs, Step.FINISH)
+    if operation.rewound_at is None:
+        if view.observation.run is not None:
+            stop = _stop(view, f"{kind}: stop the driver before the rewind", f"stopped: {kind}")
+            return Plan(state, f"{kind}: stopping the driver", stop, inputs, Step.STOP)
+        assert operation.savepoint_id is not None, "a rewind or restate names its savepoint"
+        restore = Restore(f"{kind}: {operation.reason}", operation.savepoint_id)
+        return Plan(
+            state, f"{kind}: rewinding to savepoint {operation.savepoint_id}", (restore,), inputs, Step.REWIND
+        )
+    if kind == OperationKind.REWIND:
+        finish = FinishOperation(f"rewound to savepoint {operation.savepoint_id}", Result.DONE)
+        return Plan(state, finish.reason, (finish,), inputs, Step.FINISH)
+
+    replay_to, progress = operation.replay_to, view.progress
+    assert replay_to is not None, "a rewind records its replay before it is done"
+    if progress.pending_replay == 0 and progress.last_commit >= replay_to:
+        finish = FinishOperation(f"replayed up to batch {replay_to}", Result.DONE)
+        return Plan(state, finish.reason, (finish,), inputs, Step.FINISH)
+    # The replay is the driver's: the job runs as desired (launch, restarts, suspend) meanwhile.
+    running = _supervising(view, now, inputs)
+    if running.state in (Lifecycle.RESTARTING, Lifecycle.SUSPENDED, Lifecycle.FAILED):
+        state = running.state
+    queued = f"replaying {progress.pending_replay} queued batches up to batch {replay_to}"
+    return Plan(
+        state,
+        f"{queued}; {running.reason}",
+        _without_savepoints(running.actions),
+        running.inputs,
+        Step.REPLAY,
+    )
+
+
+def _before_deploy(view: JobView, operation: OperationRecord, now: datetime, inputs: dict[str, Any]) -> Plan:
+    """upgrade: savepoint -> dry run. The running version runs on under the ordinary rules."""
+    running = _supervising(view, now, inputs)
+    step, reason, action = _check_candidate(view, operation, now)
+    actions = _without_savepoints(running.actions) + ((action,) if action is not None else ())
+    return Plan(Lifecycle.UPGRADING, reason, actions, running.inputs, step)
+
+
+def _check_candidate(
+    view: JobView, operation: OperationRecord, now: datetime
+) -> tuple[Step, str, Action | None]:
+    target = f"upgrade to config {operation.candidate_version}"
+    if operation.failure is not None:
+        return Step.FINISH, f"{target} refused", FinishOperation(f"{target} refused", Result.REFUSED)
+    if operation.savepoint_id is None:
+        reason = f"{target}: savepoint of the running version"
+        return Step.SAVEPOINT, reason, TakeUpgradeSavepoint(reason)
+    if operation.dry_run_pid is None:
+        reason = f"{target}: dry run on a copy of savepoint {operation.savepoint_id}"
+        return Step.DRY_RUN, reason, StartDryRun(reason)
+    progress = view.progress
+    if progress.dry_run_alive:
+        started = operation.dry_run_started_at
+        if started is not None and now - started > timedelta(seconds=DRY_RUN_TIMEOUT_SECONDS):
+            why = (
+                f"dry run of the candidate for {operation.job!r} did not finish within "
+                f"{DRY_RUN_TIMEOUT_SECONDS:g}s"
+            )
+            return Step.DRY_RUN, why, EndDryRun(why, failure=why)
+        return Step.DRY_RUN, f"{target}: dry run in progress (driver pid {operation.dry_run_pid})", None
+    if progress.dry_run_error is not None:
+        why = f"candidate for {operation.job!r} cannot take over its current state: {progress.dry_run_error}"
+        return Step.DRY_RUN, why, EndDryRun(why, failure=why)
+    return Step.DRY_RUN, f"{target}: dry run passed", EndDryRun(f"{target}: dry run passed", failure=None)
+
+
+def _deploying(view: JobView, operation: OperationRecord, now: datetime, inputs: dict[str, Any]) -> Plan:
+    """upgrade: stop -> install the candidate -> launch -> ready; not ready in time rolls back."""
+    run, candidate = view.observation.run, operation.candidate_version
+    assert candidate is not None, "an upgrade names its candidate"
+    target = f"upgrade to config {candidate}"
+    if view.spec.config_version != candidate:
+        if run is not None:
+            stop = _stop(view, f"{target}: stop the running version", "stopped: upgrade")
+            return Plan(
+                Lifecycle.UPGRADING,
+                f"{target}: stopping config {run.config_version}",
+                stop,
+                inputs,
+                Step.STOP,
+            )
+        install = InstallSpec(f"{target}: {operation.reason}", candidate)
+        return Plan(Lifecycle.UPGRADING, f"{target}: installing it", (install,), inputs, Step.INSTALL)
+    if run is None:
+        ended = next(
+            (
+                r
+                for r in view.closed_runs
+                if r.config_version == candidate and r.started_at >= operation.requested_at
+            ),
+            None,
+        )
+        if ended is not None:
+            return _roll_back(operation, inputs, f"the new version did not stay up ({ended.exit_reason})")
+        return Plan(Lifecycle.UPGRADING, f"{target}: launching it", (Launch(target),), inputs, Step.READY)
+    if run.config_version != candidate:
+        stop = _stop(
+            view, f"{target}: stop run {run.run_id} of config {run.config_version}", "stopped: upgrade"
+        )
+        return Plan(
+            Lifecycle.UPGRADING, f"{target}: stopping config {run.config_version}", stop, inputs, Step.STOP
+        )
+    if view.assessment.has(Signal.DEAD) or view.assessment.has(Signal.STUCK):
+        return _roll_back(
+            operation, inputs, f"the new version did not stay up (failed: {view.assessment.detail})"
+        )
+    needed, heartbeat = view.spec.operations.restart.stable_batches, view.observation.heartbeat
+    if run.batches_committed >= needed or (heartbeat is not None and heartbeat.event == "idle"):
+        finish = FinishOperation(f"upgraded to config {candidate}", Result.DONE)
+        return Plan(Lifecycle.UPGRADING, finish.reason, (finish,), inputs, Step.FINISH)
+    timeout = operation.readiness_timeout or 0.0
+    deadline = run.started_at + timedelta(seconds=timeout)
+    if now > deadline:
+        return _roll_back(
+            operation, inputs, f"the new version did not commit {needed} batches within {timeout:g}s"
+        )
+    reason = f"{target}: {run.batches_committed} of {needed} batches committed (ready by {deadline:%H:%M:%S})"
+    return Plan(Lifecycle.UPGRADING, reason, (), inputs, Step.READY)
+
+
+def _roll_back(operation: OperationRecord, inputs: dict[str, Any], why: str) -> Plan:
+    reason = f"upgrade to config {operation.candidate_version} rolls back: {why}"
+    return Plan(Lifecycle.ROLLING_BACK, reason, (RollBack(why),), inputs, Step.READY)
+
+
+def _rolling_back(view: JobView, operation: OperationRecord, inputs: dict[str, Any]) -> Plan:
+    """rollback: stop -> reinstall the previous spec -> rewind to the savepoint -> launch -> page."""
+    run, previous, why = view.observation.run, operation.previous_version, operation.failure
+    assert previous is not None and operation.savepoint_id is not None, "an upgrade that deployed has both"
+    state, back = Lifecycle.ROLLING_BACK, f"rollback to config {previous}"
+    if run is not None and (run.config_version != previous or operation.rewound_at is None):
+        stop = _stop(view, f"{back}: stop config {run.config_version}", "stopped: upgrade rolled back")
+        return Plan(
+            state, f"{back} ({why}): stopping config {run.config_version}", stop, inputs, Step.ROLLBACK_STOP
+        )
+    if view.spec.config_version != previous:
+        install = InstallSpec(f"{back}: {why}", previous)
+        return Plan(state, f"{back}: reinstalling it", (install,), inputs, Step.ROLLBACK_INSTALL)
+    if operation.rewound_at is None:
+        restore = Restore(f"{back}: {why}", operation.savepoint_id)
+        reason = f"{back}: rewinding to savepoint {operation.savepoint_id}"
+        return Plan(state, reason, (restore,), inputs, Step.ROLLBACK_REWIND)
+    if run is None:
+        return Plan(state, f"{back}: launching it", (Launch(back),), inputs, Step.ROLLBACK_LAUNCH)
+    # The page goes first: redone after a crash it is deduplicated, and the operation is still open.
+    page = RaiseAlert(
+        "upgrade_rolled_back",
+        "critical",
+        f"{why}; back on config {previous} from savepoint {operation.savepoint_id}",
+    )
+    finish = FinishOperation(f"rolled back to config {previous}", Result.ROLLED_BACK)
+    return Plan(state, finish.reason, (page, finish), inputs, Step.FINISH)

@@ -17,12 +17,18 @@ Periodic savepoints are one of those actions: a running job whose last savepoint
 than `operations.savepoints.interval_minutes` gets one, taken while it keeps running. A failed
 savepoint opens a `savepoint_failed` alert (the job is not touched) and the next good one
 resolves it; each good one is followed by the spec's retention.
+
+Recovery operations (rewind, restate, upgrade; `ops.control.policy` has their state machines) go
+through the same loop. `start_operation` records one, `await_operation` runs passes until the
+loop has closed it; each pass writes the operation's step before acting and the facts each step
+establishes after it, so whichever process runs the next pass carries on where the last stopped.
 """
 
 from __future__ import annotations
 
+import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -39,26 +45,41 @@ from ops.control.policy import (
     Action,
     CloseRun,
     Desired,
+    EndDryRun,
+    FinishOperation,
+    InstallSpec,
     JobView,
     Launch,
     Lifecycle,
+    OperationKind,
     Plan,
     RaiseAlert,
+    RecoveryProgress,
     ResolveAlert,
+    Restore,
+    Result,
+    RollBack,
+    StartDryRun,
+    Step,
     StopDriver,
     SuspendJob,
     TakeSavepoint,
+    TakeUpgradeSavepoint,
     decide,
 )
+from ops.driver.checkpoint import log_entries
 from ops.exceptions import (
     ConfigError,
     JobBusyError,
     LaunchError,
+    OperationInProgressError,
+    RewindError,
     SavepointError,
     SinkCleanupError,
+    UpgradeError,
     WardenError,
 )
-from ops.ledger.store import Ledger, RunRecord, SavepointRecord
+from ops.ledger.store import Ledger, OperationRecord, RunRecord, SavepointRecord
 from ops.recovery.orphans import (
     count_rows,
     find_orphaned_output,
@@ -73,6 +94,9 @@ from ops.spec.platform import PlatformConfig
 log = structlog.get_logger("streamwarden.supervisor")
 # The savepoint store (boto3) is imported by the methods that copy or prune: the DAG processor, the
 # triggerer and every reconcile pass import this module, and most passes take no savepoint.
+
+# How often `await_operation` runs a pass while it waits for an operation's step to complete.
+OPERATION_POLL_SECONDS = 1.0
 
 # --- the loop ----------------------------------------------------------------------------------
 
@@ -136,7 +160,20 @@ class Supervisor:
 
     def observe(self, spec: JobSpec) -> Observation:
         """A read-only look at the job's open run, process, heartbeat and input backlog."""
-        return observe(self.platform, self.ledger, self.backend, spec, self.clock())
+        observation = observe(self.platform, self.ledger, self.backend, spec, self.clock())
+        run, heartbeat = observation.run, observation.heartbeat
+        if (
+            run is not None
+            and heartbeat is not None
+            and heartbeat.event == "progress"
+            and heartbeat.batch_id is not None
+        ):
+            # The run's batches as its newest heartbeat tells them (the pass records them), so an
+            # upgrade's readiness is judged on what the driver has committed by now.
+            first = run.first_batch_id if run.first_batch_id is not None else heartbeat.batch_id
+            run = replace(run, first_batch_id=first, last_batch_id=heartbeat.batch_id)
+            observation = replace(observation, run=run)
+        return observation
 
     def view(self, spec: JobSpec) -> JobView:
         job = self.ledger.ensure_job(
@@ -151,6 +188,7 @@ class Supervisor:
             for r in self.ledger.runs(spec.name, limit=spec.operations.restart.budget + 2)
             if r.stopped_at is not None
         )
+        operation = self.ledger.operation(spec.name)
         return JobView(
             job=job,
             spec=spec,
@@ -161,6 +199,46 @@ class Supervisor:
             last_savepoint_attempt=next(
                 (d.at for d in self.ledger.decisions(spec.name, limit=1, action=TakeSavepoint.kind)), None
             ),
+            operation=operation,
+            progress=self._progress(spec, operation) if operation is not None else RecoveryProgress(),
+        )
+
+    def _progress(self, spec: JobSpec, operation: OperationRecord) -> RecoveryProgress:
+        """A read-only look at an open operation's work: the replay queue, the newest commit, and
+        the dry-run driver with its verdict once it is gone (until the verdict is recorded)."""
+        paths = JobPaths.of(self.platform, spec)
+        dry_run = self._dry_run_driver(operation)
+        judged = operation.dry_run_passed_at is not None or operation.failure is not None
+        alive = dry_run is not None and not judged and self.backend.is_alive(dry_run)
+        error = None
+        if dry_run is not None and not judged and not alive:
+            from ops.recovery.upgrade import dry_run_verdict
+
+            assert operation.dry_run_id is not None and operation.savepoint_batch is not None
+            error = dry_run_verdict(self.platform, spec.name, operation.dry_run_id, operation.savepoint_batch)
+        return RecoveryProgress(
+            pending_replay=len(log_entries(paths.replay)),
+            last_commit=max(log_entries(paths.commits), default=-1),
+            dry_run_alive=alive,
+            dry_run_error=error,
+        )
+
+    def _dry_run_driver(self, operation: OperationRecord) -> RunRecord | None:
+        """The upgrade's dry-run driver as a run the backend can watch and kill (not in `runs`)."""
+        if operation.dry_run_pid is None or operation.dry_run_id is None:
+            return None
+        return RunRecord(
+            run_id=operation.dry_run_id,
+            job=operation.job,
+            backend=self.backend.name,
+            pid=operation.dry_run_pid,
+            app_id=operation.dry_run_app_id,
+            metrics_port=None,
+            log_path=None,
+            config_version=operation.candidate_version or "",
+            started_at=operation.dry_run_started_at or operation.requested_at,
+            stopped_at=None,
+            exit_reason=None,
         )
 
     # record ---------------------------------------------------------------------------------
@@ -179,8 +257,9 @@ class Supervisor:
             heartbeat_at=datetime.fromtimestamp(heartbeat.at, tz=self.clock().tzinfo),
         )
         if heartbeat.batch_id is not None and heartbeat.event == "progress":
-            first = run.first_batch_id if run.first_batch_id is not None else heartbeat.batch_id
-            self.ledger.update_run(run.run_id, first_batch_id=first, last_batch_id=heartbeat.batch_id)
+            self.ledger.update_run(
+                run.run_id, first_batch_id=run.first_batch_id, last_batch_id=run.last_batch_id
+            )
 
     # the pass -------------------------------------------------------------------------------
 
@@ -197,6 +276,8 @@ class Supervisor:
             self.ledger.update_job(
                 job, state=plan.state.name, state_reason=plan.reason, config_version=spec.config_version
             )
+            if view.operation is not None and plan.step is not None:
+                self.ledger.update_operation(view.operation.id, step=plan.step)
             done = tuple(self._act(view, plan, action, run_url) for action in plan.actions)
         self.alerts.deliver_due()
         summary = PassSummary(job, plan.state.name, plan.reason, done)
@@ -280,6 +361,21 @@ class Supervisor:
                 return "resolved"
             case TakeSavepoint():
                 return self._save(spec, plan.state.name, run_url).line()
+            case Restore(savepoint_id=savepoint_id):
+                return self._restore(view, savepoint_id)
+            case TakeUpgradeSavepoint():
+                return self._upgrade_savepoint(view)
+            case StartDryRun():
+                return self._start_dry_run(view)
+            case EndDryRun(failure=failure):
+                return self._end_dry_run(view, failure)
+            case InstallSpec(config_version=config_version):
+                return self._install(view, config_version)
+            case RollBack(reason=reason):
+                self.ledger.update_operation(_open(view).id, failure=reason)
+                return f"rolling back: {reason}"
+            case FinishOperation(result=result):
+                return self._finish(view, result, run_url)
         raise AssertionError(f"unhandled action {action!r}")
 
     # orphaned sink output ----------------------------------------------------------------------
@@ -352,6 +448,158 @@ class Supervisor:
             if outcome is not None:
                 lines.append(f"{name}: {outcome}")
         return lines
+
+    # the steps of recovery operations ------------------------------------------------------------
+    # The recovery wing is imported where a step runs: importing the supervisor (the DAG parser,
+    # `warden status`) must not load its clients (Parquet, S3).
+
+    def _restore(self, view: JobView, savepoint_id: str) -> str:
+        """Rewind the stopped job (this pass holds its lock); a refusal fails the operation."""
+        from ops.recovery.rewind import complete_rewind, prepare_rewind
+
+        operation, job = _open(view), view.spec.name
+        try:
+            plan = prepare_rewind(self.platform, self.ledger, job, savepoint_id=savepoint_id)
+        except RewindError as refusal:
+            self.ledger.update_operation(operation.id, failure=str(refusal))
+            return f"refused: {refusal}"
+        # The first plan is the true one: a rewind redone after a crash finds the files of the
+        # later batches already gone, and must still report the rows they held.
+        self.ledger.update_operation(
+            operation.id,
+            savepoint_batch=plan.batch_id,
+            replay_to=plan.last_batch if operation.replay_to is None else operation.replay_to,
+            rows_before=plan.sink_rows if operation.rows_before is None else operation.rows_before,
+        )
+        complete_rewind(self.platform, self.ledger, plan)
+        self.ledger.update_operation(operation.id, rewound_at=self.clock())
+        return plan.outcome()
+
+    def _upgrade_savepoint(self, view: JobView) -> str:
+        from ops.savepoints.store import take_savepoint
+
+        operation = _open(view)
+        try:
+            savepoint = take_savepoint(self.platform, self.ledger, view.spec)
+        except SavepointError as error:
+            self.ledger.update_operation(operation.id, failure=str(error))
+            return f"failed, the upgrade is refused: {error}"
+        self.ledger.update_operation(
+            operation.id, savepoint_id=savepoint.id, savepoint_batch=savepoint.batch_id
+        )
+        return f"savepoint {savepoint.id} at batch {savepoint.batch_id}"
+
+    def _start_dry_run(self, view: JobView) -> str:
+        from ops.recovery.upgrade import prepare_dry_run
+
+        operation, job = _open(view), view.spec.name
+        assert operation.candidate_spec is not None, "an upgrade carries its candidate"
+        savepoint = self._savepoint(job, operation.savepoint_id)
+        dry_run_id = f"{job}-dry-run-{self.clock():%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
+        try:
+            candidate, conf_dir = prepare_dry_run(
+                self.platform, job, operation.candidate_spec, savepoint, dry_run_id
+            )
+            driver = self.backend.launch_replay_only(candidate, dry_run_id, conf_dir)
+        except (ConfigError, SavepointError, LaunchError) as error:
+            self.ledger.update_operation(operation.id, failure=f"dry run could not start: {error}")
+            return f"failed, the upgrade is refused: {error}"
+        self.ledger.update_operation(
+            operation.id,
+            dry_run_id=dry_run_id,
+            dry_run_pid=driver.pid,
+            dry_run_app_id=driver.app_id,
+            dry_run_started_at=self.clock(),
+        )
+        return f"dry run {dry_run_id} pid {driver.pid} on a copy of savepoint {savepoint.id}"
+
+    def _end_dry_run(self, view: JobView, failure: str | None) -> str:
+        from ops.recovery.upgrade import discard_dry_runs
+
+        operation = _open(view)
+        driver = self._dry_run_driver(operation)
+        if driver is not None:
+            self.backend.kill(driver)
+        discard_dry_runs(self.platform, view.spec.name)
+        if failure is not None:
+            self.ledger.update_operation(operation.id, failure=failure)
+            return f"refused: {failure}"
+        self.ledger.update_operation(operation.id, dry_run_passed_at=self.clock())
+        return "passed"
+
+    def _install(self, view: JobView, config_version: str) -> str:
+        from ops.recovery.upgrade import install_spec
+
+        operation, job = _open(view), view.spec.name
+        candidate = config_version == operation.candidate_version
+        content = operation.candidate_spec if candidate else operation.previous_spec
+        if content is None or config_version not in (operation.candidate_version, operation.previous_version):
+            raise UpgradeError(f"upgrade of {job!r} has no spec of config {config_version}")
+        install_spec(self.platform, job, content, keep_previous=candidate)
+        installed = find_job(job, self.platform.conf_dir).config_version
+        if installed != config_version:
+            raise UpgradeError(f"installed spec of {job!r} has config {installed}, not {config_version}")
+        if candidate:
+            # Deploying: from here on the job is to run (the candidate), with a fresh restart budget.
+            self.ledger.update_job(job, desired_state=Desired.RUNNING, restart_requested_at=self.clock())
+        return f"installed config {config_version}"
+
+    def _finish(self, view: JobView, result: Result, run_url: str | None) -> str:
+        """Close the operation: the outcome on its decision row and its record."""
+        from ops.recovery.rewind import rewind_outcome
+
+        operation = _open(view)
+        kind, failure = operation.kind, operation.failure
+        if result == Result.DONE and kind == OperationKind.RESTATE:
+            outcome = self._report_restatement(view, operation, run_url)
+        elif result == Result.DONE and kind == OperationKind.REWIND:
+            assert operation.savepoint_batch is not None and operation.replay_to is not None
+            outcome = rewind_outcome(operation.savepoint_batch, operation.replay_to)
+        elif result == Result.DONE:
+            outcome = f"upgraded: config {operation.previous_version} -> {operation.candidate_version}"
+        else:
+            outcome = f"{result}: {failure}"
+        self.ledger.set_outcome(operation.decision_id, outcome)
+        self.ledger.finish_operation(operation.id, outcome)
+        return outcome
+
+    def _report_restatement(self, view: JobView, operation: OperationRecord, run_url: str | None) -> str:
+        """The restatement's summary, also sent to Slack (`restated`)."""
+        from ops.recovery.restate import Restatement, rows_written
+
+        job = view.spec.name
+        assert operation.savepoint_id is not None and operation.savepoint_batch is not None
+        assert operation.replay_to is not None
+        restatement = Restatement(
+            job=job,
+            savepoint_id=operation.savepoint_id,
+            batch_id=operation.savepoint_batch,
+            last_batch=operation.replay_to,
+            rows_before=operation.rows_before or 0,
+            rows_after=rows_written(self.platform, job, operation.savepoint_batch, operation.replay_to),
+        )
+        self.alerts.notify(
+            Alert(
+                job=job,
+                kind="restated",
+                severity="info",
+                state=Lifecycle.RUNNING.name,
+                reason=f"{restatement.summary()}. Why: {operation.reason}",
+                last_batch=view.progress.last_commit,
+                run_url=run_url,
+                runbook=view.spec.operations.alerts.runbook,
+                channel=view.spec.operations.alerts.channel,
+            )
+        )
+        return restatement.summary()
+
+    def _savepoint(self, job: str, savepoint_id: str | None) -> SavepointRecord:
+        savepoint = next((sp for sp in self.ledger.savepoints(job) if sp.id == savepoint_id), None)
+        if savepoint is None:
+            raise SavepointError(
+                f"job {job!r} has no savepoint {savepoint_id!r} (see `warden savepoints {job}`)"
+            )
+        return savepoint
 
     # savepoints -------------------------------------------------------------------------------
 
@@ -556,6 +804,88 @@ class Supervisor:
         self.ledger.record_decision(job, f"request_{action}", reason, {"requested_at": now.isoformat()})
         self.ledger.update_job(job, **changes)
         return f"{job}: {action} requested ({reason}); the supervisor carries it out within seconds"
+
+    # recovery operations: the request and the wait ---------------------------------------------
+
+    def ensure_no_operation(self, job: str) -> None:
+        """Raise OperationInProgressError while `job` has an open rewind, restate or upgrade."""
+        operation = self.ledger.operation(job)
+        if operation is not None:
+            raise OperationInProgressError(job, operation.kind, operation.step, operation.requested_at)
+
+    def start_operation(
+        self,
+        job: str,
+        kind: OperationKind | str,
+        reason: str,
+        inputs: Mapping[str, Any],
+        *,
+        resume: bool = False,
+        **facts: Any,
+    ) -> OperationRecord:
+        """Record a rewind, restate or upgrade of `job` for the loop to carry out; the caller
+        validated it. Its decision row (action `kind`) gets the outcome when it is closed.
+
+        `resume` also sets the desired state to running with a fresh restart budget (a resume
+        request): the operation ends with the job running. Refuses while another is open.
+        """
+        spec = find_job(job, self.platform.conf_dir)
+        with job_lock(self.platform, job, f"{kind} request"):
+            self.ledger.ensure_job(
+                job,
+                desired_state=Desired.RUNNING,
+                state=Lifecycle.SUSPENDED.name,
+                config_version=spec.config_version,
+            )
+            self.ensure_no_operation(job)
+            decision = self.ledger.record_decision(job, str(kind), reason, inputs)
+            operation = self.ledger.start_operation(job, str(kind), reason, decision, Step.REQUESTED, **facts)
+            if resume:
+                self.ledger.update_job(job, desired_state=Desired.RUNNING, restart_requested_at=self.clock())
+        log.info("operation requested", job=job, kind=str(kind), operation=operation.id, reason=reason)
+        return operation
+
+    def await_operation(
+        self,
+        operation_id: int,
+        *,
+        timeout: float | None = None,
+        progress: Callable[[str], None] | None = None,
+        poll_seconds: float = OPERATION_POLL_SECONDS,
+    ) -> OperationRecord:
+        """Run reconcile passes of the operation's job until the loop has closed it, or `timeout`
+        seconds have passed; the operation as it then stands. `progress` gets each new pass line.
+
+        Nothing here is needed for the operation to finish: it only runs the passes sooner than
+        the supervision DAG would. If this process dies, the next pass by anyone carries on.
+        """
+        operation = self.ledger.operation_by_id(operation_id)
+        if operation is None:
+            raise WardenError(f"no operation {operation_id} in the ledger")
+        if progress is not None:
+            progress(
+                f"{operation.job}: {operation.kind} recorded (operation {operation.id}); running reconcile "
+                f"passes until it is done. If this stops, the supervision DAG or `warden reconcile "
+                f"{operation.job}` finishes it."
+            )
+        deadline = None if timeout is None else time.monotonic() + timeout
+        said = None
+        while True:
+            line = self.reconcile(operation.job).line()
+            if progress is not None and line != said:
+                progress(line)
+                said = line
+            current = self.ledger.operation_by_id(operation_id)
+            assert current is not None
+            if current.finished_at is not None or (deadline is not None and time.monotonic() >= deadline):
+                return current
+            time.sleep(poll_seconds)
+
+
+def _open(view: JobView) -> OperationRecord:
+    """The operation an operation step acts on (decide returns those steps only when one is open)."""
+    assert view.operation is not None, "an operation step without an open operation"
+    return view.operation
 
 
 def stop_all_jobs(platform: PlatformConfig) -> list[str]:

@@ -1,11 +1,12 @@
 """The ledger: the platform's durable memory, in a SQL database (SQLite file or PostgreSQL).
 
 It holds each job's desired state and observed status, its driver runs, every automated decision
-with its reason and inputs, and the alert outbox. The schema is owned by the Alembic migrations in
-`ops/ledger/migrations/`; `Ledger.open()` brings the database to the newest revision before use.
-Alembic (its script directory, environment and migration context) takes longer to load and run
-than every other part of a `warden status` call, so `open` first reads the revision the database
-is at, one query, and runs Alembic only when that is not `SCHEMA_REVISION`.
+with its reason and inputs, the alert outbox, the savepoint catalogue and the recovery operations
+(rewind, restate, upgrade) the reconcile loop carries out step by step. The schema is owned by the
+Alembic migrations in `ops/ledger/migrations/`; `Ledger.open()` brings the database to the newest
+revision before use. Alembic (its script directory, environment and migration context) takes
+longer to load and run than every other part of a `warden status` call, so `open` first reads the
+revision the database is at, one query, and runs Alembic only when that is not `SCHEMA_REVISION`.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from ops.exceptions import LedgerError
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 # The newest revision in MIGRATIONS_DIR (a test holds it to Alembic's head): bump it with each
 # new migration, or every `Ledger.open` runs Alembic to find out there is nothing to do.
-SCHEMA_REVISION = "0002"
+SCHEMA_REVISION = "0003"
 # Alembic's bookkeeping table: one row, the revision the database is at.
 VERSION_TABLE = "alembic_version"
 
@@ -113,6 +114,41 @@ savepoints_table = sa.Table(
     sa.Column("uploaded_bytes", sa.BigInteger, nullable=False),
     sa.Column("status", sa.String(16), nullable=False),
     sa.Column("config_version", sa.String(32), nullable=False),
+)
+
+
+# One row per rewind, restate or upgrade; open (finished_at null) while the loop works on it. The
+# columns after `step_since` are what the steps found or did, so a pass after a crash can tell
+# which step to redo (see ops.control.policy).
+operations_table = sa.Table(
+    "operations",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("job", sa.String(64), sa.ForeignKey("jobs.name"), nullable=False, index=True),
+    sa.Column("kind", sa.String(16), nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("decision_id", sa.Integer, nullable=False),
+    sa.Column("requested_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("step", sa.String(32), nullable=False),
+    sa.Column("step_since", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("savepoint_id", sa.String(64)),
+    sa.Column("savepoint_batch", sa.BigInteger),
+    sa.Column("replay_to", sa.BigInteger),
+    sa.Column("rows_before", sa.BigInteger),
+    sa.Column("rewound_at", sa.DateTime(timezone=True)),
+    sa.Column("candidate_spec", sa.Text),
+    sa.Column("candidate_version", sa.String(32)),
+    sa.Column("previous_spec", sa.Text),
+    sa.Column("previous_version", sa.String(32)),
+    sa.Column("readiness_timeout", sa.Float),
+    sa.Column("dry_run_id", sa.String(96)),
+    sa.Column("dry_run_pid", sa.Integer),
+    sa.Column("dry_run_app_id", sa.String(128)),
+    sa.Column("dry_run_started_at", sa.DateTime(timezone=True)),
+    sa.Column("dry_run_passed_at", sa.DateTime(timezone=True)),
+    sa.Column("failure", sa.Text),
+    sa.Column("finished_at", sa.DateTime(timezone=True)),
+    sa.Column("outcome", sa.Text),
 )
 
 
@@ -205,6 +241,46 @@ class SavepointRecord:
     uploaded_bytes: int
     status: str
     config_version: str
+
+
+@dataclass(frozen=True)
+class OperationRecord:
+    """A rewind, restate or upgrade of one job, as requested and as far as the loop has carried it.
+
+    `kind`, `reason`, `decision_id` (the operation's decision row, which gets the outcome) and the
+    upgrade's specs are fixed at the request. `step` is what the newest pass worked on, written
+    before it acted. The rest are facts the steps recorded (what `decide` reads): the savepoint
+    (a rewind's target, or the one an upgrade took), the replay a rewind queued and when it was
+    done, the dry-run driver and its verdict, and `failure`, why the operation is refused, rolled
+    back or failed. `finished_at` and `outcome` are set once, when the operation is closed.
+    """
+
+    id: int
+    job: str
+    kind: str
+    reason: str
+    decision_id: int
+    requested_at: datetime
+    step: str
+    step_since: datetime
+    savepoint_id: str | None = None
+    savepoint_batch: int | None = None
+    replay_to: int | None = None
+    rows_before: int | None = None
+    rewound_at: datetime | None = None
+    candidate_spec: str | None = None
+    candidate_version: str | None = None
+    previous_spec: str | None = None
+    previous_version: str | None = None
+    readiness_timeout: float | None = None
+    dry_run_id: str | None = None
+    dry_run_pid: int | None = None
+    dry_run_app_id: str | None = None
+    dry_run_started_at: datetime | None = None
+    dry_run_passed_at: datetime | None = None
+    failure: str | None = None
+    finished_at: datetime | None = None
+    outcome: str | None = None
 
 
 RecordT = TypeVar("RecordT")
@@ -510,3 +586,78 @@ class Ledger:
         """Drop a savepoint from the catalogue (after its manifest is gone)."""
         with self._tx() as tx:
             tx.execute(savepoints_table.delete().where(savepoints_table.c.id == savepoint_id))
+
+    # --- recovery operations ---------------------------------------------------------------------
+
+    def start_operation(
+        self, job: str, kind: str, reason: str, decision_id: int, step: str, **values: Any
+    ) -> OperationRecord:
+        """Open an operation of `job`. The caller holds the job lock and checked none is open."""
+        now = utcnow()
+        with self._tx() as tx:
+            result = tx.execute(
+                operations_table.insert().values(
+                    job=job,
+                    kind=kind,
+                    reason=reason,
+                    decision_id=decision_id,
+                    requested_at=now,
+                    step=step,
+                    step_since=now,
+                    **values,
+                )
+            )
+        operation = self.operation_by_id(int(result.inserted_primary_key[0]))  # type: ignore[index]
+        assert operation is not None
+        return operation
+
+    def operation(self, job: str) -> OperationRecord | None:
+        """The job's open operation (at most one is open at a time), or None."""
+        with self._tx() as tx:
+            row = tx.execute(
+                sa.select(operations_table)
+                .where(operations_table.c.job == job, operations_table.c.finished_at.is_(None))
+                .order_by(operations_table.c.id.desc())
+                .limit(1)
+            ).first()
+        return None if row is None else _record(OperationRecord, row)
+
+    def operation_by_id(self, operation_id: int) -> OperationRecord | None:
+        with self._tx() as tx:
+            row = tx.execute(sa.select(operations_table).where(operations_table.c.id == operation_id)).first()
+        return None if row is None else _record(OperationRecord, row)
+
+    def operations(self, job: str, limit: int = 20) -> list[OperationRecord]:
+        """The job's newest operations, open or finished, newest first."""
+        with self._tx() as tx:
+            rows = tx.execute(
+                sa.select(operations_table)
+                .where(operations_table.c.job == job)
+                .order_by(operations_table.c.id.desc())
+                .limit(limit)
+            ).all()
+        return [_record(OperationRecord, row) for row in rows]
+
+    def update_operation(self, operation_id: int, **values: Any) -> None:
+        """Set columns of an open operation; a changed `step` also moves `step_since`."""
+        with self._tx() as tx:
+            if "step" in values:
+                current = tx.execute(
+                    sa.select(operations_table.c.step).where(operations_table.c.id == operation_id)
+                ).scalar()
+                if current != values["step"]:
+                    values.setdefault("step_since", utcnow())
+            tx.execute(
+                operations_table.update()
+                .where(operations_table.c.id == operation_id, operations_table.c.finished_at.is_(None))
+                .values(**values)
+            )
+
+    def finish_operation(self, operation_id: int, outcome: str) -> None:
+        """Close an operation once, with the outcome its decision row also gets."""
+        with self._tx() as tx:
+            tx.execute(
+                operations_table.update()
+                .where(operations_table.c.id == operation_id, operations_table.c.finished_at.is_(None))
+                .values(finished_at=utcnow(), outcome=outcome)
+            )

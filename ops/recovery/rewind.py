@@ -18,24 +18,28 @@ Rewinding job J to savepoint S (anchored on batch N) when J's checkpoint has run
 Spark alone would get this wrong in three ways (FACTS.md): deleting only offsets and commits makes
 the file sink skip the replayed batches; stale state files above N+1 win on load with checkpoint
 format v1; and replaying all the remaining input as one catch-up batch changes the watermark. Each
-step is safe to run again after a crash: the queue is written before the swap, and a second
-rewind to the same savepoint rebuilds the same checkpoint from the same files.
+step is safe to run again after a crash: the queue is written before the swap, a half-done swap
+is undone (and a half-done deletion of the later batches' files finished) before the next rewind
+plans, and a second rewind to the same savepoint rebuilds the same checkpoint from the same files.
+
+`warden rewind` is a recovery operation (`rewind`): the supervisor's loop stops the job if need
+be and carries out the rewind as one of its steps (`ops.control.policy`); `rewind_job` is that
+step for a caller that holds no lock, and what a dry run uses.
 """
 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow.parquet as pq
 from botocore.client import BaseClient
 
 from ops.control.locks import job_lock
-from ops.control.supervisor import Supervisor
 from ops.driver.checkpoint import (
     log_entries,
     read_offsets,
@@ -50,6 +54,10 @@ from ops.savepoints.store import STATUS_COMPLETE, STATUS_SUPERSEDED, fetch_savep
 from ops.spec.job import find_job
 from ops.spec.paths import JobPaths
 from ops.spec.platform import PlatformConfig
+
+if TYPE_CHECKING:
+    # The supervisor carries rewinds out (it imports this module); here it is only called.
+    from ops.control.supervisor import Supervisor
 
 
 @dataclass(frozen=True)
@@ -74,6 +82,10 @@ class RewindPlan:
     def replay_batches(self) -> range:
         return range(self.batch_id + 1, self.last_batch + 1)
 
+    def outcome(self) -> str:
+        """The line a finished rewind leaves in the ledger."""
+        return rewind_outcome(self.batch_id, self.last_batch)
+
     def describe(self) -> str:
         """The dry-run report: what would be removed, recomputed and read again."""
         batches = self.replay_batches
@@ -87,6 +99,15 @@ class RewindPlan:
                 f"  replay     {len(self.input_files)} input files, {self.input_bytes:,} bytes",
             ]
         )
+
+
+def rewind_outcome(batch_id: int, last_batch: int) -> str:
+    """The ledger line of a rewind to batch `batch_id` of a checkpoint that had run to `last_batch`."""
+    batches = range(batch_id + 1, last_batch + 1)
+    queued = (
+        f"batches {batches.start}..{batches.stop - 1} queued for replay" if batches else "nothing to replay"
+    )
+    return f"rewound to batch {batch_id}; {queued}"
 
 
 def parse_moment(text: str) -> datetime:
@@ -124,10 +145,10 @@ def choose_savepoint(
     return match
 
 
-def _queued_offsets(platform: PlatformConfig, job: str, after: int) -> dict[int, bytes]:
+def _queued_offsets(paths: JobPaths, after: int) -> dict[int, bytes]:
     """Every original offsets entry above `after`: the live checkpoint's and those still queued."""
-    live = log_entries(platform.checkpoint_root / job / "offsets")
-    queued = log_entries(JobPaths.of(platform, find_job(job, platform.conf_dir)).replay)
+    live = log_entries(paths.offsets)
+    queued = log_entries(paths.replay)
     offsets = {i: paths[0].read_bytes() for i, paths in queued.items() if i > after}
     offsets.update({i: paths[0].read_bytes() for i, paths in live.items() if i > after})
     return offsets
@@ -146,9 +167,9 @@ def plan_rewind(
     `saved_source_offsets` and `saved_sink_files` describe the savepoint: its sources' offsets at
     batch N (from the manifest) and the sink files its sink log lists.
     """
-    spec = find_job(job, platform.conf_dir)
+    paths = JobPaths.of(platform, find_job(job, platform.conf_dir))
     n = savepoint.batch_id
-    offsets = _queued_offsets(platform, job, n)
+    offsets = _queued_offsets(paths, n)
     last = max(offsets, default=n)
     missing = sorted(set(range(n + 1, last + 1)) - set(offsets))
     if missing:
@@ -162,7 +183,7 @@ def plan_rewind(
         _, last_offsets = read_offsets(offsets[last])
         for index, offset in enumerate(last_offsets):
             saved = saved_source_offsets[index] if index < len(saved_source_offsets) else None
-            source_log = platform.checkpoint_root / job / "sources" / str(index)
+            source_log = paths.sources / str(index)
             inputs += source_files(source_log, source_log_offset(saved), source_log_offset(offset))
     gone = [path for path in inputs if not path.is_file()]
     if gone:
@@ -170,8 +191,7 @@ def plan_rewind(
             f"cannot replay {job!r} from batch {n}: {len(gone)} input files of the batches to replay "
             f"are no longer retained, e.g. {gone[0]}"
         )
-    sink_log = platform.lake_root / spec.pipeline.sink.path / "_spark_metadata"
-    later_files = sorted(path for path in sink_files(sink_log) - saved_sink_files if path.is_file())
+    later_files = sorted(path for path in sink_files(paths.sink_log) - saved_sink_files if path.is_file())
     return RewindPlan(
         job=job,
         savepoint=savepoint,
@@ -221,19 +241,21 @@ def prepare_rewind(
 
 
 def _recover_interrupted(platform: PlatformConfig, job: str) -> None:
-    """Undo the half of a swap an interrupted rewind left, then drop its staging area.
+    """Undo the half of a swap an interrupted rewind left, finish its deletions, drop its staging.
 
     A rewind that died between moving a live directory aside and moving its replacement in left
-    the live one only under `retired/`; it goes back, so the new rewind plans from it.
+    the live one only under `retired/`; it goes back, so the new rewind plans from it. One that
+    died after swapping the sink log left some of the later batches' files behind, listed by the
+    retired log only: they go now, since the new plan, made from the swapped log, cannot see them.
     """
     retired = _staging_dir(platform, job) / "retired"
-    sink_log = platform.lake_root / find_job(job, platform.conf_dir).pipeline.sink.path / "_spark_metadata"
-    for moved, live in (
-        (retired / "checkpoint", platform.checkpoint_root / job),
-        (retired / "sink-log", sink_log),
-    ):
+    paths = JobPaths.of(platform, find_job(job, platform.conf_dir))
+    for moved, live in ((retired / "checkpoint", paths.checkpoint), (retired / "sink-log", paths.sink_log)):
         if moved.exists() and not live.exists():
             moved.rename(live)
+    if (retired / "sink-log").is_dir() and paths.sink_log.is_dir():
+        for path in sink_files(retired / "sink-log") - sink_files(paths.sink_log):
+            path.unlink(missing_ok=True)
     discard_rewind(platform, job)
 
 
@@ -246,14 +268,13 @@ def execute_rewind(platform: PlatformConfig, plan: RewindPlan) -> None:
     """Carry out a prepared rewind. The job must be stopped and its lock held by the caller."""
     job = plan.job
     staging = _staging_dir(platform, job)
-    spec = find_job(job, platform.conf_dir)
-    checkpoint = platform.checkpoint_root / job
-    sink_log = platform.lake_root / spec.pipeline.sink.path / "_spark_metadata"
+    job_paths = JobPaths.of(platform, find_job(job, platform.conf_dir))
+    checkpoint, sink_log = job_paths.checkpoint, job_paths.sink_log
     retired = staging / "retired"
     retired.mkdir(parents=True, exist_ok=True)
 
     # 1. The replay queue first: from here on every step can be redone from the savepoint.
-    queue = JobPaths.of(platform, spec).replay
+    queue = job_paths.replay
     for batch_id, content in plan.replay_offsets.items():
         write_log_entry(queue / str(batch_id), content)
     for batch_id, paths in log_entries(queue).items():
@@ -295,6 +316,14 @@ def _swap(replacement: Path, live: Path, retired: Path) -> None:
         live.mkdir()
 
 
+def complete_rewind(platform: PlatformConfig, ledger: Ledger, plan: RewindPlan) -> None:
+    """Carry out a prepared rewind and mark the savepoints taken after its own as superseded
+    (they list sink files the rewind deleted). The job must be stopped and its lock held."""
+    execute_rewind(platform, plan)
+    newer = [sp.id for sp in ledger.savepoints(plan.job) if sp.created_at > plan.savepoint.created_at]
+    ledger.set_savepoint_status(newer, STATUS_SUPERSEDED)
+
+
 def rewind_job(
     supervisor: Supervisor,
     job: str,
@@ -305,13 +334,14 @@ def rewind_job(
     dry_run: bool = False,
     s3: BaseClient | None = None,
 ) -> RewindPlan:
-    """Rewind a stopped job to a savepoint under its lock; a dry run only reports the plan.
+    """Rewind a stopped job to a savepoint under its lock, now; a dry run only reports the plan.
 
     Refuses (RewindError, nothing touched) while a driver of the job runs; a dry run may look at a
     running job (its plan is as of now: the job keeps adding batches). The rewind is a
     decision row in the ledger, written before acting, with the plan as its inputs. Savepoints
     taken after the chosen one are marked superseded: they list sink files the rewind deleted. The
-    replay happens when the job is next started.
+    replay happens when the job is next started. Operators use `rewind`, which the reconcile loop
+    carries out and finishes even if the caller dies.
     """
     platform, ledger = supervisor.platform, supervisor.ledger
     with job_lock(platform, job, "rewind"):
@@ -324,32 +354,59 @@ def rewind_job(
         if dry_run:
             discard_rewind(platform, job)
             return plan
-        decision = ledger.record_decision(
-            job,
-            "rewind",
-            reason,
-            {
-                "savepoint": plan.savepoint.id,
-                "batch_id": plan.batch_id,
-                "last_batch": plan.last_batch,
-                "sink_files_removed": len(plan.sink_files),
-                "sink_rows_removed": plan.sink_rows,
-                "input_files": len(plan.input_files),
-                "input_bytes": plan.input_bytes,
-            },
-        )
+        decision = ledger.record_decision(job, "rewind", reason, plan_inputs(plan))
         try:
-            execute_rewind(platform, plan)
+            complete_rewind(platform, ledger, plan)
         except Exception as exc:
             ledger.set_outcome(decision, f"failed: {exc}")
             raise
-        newer = [sp.id for sp in ledger.savepoints(job) if sp.created_at > plan.savepoint.created_at]
-        ledger.set_savepoint_status(newer, STATUS_SUPERSEDED)
-        batches = plan.replay_batches
-        queued = (
-            f"batches {batches.start}..{batches.stop - 1} queued for replay"
-            if batches
-            else "nothing to replay"
-        )
-        ledger.set_outcome(decision, f"rewound to batch {plan.batch_id}; {queued}")
+        ledger.set_outcome(decision, plan.outcome())
         return plan
+
+
+def plan_inputs(plan: RewindPlan) -> dict[str, Any]:
+    """A rewind plan as decision inputs."""
+    return {
+        "savepoint": plan.savepoint.id,
+        "batch_id": plan.batch_id,
+        "last_batch": plan.last_batch,
+        "sink_files_removed": len(plan.sink_files),
+        "sink_rows_removed": plan.sink_rows,
+        "input_files": len(plan.input_files),
+        "input_bytes": plan.input_bytes,
+    }
+
+
+def rewind(
+    supervisor: Supervisor,
+    job: str,
+    *,
+    reason: str,
+    savepoint_id: str | None = None,
+    before: datetime | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> RewindPlan:
+    """Ask the reconcile loop to rewind a stopped job, and run its passes until it has.
+
+    The request is checked first (the job is stopped, the savepoint exists, its replay can be
+    exact: a dry run), then recorded as a `rewind` operation; the passes this call runs, or any
+    pass after it if this process dies, carry it out. Returns the dry run's plan; RewindError when
+    the rewind was refused.
+    """
+    run = supervisor.ledger.current_run(job)
+    if run is not None and supervisor.backend.is_alive(run):
+        raise RewindError(f"job {job!r} is running (run {run.run_id}); suspend it first: warden stop {job}")
+    supervisor.ensure_no_operation(job)
+    plan = rewind_job(supervisor, job, reason=reason, savepoint_id=savepoint_id, before=before, dry_run=True)
+    operation = supervisor.start_operation(
+        job,
+        "rewind",
+        reason,
+        plan_inputs(plan),
+        savepoint_id=plan.savepoint.id,
+        savepoint_batch=plan.savepoint.batch_id,
+    )
+    ended = supervisor.await_operation(operation.id, progress=progress)
+    if ended.failure is not None:
+        raise RewindError(ended.failure)
+    return plan

@@ -116,10 +116,11 @@ class SavepointOperator(SupervisorOperator):
 class RestateOperator(SupervisorOperator):
     """Restates a job from a savepoint (by id, or the newest before a time); a dry run only reports.
 
-    The real run is `ops.recovery.restate.restate`: suspend, rewind, resume (the driver replays the later
-    batches with the current code), wait for the replay, then a ledger entry and a Slack summary.
-    A scheduled restatement gives neither id nor time but `lookback_hours`: the newest savepoint
-    taken that long before the run starts.
+    The real run is `ops.recovery.restate.restate`: it records the restatement in the ledger and
+    runs reconcile passes (stop, rewind, replay with the current code, a ledger entry and a Slack
+    summary) until the supervisor's loop has finished it, logging each step. If this task dies,
+    the job's supervision DAG finishes the restatement. A scheduled restatement gives neither id
+    nor time but `lookback_hours`: the newest savepoint taken that long before the run starts.
     """
 
     template_fields: Sequence[str] = ("job", "savepoint", "before", "reason", "dry_run")
@@ -167,7 +168,12 @@ class RestateOperator(SupervisorOperator):
             self.log.info("dry run, nothing changed:\n%s", plan.describe())
             return plan.describe()
         summary = restate(
-            self.supervisor, self.job, reason=reason, savepoint_id=savepoint_id, before=before
-        ).summary()
+            self.supervisor,
+            self.job,
+            reason=reason,
+            savepoint_id=savepoint_id,
+            before=before,
+            progress=lambda line: self.log.info("%s", line),
+        )
         self.log.info("%s", summary)
         return summary

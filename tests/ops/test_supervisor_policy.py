@@ -10,28 +10,40 @@ import pytest
 from ops.control.health import Observation, assess
 from ops.control.policy import (
     CONFIG_FAILURE,
+    DRY_RUN_TIMEOUT_SECONDS,
     FAILURE,
     CloseRun,
+    EndDryRun,
+    FinishOperation,
+    InstallSpec,
     JobView,
     Launch,
     Lifecycle,
     RaiseAlert,
+    RecoveryProgress,
     ResolveAlert,
+    Restore,
+    Result,
+    RollBack,
+    StartDryRun,
+    Step,
     StopDriver,
     SuspendJob,
     TakeSavepoint,
+    TakeUpgradeSavepoint,
     backoff_seconds,
     decide,
     restart_streak,
 )
 from ops.driver.telemetry import BatchSample, Heartbeat
-from ops.ledger.store import JobRecord, RunRecord
+from ops.ledger.store import JobRecord, OperationRecord, RunRecord
 from ops.spec.job import JobSpec, SavepointPolicy, find_job
 from ops.spec.platform import DEFAULT_CONF_DIR
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 SPEC = find_job("router", DEFAULT_CONF_DIR)
 POLICY = SPEC.operations.restart
+NO_PROGRESS = RecoveryProgress()
 
 
 def job_record(
@@ -100,6 +112,8 @@ def view(
     last_savepoint: datetime | None = None,
     spec: JobSpec = SPEC,
     port_free: bool | None = None,
+    operation: OperationRecord | None = None,
+    progress: RecoveryProgress = NO_PROGRESS,
 ) -> JobView:
     observation = Observation(
         at=NOW,
@@ -109,7 +123,15 @@ def view(
         metrics_port_free=port_free,
     )
     return JobView(
-        job, spec, observation, assess(observation, spec.operations), closed, open_alerts, last_savepoint
+        job,
+        spec,
+        observation,
+        assess(observation, spec.operations),
+        closed,
+        open_alerts,
+        last_savepoint,
+        operation,
+        progress,
     )
 
 
@@ -403,3 +425,311 @@ def test_periodic_savepoint_is_due_one_interval_after_run_start_or_the_last_atte
         }
     )
     assert decide(view(job_record(), old, beat=heartbeat(old), spec=off), NOW).actions == ()
+
+
+# --- recovery operations: one test per transition of the state machines in ops.control.policy ---
+
+CANDIDATE = SPEC.model_copy(update={"config_version": "c4nd1d4te000"})
+OLD = SPEC.config_version
+SAVEPOINT = "20261122T110000000000Z-b7-abc123"
+
+
+def operation(kind: str, **facts: object) -> OperationRecord:
+    """An open operation requested ten minutes before NOW, with the facts its steps recorded."""
+    upgrade_facts: dict[str, object] = (
+        {
+            "candidate_spec": "...",
+            "candidate_version": CANDIDATE.config_version,
+            "previous_spec": "...",
+            "previous_version": OLD,
+            "readiness_timeout": 300.0,
+        }
+        if kind == "upgrade"
+        else {"savepoint_id": SAVEPOINT, "savepoint_batch": 7}
+    )
+    return OperationRecord(
+        id=1,
+        job="router",
+        kind=kind,
+        reason="test",
+        decision_id=1,
+        requested_at=NOW - timedelta(minutes=10),
+        step="requested",
+        step_since=NOW - timedelta(minutes=10),
+        **{**upgrade_facts, **facts},  # type: ignore[arg-type]
+    )
+
+
+REWOUND = {"replay_to": 12, "rows_before": 100, "rewound_at": NOW - timedelta(minutes=5)}
+
+
+@pytest.mark.parametrize("kind, state", [("restate", Lifecycle.RESTATING), ("rewind", Lifecycle.REWINDING)])
+def test_a_rewind_or_restate_first_stops_the_driver_gracefully(kind: str, state: Lifecycle) -> None:
+    current = run(started=600)
+    plan = decide(view(job_record(), current, beat=heartbeat(current), operation=operation(kind)), NOW)
+    assert (plan.state, plan.step) == (state, Step.STOP)
+    assert plan.actions == (StopDriver(plan.actions[0].reason, f"stopped: {kind}", graceful=True),)
+
+
+def test_a_driver_already_gone_is_closed_without_a_page_or_a_failure() -> None:
+    current = run(started=600)
+    plan = decide(view(job_record(), current, alive=False, operation=operation("restate")), NOW)
+    assert [(type(a), a.exit_reason) for a in plan.actions] == [(CloseRun, "stopped: restate")]
+
+
+@pytest.mark.parametrize("desired", ["running", "suspended"])
+def test_a_stopped_job_is_rewound_to_the_operations_savepoint(desired: str) -> None:
+    plan = decide(view(job_record(desired=desired, state="SUSPENDED"), operation=operation("restate")), NOW)
+    assert (plan.state, plan.step) == (Lifecycle.RESTATING, Step.REWIND)
+    assert plan.actions == (Restore("restate: test", SAVEPOINT),)
+
+
+def test_a_rewind_is_done_once_rewound_and_leaves_the_job_to_its_desired_state() -> None:
+    plan = decide(view(job_record(state="REWINDING"), operation=operation("rewind", **REWOUND)), NOW)
+    assert (plan.state, plan.step) == (Lifecycle.REWINDING, Step.FINISH)
+    assert [(type(a), getattr(a, "result", None)) for a in plan.actions] == [(FinishOperation, Result.DONE)]
+
+
+def test_a_refused_rewind_fails_the_restatement_with_nothing_touched() -> None:
+    refused = operation("restate", failure="cannot replay 'router' from batch 7: ...")
+    plan = decide(view(job_record(state="RESTATING"), operation=refused), NOW)
+    assert plan.actions == (FinishOperation(plan.actions[0].reason, Result.FAILED),)
+    assert "cannot replay" in plan.reason
+
+
+def test_a_restatement_replays_under_the_ordinary_rules_until_the_queue_is_done() -> None:
+    replaying = operation("restate", **REWOUND)
+    queued = RecoveryProgress(pending_replay=5, last_commit=7)
+    plan = decide(view(job_record(state="RESTATING"), operation=replaying, progress=queued), NOW)
+    assert (plan.state, plan.step, kinds(plan)) == (Lifecycle.RESTATING, Step.REPLAY, [Launch])
+    assert plan.reason.startswith("replaying 5 queued batches up to batch 12")
+
+    # A running replay past its savepoint interval takes no periodic savepoint: the operation is open.
+    old = run(started=2 * 3600)
+    busy = RecoveryProgress(pending_replay=2, last_commit=10)
+    plan = decide(
+        view(job_record(state="RESTATING"), old, beat=heartbeat(old), operation=replaying, progress=busy), NOW
+    )
+    assert (plan.state, plan.actions) == (Lifecycle.RESTATING, ())
+
+    done = RecoveryProgress(pending_replay=0, last_commit=12)
+    plan = decide(
+        view(job_record(state="RESTATING"), old, beat=heartbeat(old), operation=replaying, progress=done), NOW
+    )
+    assert (plan.step, plan.actions) == (Step.FINISH, (FinishOperation(plan.actions[0].reason, Result.DONE),))
+
+    # The queue is empty but the last replayed batch has not committed yet: keep waiting.
+    staged = RecoveryProgress(pending_replay=0, last_commit=11)
+    plan = decide(
+        view(job_record(state="RESTATING"), old, beat=heartbeat(old), operation=replaying, progress=staged),
+        NOW,
+    )
+    assert plan.step is Step.REPLAY and plan.actions == ()
+
+
+def test_a_suspend_during_the_replay_stops_the_driver_and_the_restatement_waits() -> None:
+    current = run(started=60)
+    replaying = operation("restate", **REWOUND)
+    queued = RecoveryProgress(pending_replay=3, last_commit=9)
+    plan = decide(
+        view(
+            job_record(desired="suspended"),
+            current,
+            beat=heartbeat(current),
+            operation=replaying,
+            progress=queued,
+        ),
+        NOW,
+    )
+    assert (plan.state, plan.step, kinds(plan)) == (Lifecycle.SUSPENDED, Step.REPLAY, [StopDriver])
+
+
+def test_an_upgrade_first_takes_a_savepoint_while_the_running_version_is_supervised_as_usual() -> None:
+    current = run(started=600)
+    plan = decide(view(job_record(), current, beat=heartbeat(current), operation=operation("upgrade")), NOW)
+    assert (plan.state, plan.step, kinds(plan)) == (
+        Lifecycle.UPGRADING,
+        Step.SAVEPOINT,
+        [TakeUpgradeSavepoint],
+    )
+
+    # The running version dies meanwhile: it is closed and paged as ever, and the upgrade goes on.
+    plan = decide(
+        view(job_record(), current, alive=False, beat=heartbeat(current), operation=operation("upgrade")), NOW
+    )
+    assert kinds(plan) == [CloseRun, RaiseAlert, TakeUpgradeSavepoint]
+    assert plan.actions[0].exit_reason.startswith(FAILURE)
+
+
+def test_the_dry_run_starts_from_the_savepoint_and_is_watched_until_its_driver_is_gone() -> None:
+    current = run(started=600)
+    saved = operation("upgrade", savepoint_id=SAVEPOINT)
+    plan = decide(view(job_record(), current, beat=heartbeat(current), operation=saved), NOW)
+    assert (plan.step, kinds(plan)) == (Step.DRY_RUN, [StartDryRun])
+
+    launched = operation(
+        "upgrade",
+        savepoint_id=SAVEPOINT,
+        dry_run_id="d",
+        dry_run_pid=77,
+        dry_run_started_at=NOW - timedelta(seconds=30),
+    )
+    running = RecoveryProgress(dry_run_alive=True)
+    plan = decide(
+        view(job_record(), current, beat=heartbeat(current), operation=launched, progress=running), NOW
+    )
+    assert (plan.state, plan.step, plan.actions) == (Lifecycle.UPGRADING, Step.DRY_RUN, ())
+
+    passed = decide(view(job_record(), current, beat=heartbeat(current), operation=launched), NOW)
+    assert passed.actions == (EndDryRun(passed.actions[0].reason, failure=None),)
+
+    spark_says = RecoveryProgress(dry_run_error="[STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE] ...")
+    failed = decide(
+        view(job_record(), current, beat=heartbeat(current), operation=launched, progress=spark_says), NOW
+    )
+    (end,) = failed.actions
+    assert isinstance(end, EndDryRun) and end.failure is not None
+    assert end.failure.startswith("candidate for 'router' cannot take over its current state: [STATE_STORE")
+
+
+def test_a_dry_run_that_runs_too_long_is_ended_as_a_refusal() -> None:
+    late = operation(
+        "upgrade",
+        savepoint_id=SAVEPOINT,
+        dry_run_id="d",
+        dry_run_pid=77,
+        dry_run_started_at=NOW - timedelta(seconds=DRY_RUN_TIMEOUT_SECONDS + 1),
+    )
+    plan = decide(
+        view(
+            job_record(desired="suspended", state="SUSPENDED"),
+            operation=late,
+            progress=RecoveryProgress(dry_run_alive=True),
+        ),
+        NOW,
+    )
+    (end,) = plan.actions
+    assert isinstance(end, EndDryRun) and "did not finish within 300s" in (end.failure or "")
+
+
+def test_a_refused_upgrade_is_closed_and_the_running_version_is_not_touched() -> None:
+    current = run(started=600)
+    refused = operation("upgrade", savepoint_id=SAVEPOINT, dry_run_pid=77, failure="cannot take over")
+    plan = decide(view(job_record(), current, beat=heartbeat(current), operation=refused), NOW)
+    assert (plan.state, plan.step) == (Lifecycle.UPGRADING, Step.FINISH)
+    assert plan.actions == (FinishOperation(plan.actions[0].reason, Result.REFUSED),)
+
+
+PASSED = {"savepoint_id": SAVEPOINT, "dry_run_pid": 77, "dry_run_passed_at": NOW - timedelta(minutes=8)}
+
+
+def test_after_the_dry_run_the_running_version_stops_then_the_candidate_is_installed() -> None:
+    current = run(started=600)
+    deploying = operation("upgrade", **PASSED)
+    plan = decide(view(job_record(), current, beat=heartbeat(current), operation=deploying), NOW)
+    assert (plan.step, plan.actions) == (
+        Step.STOP,
+        (StopDriver(plan.actions[0].reason, "stopped: upgrade", True),),
+    )
+
+    plan = decide(view(job_record(state="UPGRADING"), operation=deploying), NOW)
+    assert (plan.step, plan.actions) == (
+        Step.INSTALL,
+        (InstallSpec(plan.actions[0].reason, CANDIDATE.config_version),),
+    )
+
+
+def new_run(
+    started: float, batches: int = 0, stopped: float | None = None, exit_reason: str | None = None
+) -> RunRecord:
+    return replace(run(started, stopped, exit_reason, batches), config_version=CANDIDATE.config_version)
+
+
+def test_the_installed_candidate_is_launched_and_done_once_ready() -> None:
+    deploying = operation("upgrade", **PASSED)
+    plan = decide(view(job_record(state="UPGRADING"), operation=deploying, spec=CANDIDATE), NOW)
+    assert (plan.step, kinds(plan)) == (Step.READY, [Launch])
+
+    young = new_run(started=30, batches=1)
+    plan = decide(view(job_record(), young, beat=heartbeat(young), operation=deploying, spec=CANDIDATE), NOW)
+    assert (plan.state, plan.step, plan.actions) == (Lifecycle.UPGRADING, Step.READY, ())
+    assert "1 of 3 batches committed" in plan.reason
+
+    ready = new_run(started=30, batches=POLICY.stable_batches)
+    plan = decide(view(job_record(), ready, beat=heartbeat(ready), operation=deploying, spec=CANDIDATE), NOW)
+    assert plan.actions == (FinishOperation(plan.actions[0].reason, Result.DONE),)
+
+    idle = decide(
+        view(job_record(), young, beat=heartbeat(young, event="idle"), operation=deploying, spec=CANDIDATE),
+        NOW,
+    )
+    assert kinds(idle) == [FinishOperation]
+
+
+def test_a_new_version_that_dies_fails_to_launch_or_is_too_slow_is_rolled_back() -> None:
+    deploying = operation("upgrade", **PASSED)
+    crashed = new_run(started=30, batches=1)
+    plan = decide(
+        view(
+            job_record(), crashed, alive=False, beat=heartbeat(crashed), operation=deploying, spec=CANDIDATE
+        ),
+        NOW,
+    )
+    assert (plan.state, kinds(plan)) == (Lifecycle.ROLLING_BACK, [RollBack])
+    assert plan.actions[0].reason.startswith("the new version did not stay up (failed: driver process")
+
+    refused_launch = new_run(started=5, stopped=5, exit_reason=FAILURE + "launch: no space left")
+    plan = decide(view(job_record(), closed=(refused_launch,), operation=deploying, spec=CANDIDATE), NOW)
+    assert plan.actions == (RollBack("the new version did not stay up (failed: launch: no space left)"),)
+
+    slow = new_run(started=301, batches=1)
+    plan = decide(view(job_record(), slow, beat=heartbeat(slow), operation=deploying, spec=CANDIDATE), NOW)
+    assert plan.actions == (RollBack("the new version did not commit 3 batches within 300s"),)
+
+
+def test_a_rollback_stops_reinstalls_rewinds_relaunches_then_pages_once_it_runs() -> None:
+    failing = {**PASSED, "failure": "the new version did not stay up (failed: boom)"}
+    new = new_run(started=30, batches=1)
+    plan = decide(
+        view(
+            job_record(), new, beat=heartbeat(new), operation=operation("upgrade", **failing), spec=CANDIDATE
+        ),
+        NOW,
+    )
+    assert (plan.state, plan.step) == (Lifecycle.ROLLING_BACK, Step.ROLLBACK_STOP)
+    assert plan.actions == (
+        StopDriver(plan.actions[0].reason, "stopped: upgrade rolled back", graceful=True),
+    )
+
+    plan = decide(view(job_record(), operation=operation("upgrade", **failing), spec=CANDIDATE), NOW)
+    assert (plan.step, plan.actions) == (Step.ROLLBACK_INSTALL, (InstallSpec(plan.actions[0].reason, OLD),))
+
+    plan = decide(view(job_record(), operation=operation("upgrade", **failing)), NOW)
+    assert (plan.step, plan.actions) == (Step.ROLLBACK_REWIND, (Restore(plan.actions[0].reason, SAVEPOINT),))
+
+    rewound = operation("upgrade", **failing, rewound_at=NOW - timedelta(seconds=5), replay_to=9)
+    plan = decide(view(job_record(), operation=rewound), NOW)
+    assert (plan.step, kinds(plan)) == (Step.ROLLBACK_LAUNCH, [Launch])
+
+    back = run(started=2)
+    plan = decide(view(job_record(), back, operation=rewound), NOW)
+    assert (plan.state, plan.step) == (Lifecycle.ROLLING_BACK, Step.FINISH)
+    page, finish = plan.actions
+    assert (
+        isinstance(page, RaiseAlert)
+        and page.alert_kind == "upgrade_rolled_back"
+        and page.severity == "critical"
+    )
+    assert (
+        page.reason
+        == f"the new version did not stay up (failed: boom); back on config {OLD} from savepoint {SAVEPOINT}"
+    )
+    assert finish == FinishOperation(finish.reason, Result.ROLLED_BACK)
+
+
+def test_a_previous_version_run_before_the_rollback_rewind_is_stopped_first() -> None:
+    # e.g. someone started the job by hand between the reinstall and the rewind.
+    stray = run(started=20)
+    failing = operation("upgrade", **PASSED, failure="too slow")
+    plan = decide(view(job_record(), stray, beat=heartbeat(stray), operation=failing), NOW)
+    assert (plan.step, kinds(plan)) == (Step.ROLLBACK_STOP, [StopDriver])

@@ -37,7 +37,7 @@ from ops.exceptions import LaunchError
 from ops.ledger.store import RunRecord
 from ops.spec.job import JobSpec
 from ops.spec.paths import JobPaths
-from ops.spec.platform import PlatformConfig
+from ops.spec.platform import PlatformConfig, load_platform
 from tests.support.clock import FakeClock
 from tests.support.platform import job_paths
 
@@ -102,13 +102,21 @@ class FakeBackend:
     # LaunchBackend ------------------------------------------------------------------------------
 
     def launch(self, spec: JobSpec, run_id: str) -> LaunchedDriver:
+        return self._launch(self.platform, spec, run_id)
+
+    def launch_replay_only(self, spec: JobSpec, run_id: str, conf_dir: Path) -> LaunchedDriver:
+        """An upgrade's dry-run driver under the scratch platform in `conf_dir`: a row like any
+        driver (the knobs apply, `crash` ends it); its verdict is the scratch checkpoint's commit."""
+        return self._launch(load_platform(conf_dir), spec, run_id)
+
+    def _launch(self, platform: PlatformConfig, spec: JobSpec, run_id: str) -> LaunchedDriver:
         self.launches += 1
         if self._launch_failures_armed:
             self._launch_failures_armed -= 1
             raise LaunchError(
                 f"cannot start driver for job {spec.name!r}: [Errno 28] No space left on device"
             )
-        runtime_dir = JobPaths.of(self.platform, spec).runtime
+        runtime_dir = JobPaths.of(platform, spec).runtime
         runtime_dir.mkdir(parents=True, exist_ok=True)
         log_path = runtime_dir / f"driver-{run_id}.log"
         log_path.write_text(f"fake driver of {spec.name} for run {run_id}\n")
