@@ -14,10 +14,11 @@ from pyspark.sql import SparkSession
 from jobs.analysis import analyse, record_verdict
 from jobs.catalog import sink_rows
 from jobs.runtime import read_job_landing
+from ops.clock import utcnow
 from ops.control.alerts import Alert, AlertCenter
 from ops.control.supervisor import Supervisor
 from ops.exceptions import ConfigError
-from ops.ledger.store import Ledger, RunRecord
+from ops.ledger.store import Ledger
 from ops.spec.analysis import (
     AnalysisVerdict,
     find_valid_job,
@@ -26,9 +27,10 @@ from ops.spec.analysis import (
     verdict_path,
     with_verdicts,
 )
-from ops.spec.job import JobSpec, find_job, load_jobs
+from ops.spec.job import find_job, load_jobs
 from ops.spec.platform import PlatformConfig
 from tests.support.drivers import edit_job
+from tests.support.fake_backend import FakeBackend
 
 ROUTER_FILE = Path("jobs") / "router.yaml"
 NOT_BOOLEAN_INT = "is of type int, not boolean"
@@ -134,35 +136,13 @@ def test_a_verdict_holds_for_its_file_version_only(
     assert find_valid_job("router", platform) == fixed
 
 
-class CountingBackend:
-    """A launch backend that only counts launches (the supervisor must not launch at all)."""
-
-    name = "counting"
-
-    def __init__(self) -> None:
-        self.launches = 0
-
-    def launch(self, spec: JobSpec, run_id: str):
-        self.launches += 1
-        raise AssertionError(f"launched {spec.name} {spec.config_version}")
-
-    def is_alive(self, run: RunRecord) -> bool:
-        return False
-
-    def stop(self, run: RunRecord, timeout: float) -> str:
-        return "already exited"
-
-    def kill(self, run: RunRecord) -> None:
-        return None
-
-
 def test_the_supervisor_launches_nothing_from_a_rejected_version_and_pages_once(
     spark: SparkSession, platform_conf: PlatformConfig, ledger: Ledger
 ) -> None:
     edit_job(platform_conf, "router", break_routes)
     spec = find_job("router", platform_conf.conf_dir)
     record_verdict(platform_conf, spec, analyse(spark, spec))
-    backend = CountingBackend()
+    backend = FakeBackend(platform_conf, utcnow)
     alerts = AlertCenter(ledger, platform_conf.slack)
     supervisor = Supervisor(platform_conf, ledger, backend, alerts)
 
@@ -221,7 +201,7 @@ def test_a_version_its_driver_already_refused_is_not_paged_twice(
         )
     )
     record_verdict(platform_conf, spec, analyse(spark, spec))
-    supervisor = Supervisor(platform_conf, ledger, CountingBackend(), alerts)
+    supervisor = Supervisor(platform_conf, ledger, FakeBackend(platform_conf, utcnow), alerts)
 
     problems = supervisor.check_job_files()
 

@@ -8,47 +8,26 @@ from typing import Any
 
 import pytest
 
+from ops.clock import utcnow
 from ops.control.alerts import AlertCenter
 from ops.control.launcher import LaunchedDriver, LocalProcessBackend
 from ops.control.policy import FAILURE
 from ops.control.supervisor import Supervisor, stop_all_jobs
 from ops.driver.telemetry import read_heartbeat
-from ops.exceptions import LaunchError
-from ops.ledger.store import Ledger, RunRecord
+from ops.ledger.store import Ledger
 from ops.spec.job import JobSpec, find_job
 from ops.spec.platform import PlatformConfig
 from tests.support.drivers import caught_up, edit_job, fast_trigger, wait_for, write_sessions_input
+from tests.support.fake_backend import FakeBackend
 from tests.support.platform import job_paths
 from tests.support.slack import SlackReceiver
-
-
-class RefusingBackend:
-    """A backend whose launches fail (e.g. no python, no disk); counts the attempts."""
-
-    name = "refusing"
-
-    def __init__(self) -> None:
-        self.launches = 0
-
-    def launch(self, spec: JobSpec, run_id: str):
-        self.launches += 1
-        raise LaunchError(f"cannot start driver for job {spec.name!r}: [Errno 28] No space left on device")
-
-    def is_alive(self, run: RunRecord) -> bool:
-        return False
-
-    def stop(self, run: RunRecord, timeout: float) -> str:
-        return "already exited"
-
-    def kill(self, run: RunRecord) -> None:
-        return None
 
 
 def test_a_metrics_port_held_by_another_process_fails_the_job_once_and_it_launches_when_free(
     platform_conf: PlatformConfig, ledger: Ledger, slack_webhook: SlackReceiver
 ) -> None:
     port = find_job("router", platform_conf.conf_dir).operations.metrics_port
-    backend = RefusingBackend()
+    backend = FakeBackend(platform_conf, utcnow)
     supervisor = Supervisor(platform_conf, ledger, backend, AlertCenter(ledger, platform_conf.slack))
     squatter = socket.create_server(("127.0.0.1", port))
     try:
