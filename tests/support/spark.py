@@ -6,6 +6,10 @@ that call's answer on the connection, so every later call on it would read the a
 the call before and the rest of the session fails with nonsense. py4j cleans up after a
 KeyboardInterrupt only, so `pytest_runtest_makereport` does it for every failed test that used the
 session: it drops the connection and stops the streaming queries the test left running.
+
+Stateful tests set their job's state-store confs on the shared session (`jobs.runtime.state_conf`);
+after every test that used the session they are unset again, so a test's result never depends on
+which tests the worker ran before it (xdist hands tests out in its own order).
 """
 
 from __future__ import annotations
@@ -41,6 +45,13 @@ def spark() -> Iterator[SparkSession]:
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
+# Confs tests set for their own queries, back to Spark's defaults after each test.
+PER_TEST_CONFS = (
+    "spark.sql.streaming.stateStore.providerClass",
+    "spark.sql.streaming.stateStore.checkpointFormatVersion",
+)
+
+
 def recover_session(session: SparkSession) -> None:
     """Give the session a fresh py4j connection and stop every streaming query still running."""
     gateway_client = session.sparkContext._gateway._gateway_client
@@ -62,3 +73,12 @@ def pytest_runtest_makereport(
     if report.when == "call" and report.failed and isinstance(session, SparkSession):
         recover_session(session)
     return report
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Unset the per-test confs after every test that used the session."""
+    session = getattr(item, "funcargs", {}).get("spark")
+    if isinstance(session, SparkSession):
+        for key in PER_TEST_CONFS:
+            session.conf.unset(key)
