@@ -43,13 +43,14 @@ from jobs.enricher.transform import PARTITION_COLUMNS as ENRICHER_PARTITIONS
 from jobs.enricher.transform import enrich
 from jobs.impressions_plays.transform import PARTITION_COLUMNS as IMPRESSIONS_PLAYS_PARTITIONS
 from jobs.impressions_plays.transform import impressions_plays
-from jobs.parsing import parse_events, with_event_partitions
+from jobs.parsing import invalid_time_formats, parse_events, with_event_partitions
 from jobs.router.transform import PARTITION_COLUMNS as ROUTER_PARTITIONS
 from jobs.router.transform import invalid_route_filters, route_events
 from jobs.sessionizer.transform import PARTITION_COLUMNS as SESSIONIZER_PARTITIONS
 from jobs.sessionizer.transform import sessionize
 from jobs.warehouse_writer.transform import PARTITION_COLUMNS as WAREHOUSE_PARTITIONS
 from jobs.warehouse_writer.transform import warehouse_rows
+from ops.driver.listener import parse_observation
 from ops.exceptions import ConfigError
 from ops.spec.job import JobSpec, job_file
 from ops.spec.paths import JobPaths
@@ -58,6 +59,7 @@ from ops.spec.pipelines import (
     CampaignUniquesPipeline,
     DeviceHealthPipeline,
     EnricherPipeline,
+    FileSource,
     ImpressionsPlaysPipeline,
     RouterPipeline,
     WarehouseWriterPipeline,
@@ -214,19 +216,26 @@ def stage_names(spec: JobSpec) -> list[str]:
 
 
 def parsed_inputs(spec: JobSpec, raw: Mapping[str, DataFrame]) -> dict[str, DataFrame]:
-    """Each input's raw lines (one string column `value`) parsed by `jobs.parsing.parse_events`."""
-    return {name: raw[name].transform(parse_events, source) for name, source in spec.pipeline.inputs.items()}
+    """Each input's raw lines (one string column `value`) parsed by `jobs.parsing.parse_events`,
+    observed under `parse_observation(input)` for the driver's duplicate-key metric."""
+    return {
+        name: raw[name].transform(parse_events, source, parse_observation(name))
+        for name, source in spec.pipeline.inputs.items()
+    }
 
 
 def expression_problems(spec: JobSpec, inputs: Mapping[str, DataFrame]) -> dict[str, str]:
-    """What Spark's analyzer rejects in the pipeline's expressions (route filters, rule filters,
-    `red_when`) over the parsed `inputs`, by dotted field of the job file; only the analyzer runs.
+    """What Spark rejects in the pipeline's expressions (route filters, rule filters, `red_when`)
+    over the parsed `inputs` and in its sources' datetime patterns, by dotted field of the job
+    file; only the analyzer runs.
 
     The one check both a driver (before its query starts) and `jobs.analysis` (for `warden
     validate` and the DAG factory, over empty frames of the declared schema) run.
     """
     kind = kind_of(spec)
-    return kind.check(inputs, spec.pipeline) if kind.check else {}
+    spark = next(iter(inputs.values())).sparkSession
+    problems = _time_format_problems(spark, spec)
+    return problems | (kind.check(inputs, spec.pipeline) if kind.check else {})
 
 
 def pipeline_stages(
@@ -248,10 +257,35 @@ def pipeline_stages(
     else:
         stages = {f"{PARSED_STAGE}.{name}": parsed for name, parsed in inputs.items()}
     if kind.side_inputs is not None:
-        spark = next(iter(raw.values())).sparkSession
-        inputs.update(kind.side_inputs(spark, platform, spec))
+        inputs.update(kind.side_inputs(next(iter(raw.values())).sparkSession, platform, spec))
     stages[OUTPUT_STAGE] = kind.transform(inputs, spec.pipeline)
     return stages
+
+
+def _time_format_problems(spark: SparkSession, spec: JobSpec) -> dict[str, str]:
+    """Datetime patterns of the job's sources that Spark refuses, by dotted field of the job file."""
+    problems: dict[str, str] = {}
+    for location, source in _source_locations(spec.pipeline).items():
+        for index, why in invalid_time_formats(spark, source).items():
+            pattern = source.fields[index].format
+            problems[f"{location}.fields.{index}.format"] = (
+                f"datetime pattern {pattern!r} is refused by Spark: {why}"
+            )
+    return problems
+
+
+def _source_locations(pipeline: Any) -> dict[str, FileSource]:
+    """Each `FileSource` of a pipeline by its dotted field in the job file (`pipeline.sources.web`)."""
+    locations: dict[str, FileSource] = {}
+    for attribute in type(pipeline).model_fields:
+        value = getattr(pipeline, attribute)
+        if isinstance(value, FileSource):
+            locations[f"pipeline.{attribute}"] = value
+        elif isinstance(value, Mapping):
+            for key, item in value.items():
+                if isinstance(item, FileSource):
+                    locations[f"pipeline.{attribute}.{key}"] = item
+    return locations
 
 
 def sink_rows(platform: PlatformConfig, spec: JobSpec, raw: Mapping[str, DataFrame]) -> DataFrame:

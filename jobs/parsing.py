@@ -3,15 +3,36 @@
 Landing files are newline-delimited JSON read with the `text` source and parsed here, once, by
 `parse_events`, so a malformed line becomes a dead letter with a precise reason instead of
 failing the batch or vanishing (which is what the `json` source's modes offer).
+
+The `text` source keeps each line's bytes as they are; only converting them to a Java string
+(which `from_json` does) replaces invalid UTF-8 with U+FFFD. So the parse checks the bytes first
+(`is_valid_utf8`, a native scan) and dead-letters a line that is not UTF-8 before anything reads
+it, with the line's bytes in base64 as its `raw`: every column the parse writes is valid UTF-8, so
+every Parquet reader can read the sinks, and nothing of the line is lost.
+
+Each object is parsed into a `map<string,string>` (a value's JSON text by key) rather than a
+struct: the map keeps every occurrence of a key, so a duplicate key is seen in the one parse. The
+last occurrence is the value, as with JavaScript's `JSON.parse`, Python's `json` and Spark's own
+struct parse, which gives it for the rare object with a duplicate key. A field's `path` reads
+nested objects: each object on a path is parsed from its parent's text in turn.
+
+Cost against the struct parse this replaced, on the router's config (local[2], 200K generated
+events, JVM CPU seconds, median of 10, 2026-11-24): the parse stage 1.24 -> 1.53 s (+23 %); the
+whole job (parse, route, partitioned Parquet) 2.54 -> 2.74 s (+8 %), of which the UTF-8 check is
+about half. No Python runs per row.
 """
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame
+from collections.abc import Iterable
+
+from pyspark.errors import PySparkException
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ops.spec.pipelines import FieldType, FileSource
+from ops.driver.listener import DUPLICATE_KEY_LINES
+from ops.spec.pipelines import FieldType, FileSource, SourceField
 
 DEAD_LETTER_REASON = "dead_letter_reason"
 RAW = "raw"
@@ -19,6 +40,9 @@ EVENT_DATE = "event_date"
 EVENT_HOUR = "event_hour"
 # Landing files appear under a temporary name and are renamed to *.json once complete.
 LANDING_GLOB = "*.json"
+
+INVALID_UTF8 = "invalid UTF-8 (raw holds the line's bytes in base64)"
+INVALID_JSON = "invalid JSON"
 
 SPARK_TYPES: dict[FieldType, T.DataType] = {
     "string": T.StringType(),
@@ -28,51 +52,192 @@ SPARK_TYPES: dict[FieldType, T.DataType] = {
     "timestamp": T.TimestampType(),
 }
 
-_CORRUPT_RECORD = "_corrupt_record"
-_JSON = "_json"
+# Microseconds per unit of each epoch format.
+EPOCH_UNITS = {"epoch_seconds": 1_000_000, "epoch_millis": 1_000, "epoch_micros": 1}
+# Spark's timestamp range, 0001-01-01 to 9999-12-31 UTC, in epoch microseconds: a number outside it
+# does not parse (Spark would fail the batch on an overflow).
+MIN_MICROS = -62_135_596_800_000_000
+MAX_MICROS = 253_402_300_799_999_999
+# Epoch text is read as a decimal: integers or fractions, in plain or exponent notation.
+_EPOCH_DECIMAL = T.DecimalType(38, 9)
+
+_OBJECT_MAP = T.MapType(T.StringType(), T.StringType())
+_VALUE = "value"
+_VALID_UTF8 = "_valid_utf8"
+
+ObjectPath = tuple[str, ...]
 
 
-def parse_events(raw: DataFrame, source: FileSource) -> DataFrame:
+def parse_events(raw: DataFrame, source: FileSource, observe_as: str | None = None) -> DataFrame:
     """Raw JSON lines -> one typed column per source field, plus `dead_letter_reason` and `raw`.
 
-    Each line is parsed once, with every field read as text, and each field is then `try_cast` to
-    its declared type, so a bad value is reported instead of failing the batch (ANSI mode). The
-    reason is null for a good row; otherwise "invalid JSON", or the field problems joined by "; ",
-    each quoting the field: "missing required field 'user_id'",
-    "field 'amount': cannot parse 'abc' as double".
+    Each line is parsed once, with every value read as text, and each field's text is then
+    converted to its declared type without failing the batch (ANSI mode). The reason is null for a
+    good row; otherwise `INVALID_UTF8`, "invalid JSON", or the field problems joined by "; ", each
+    quoting the field: "missing required field 'user_id'", "field 'amount': cannot parse 'abc' as
+    double", "field 'device_id': 'device' is not an object". `raw` is the line, except for a line
+    that is not UTF-8: its bytes in base64. The fields of such a line and of invalid JSON are null.
+
+    With `observe_as`, the number of lines in which an object the source reads has a key more
+    than once is observed under that name (`DUPLICATE_KEY_LINES`), for the driver's metrics.
     """
-    text_schema = T.StructType(
-        [T.StructField(field.name, T.StringType()) for field in source.fields]
-        + [T.StructField(_CORRUPT_RECORD, T.StringType())]
+    columns = _ParseColumns(source)
+    value = F.col(_VALUE)
+    utf8_lines = raw.select(value, F.is_valid_utf8(value).alias(_VALID_UTF8))
+    # A line that is not UTF-8 is not parsed: its text would hold replacement characters.
+    line = F.when(F.col(_VALID_UTF8), value)
+    parsed = utf8_lines.select(
+        F.coalesce(line, F.base64(value.cast("binary"))).alias(RAW),
+        F.col(_VALID_UTF8),
+        *columns.parse_object((), line),
     )
-    options = {"columnNameOfCorruptRecord": _CORRUPT_RECORD, "mode": "PERMISSIVE"}
-    parsed = raw.select(F.col("value").alias(RAW), F.from_json("value", text_schema, options).alias(_JSON))
-    # An empty line parses to a null struct; anything that is not a JSON object lands in the
-    # corrupt-record column.
-    invalid_json = F.col(_JSON).isNull() | F.col(f"{_JSON}.{_CORRUPT_RECORD}").isNotNull()
-    problems = [_field_problem(field.name, field.type, field.required) for field in source.fields]
-    reason = F.when(invalid_json, F.lit("invalid JSON")).when(
-        F.coalesce(*problems).isNotNull(), F.concat_ws("; ", *problems)
+    # One level deeper at a time: the text of each path, then the objects among them, parsed from it.
+    for depth in range(1, columns.depth + 1):
+        paths = [path for path in columns.text if len(path) == depth]
+        objects = [path for path in paths if path in columns.is_object]
+        parsed = parsed.withColumns({columns.text[path]: columns.text_in_parent(path) for path in paths})
+        nested = [
+            column for path in objects for column in columns.parse_object(path, F.col(columns.text[path]))
+        ]
+        parsed = parsed.select("*", *nested)
+    duplicate_keys = F.lit(False)
+    for flag in columns.duplicates.values():
+        duplicate_keys = duplicate_keys | F.col(flag)
+    if observe_as is not None:
+        parsed = parsed.observe(observe_as, F.count_if(duplicate_keys).alias(DUPLICATE_KEY_LINES))
+
+    problems = [_field_problem(field, columns) for field in source.fields]
+    reason = (
+        F.when(~F.col(_VALID_UTF8), F.lit(INVALID_UTF8))
+        .when(~F.col(columns.is_object[()]), F.lit(INVALID_JSON))
+        .when(F.coalesce(*problems).isNotNull(), F.concat_ws("; ", *problems))
     )
-    typed = [
-        F.col(f"{_JSON}.{field.name}").try_cast(SPARK_TYPES[field.type]).alias(field.name)
-        for field in source.fields
-    ]
+    typed = [_typed(columns.text_of(field), field).alias(field.name) for field in source.fields]
     return parsed.select(*typed, reason.alias(DEAD_LETTER_REASON), RAW)
 
 
-def _field_problem(name: str, field_type: FieldType, required: bool) -> Column:
+class _ParseColumns:
+    """Names of the intermediate columns of one source's parse.
+
+    `text` has every path the fields read or read through (the JSON text found there);
+    `is_object`, `duplicates` and `values` every object read from, the line itself being `()`.
+    """
+
+    def __init__(self, source: FileSource) -> None:
+        field_paths = [field.json_path for field in source.fields]
+        objects = dict.fromkeys(path[:end] for path in field_paths for end in range(len(path)))
+        paths = dict.fromkeys(sorted({*objects, *field_paths} - {()}, key=len))
+        self.is_object = {path: f"_is_object_{index}" for index, path in enumerate(objects)}
+        self.duplicates = {path: f"_duplicate_keys_{index}" for index, path in enumerate(objects)}
+        self.values = {path: f"_values_{index}" for index, path in enumerate(objects)}
+        self.text = {path: f"_text_{index}" for index, path in enumerate(paths)}
+        self.depth = max(len(path) for path in field_paths)
+        # The keys read in each object.
+        self.keys: dict[ObjectPath, list[str]] = {path: [] for path in objects}
+        for path in paths:
+            self.keys[path[:-1]].append(path[-1])
+
+    def text_of(self, field: SourceField) -> Column:
+        return F.col(self.text[field.json_path])
+
+    def parse_object(self, path: ObjectPath, text: Column) -> list[Column]:
+        """The object at `path` parsed from its JSON `text`: the map, whether it has a duplicate
+        key, and a struct of the text of each key read in it (the last occurrence).
+
+        A map lookup finds a key's first occurrence. For an object with a duplicate key, the
+        struct comes from a second parse into a struct of the keys read, which keeps the last
+        value; a CASE branch is evaluated only for the rows that take it, so that parse runs for
+        the rare duplicate only. (The three are one projection: Spark parses the map once.)
+        """
+        keys = self.keys[path]
+        object_map = F.from_json(text, _OBJECT_MAP)
+        duplicates = _has_duplicate_keys(object_map)
+        first_values = F.struct(*[F.element_at(object_map, F.lit(key)).alias(key) for key in keys])
+        values = F.when(duplicates, F.from_json(text, _text_struct(keys)))
+        return [
+            object_map.isNotNull().alias(self.is_object[path]),
+            duplicates.alias(self.duplicates[path]),
+            values.otherwise(first_values).alias(self.values[path]),
+        ]
+
+    def text_in_parent(self, path: ObjectPath) -> Column:
+        """The JSON text of `path` in its parent object (its last occurrence), or null when absent."""
+        return F.col(self.values[path[:-1]]).getField(path[-1])
+
+
+def _text_struct(keys: Iterable[str]) -> T.StructType:
+    return T.StructType([T.StructField(key, T.StringType()) for key in keys])
+
+
+def _has_duplicate_keys(object_map: Column) -> Column:
+    """Whether a parsed object has a key more than once (false for a missing object)."""
+    keys = F.map_keys(object_map)
+    return F.coalesce(F.size(keys) != F.size(F.array_distinct(keys)), F.lit(False))
+
+
+def _typed(text: Column, field: SourceField) -> Column:
+    """The field's text converted to its type; null when it is null or does not parse."""
+    if field.type == "string":
+        return text
+    if field.type != "timestamp" or field.time_format == "iso8601":
+        return text.try_cast(SPARK_TYPES[field.type])
+    if field.time_format in EPOCH_UNITS:
+        micros = text.try_cast(_EPOCH_DECIMAL) * F.lit(EPOCH_UNITS[field.time_format])
+        in_range = micros.between(F.lit(MIN_MICROS), F.lit(MAX_MICROS))
+        # Digits below a microsecond are dropped, as Spark's own timestamp casts do.
+        return F.when(in_range, F.timestamp_micros(micros.cast("long")))
+    return F.try_to_timestamp(text, F.lit(field.time_format))
+
+
+def _type_name(field: SourceField) -> str:
+    """The type as problems name it: "timestamp (epoch_millis)" for a format other than ISO 8601."""
+    if field.type == "timestamp" and field.time_format != "iso8601":
+        return f"timestamp ({field.time_format})"
+    return field.type
+
+
+def _field_problem(field: SourceField, columns: _ParseColumns) -> Column:
     """What is wrong with one field of a parsed row, or null."""
-    text = F.col(f"{_JSON}.{name}")
+    path = field.json_path
+    text = columns.text_of(field)
+    at = f" at '{'.'.join(path)}'" if path != (field.name,) else ""
     problems = []
-    if required:
-        problems.append(F.when(text.isNull(), F.lit(f"missing required field '{name}'")))
-    if field_type != "string":
-        unparsable = text.isNotNull() & text.try_cast(SPARK_TYPES[field_type]).isNull()
-        message = F.concat(F.lit(f"field '{name}': cannot parse '"), text, F.lit(f"' as {field_type}"))
-        problems.append(F.when(unparsable, message))
-    # At most one of the two holds: a field is either missing or present and unparsable.
+    # An object on the path that is there but is not an object (a string, a number, an array).
+    for end in range(1, len(path)):
+        outer = path[:end]
+        not_object = F.col(columns.text[outer]).isNotNull() & ~F.col(columns.is_object[outer])
+        message = f"field '{field.name}': '{'.'.join(outer)}' is not an object"
+        problems.append(F.when(not_object, F.lit(message)))
+    if field.required:
+        problems.append(F.when(text.isNull(), F.lit(f"missing required field '{field.name}'{at}")))
+    if field.type != "string":
+        unparsable = text.isNotNull() & _typed(text, field).isNull()
+        message_parts = [
+            F.lit(f"field '{field.name}': cannot parse '"),
+            text,
+            F.lit(f"' as {_type_name(field)}"),
+        ]
+        problems.append(F.when(unparsable, F.concat(*message_parts)))
+    # The first problem only: a field is either under a non-object, missing, or unparsable.
     return F.coalesce(*problems) if problems else F.lit(None).cast("string")
+
+
+def invalid_time_formats(spark: SparkSession, source: FileSource) -> dict[int, str]:
+    """Datetime patterns of the source's fields that Spark refuses, by field index -> why.
+
+    Spark checks a pattern only when it first parses with it, so a bad one would fail every batch;
+    this parses one literal with each pattern (on the driver, by constant folding) before the
+    query starts.
+    """
+    problems: dict[int, str] = {}
+    for index, field in enumerate(source.fields):
+        if field.type != "timestamp" or field.time_format in ("iso8601", *EPOCH_UNITS):
+            continue
+        try:
+            spark.range(1).select(F.try_to_timestamp(F.lit("1970-01-01"), F.lit(field.time_format))).collect()
+        except PySparkException as exc:
+            problems[index] = str(exc).strip().splitlines()[0]
+    return problems
 
 
 def with_event_partitions(events: DataFrame, source: FileSource) -> DataFrame:

@@ -46,6 +46,10 @@ from ops.driver.telemetry import (
 # Long stack traces stay in the driver log; the heartbeat keeps enough to page on.
 MAX_ERROR_MESSAGE = 2000
 BACKLOG_FILES_METRIC = "numFilesOutstanding"
+# `jobs.parsing.parse_events` observes each input of a job under "parse.<input>" (Spark's observed
+# metrics, in each progress record's `observedMetrics`), counting the lines with a duplicate key.
+PARSE_OBSERVATION_PREFIX = "parse."
+DUPLICATE_KEY_LINES = "duplicate_key_lines"
 
 log = structlog.get_logger("streamwarden.listener")
 
@@ -71,6 +75,21 @@ def batch_sample(progress: Mapping[str, Any]) -> BatchSample:
         duration_ms=int(progress.get("batchDuration", 0)),
         backlog_files=sum(outstanding) if outstanding else None,
     )
+
+
+def parse_observation(input_name: str) -> str:
+    """The name `parse_events` observes an input of the job under."""
+    return f"{PARSE_OBSERVATION_PREFIX}{input_name}"
+
+
+def duplicate_key_lines(progress: Mapping[str, Any]) -> dict[str, int]:
+    """Lines with a duplicate key in the batch, by input (inputs with none included)."""
+    observed = progress.get("observedMetrics") or {}
+    return {
+        name.removeprefix(PARSE_OBSERVATION_PREFIX): int(metrics.get(DUPLICATE_KEY_LINES) or 0)
+        for name, metrics in observed.items()
+        if name.startswith(PARSE_OBSERVATION_PREFIX)
+    }
 
 
 def state_rows(progress: Mapping[str, Any]) -> int | None:
@@ -140,6 +159,12 @@ class _Metrics:
         self.state_memory = gauge(
             "streamwarden_state_memory_bytes", "Memory used by the state stores of all stateful operators"
         )
+        self.duplicate_key_lines = Counter(
+            "streamwarden_duplicate_key_lines",
+            "Lines in which an object the job reads has a key more than once (the last value is used)",
+            [JOB_LABEL, "input"],
+            registry=registry,
+        )
         self.heartbeat = gauge(
             "streamwarden_heartbeat_timestamp_seconds", "When the driver last wrote its heartbeat"
         )
@@ -204,6 +229,8 @@ class TelemetryListener(StreamingQueryListener):
         self._metrics.last_batch_id.set(sample.batch_id)
         self._metrics.input_rows.inc(sample.num_input_rows)
         self._metrics.dropped_by_watermark.inc(_state_total(progress, "numRowsDroppedByWatermark") or 0)
+        for input_name, lines in duplicate_key_lines(progress).items():
+            self._metrics.duplicate_key_lines.labels(self.job, input_name).inc(lines)
         self._metrics.input_rate.set(sample.input_rows_per_second)
         self._metrics.processed_rate.set(sample.processed_rows_per_second)
         self._metrics.batch_duration.set(sample.duration_ms / 1000)

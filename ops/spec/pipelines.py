@@ -19,11 +19,90 @@ DEAD_LETTER_ROUTE = "dead_letter"
 
 FieldType = Literal["string", "long", "double", "boolean", "timestamp"]
 
+# How a timestamp field's value is written, besides a datetime pattern (see `SourceField.format`).
+TimeFormat = Literal["iso8601", "epoch_seconds", "epoch_millis", "epoch_micros"]
+TIME_FORMATS: tuple[TimeFormat, ...] = ("iso8601", "epoch_seconds", "epoch_millis", "epoch_micros")
+# Letters Spark's datetime parser accepts in a pattern: E, F, q, Q only format, and the week-based
+# Y, w, W, u, e, c are refused since Spark 3 (docs: sql-ref-datetime-pattern). Spark itself checks
+# the rest (counts of letters, quotes) when the query is planned (`jobs.parsing.invalid_time_formats`).
+PATTERN_LETTERS = frozenset("GyDMLdahKkHmsSVzOXxZ")
+
 
 class SourceField(Model):
+    """One typed column read from each JSON line.
+
+    `path` is where the value is in the line: the field's name by default, or a dotted path into
+    nested objects (`device.id`). `format` says how a timestamp is written: `iso8601` (the
+    default), `epoch_seconds`, `epoch_millis`, `epoch_micros`, or a Spark datetime pattern such
+    as `dd/MM/yyyy HH:mm:ss`.
+    """
+
     name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     type: FieldType
     required: bool = False
+    path: str | None = Field(
+        None,
+        min_length=1,
+        description="Dotted path of the value in the JSON object ('device.id'); the name when absent.",
+    )
+    format: str | None = Field(
+        None,
+        min_length=1,
+        description="Timestamp fields only: iso8601 (default), epoch_seconds, epoch_millis, "
+        "epoch_micros, or a Spark datetime pattern ('yyyy-MM-dd HH:mm:ss').",
+    )
+
+    @property
+    def json_path(self) -> tuple[str, ...]:
+        """The keys leading to the value, outermost first."""
+        return tuple((self.path or self.name).split("."))
+
+    @property
+    def time_format(self) -> str:
+        """The timestamp format: one of `TIME_FORMATS` or a datetime pattern."""
+        return self.format or "iso8601"
+
+    @model_validator(mode="after")
+    def _path_and_format_are_valid(self) -> SourceField:
+        if self.path is not None and "" in self.path.split("."):
+            raise ValueError(f"field {self.name!r}: path {self.path!r} has an empty key")
+        if self.format is None:
+            return self
+        if self.type != "timestamp":
+            raise ValueError(
+                f"field {self.name!r}: format {self.format!r} applies to timestamp fields only, "
+                f"not {self.type}"
+            )
+        if self.format not in TIME_FORMATS:
+            problem = datetime_pattern_problem(self.format)
+            if problem:
+                raise ValueError(
+                    f"field {self.name!r}: format {self.format!r} is not one of {', '.join(TIME_FORMATS)} "
+                    f"nor a datetime pattern: {problem}"
+                )
+        return self
+
+
+def datetime_pattern_problem(pattern: str) -> str | None:
+    """Why `pattern` cannot be a Spark datetime pattern for parsing, or None if it may be.
+
+    Checks letters and quotes; Spark has the last word when the query is planned.
+    """
+    letters: list[str] = []
+    quoted = False
+    for char in pattern:
+        if char == "'":
+            quoted = not quoted
+        elif not quoted and char.isascii() and char.isalpha():
+            letters.append(char)
+    if quoted:
+        return "a quote (') is not closed"
+    refused = sorted(set(letters) - PATTERN_LETTERS)
+    if refused:
+        return f"pattern letters {refused} cannot parse (use {''.join(sorted(PATTERN_LETTERS))})"
+    if not letters:
+        return "it has no pattern letters"
+    return None
 
 
 class FileSource(Model):
@@ -380,6 +459,9 @@ class ReferenceTable(Model):
 
     @model_validator(mode="after")
     def _key_is_a_field(self) -> ReferenceTable:
+        for field in self.fields:
+            if field.path is not None or field.format is not None:
+                raise ValueError(f"field {field.name!r}: a reference table's columns take no path or format")
         names = [f.name for f in self.fields]
         if len(set(names)) != len(names):
             raise ValueError("field names must be unique")

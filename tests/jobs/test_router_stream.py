@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import signal
 import socket
 import urllib.request
@@ -10,10 +12,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from jobs.parsing import INVALID_UTF8
 from jobs.router.transform import read_route
+from ops.atomic import write_atomically
 from ops.driver.telemetry import Heartbeat, read_heartbeat
 from ops.spec.job import find_job
 from ops.spec.pipelines import DEAD_LETTER_ROUTE
@@ -145,3 +152,57 @@ def test_query_failing_at_runtime_exits_1_and_keeps_the_error(
     assert heartbeat is not None and heartbeat.event == "terminated"
     assert heartbeat.error_class is not None and heartbeat.error_class.endswith("Exception")
     assert heartbeat.error_message is not None and "no route for" in heartbeat.error_message
+
+
+def test_a_line_that_is_not_utf8_stays_readable_and_duplicate_keys_are_counted(
+    platform_conf: PlatformConfig, start_driver: Callable[..., Driver]
+) -> None:
+    edit_job(platform_conf, "router", fast_trigger)
+    spec = find_job("router", platform_conf.conf_dir)
+    purchase = {
+        "event_id": "p-1",
+        "event_time": "2025-01-01T10:15:00.000Z",
+        "user_id": "u1",
+        "event_type": "purchase",
+        "country": "DE",
+        "amount": 12.5,
+    }
+    latin1 = json.dumps({**purchase, "event_id": "p-2", "page": "/caf\u00e9"}, ensure_ascii=False).encode(
+        "latin-1"
+    )
+    # Not UTF-8 and malformed too: a dead letter whatever the parse, its raw line must stay readable.
+    broken = '{"event_id": "p-4", "event_type": "view", "page": "/caf\u00e9"}'.encode("latin-1")
+    # The amount twice: the last value is the one routed, and the line is counted.
+    duplicate = json.dumps({**purchase, "event_id": "p-3"})[:-1].encode() + b', "amount": 5.0}'
+    lines = [json.dumps(purchase).encode(), latin1, broken, duplicate]
+    write_atomically(
+        platform_conf.landing_root / spec.pipeline.source.path / "bytes.json", b"\n".join(lines) + b"\n"
+    )
+
+    driver = start_driver("run-bytes")
+    driver.wait_heartbeat(lambda hb: rows_read(hb) == len(lines))
+    with urllib.request.urlopen(
+        f"http://127.0.0.1:{spec.operations.metrics_port}/metrics", timeout=5
+    ) as response:
+        metrics = response.read().decode()
+    assert 'streamwarden_duplicate_key_lines_total{input="events",job_name="router"} 1.0' in metrics
+    driver.process.send_signal(signal.SIGTERM)
+    assert driver.wait_exit() == 0, driver.log()
+
+    # Any Parquet reader, not only Spark, reads every file of the sink, and pyarrow the whole sink
+    # (skipping `_spark_metadata`). Partition values are read as plain strings: pyarrow cannot yet
+    # unify dictionary-encoded partition values with nulls (the dead letter's event_date).
+    sink = platform_conf.lake_root / spec.pipeline.sink.path
+    files = sorted(path for path in sink.rglob("*.parquet") if "_spark_metadata" not in path.parts)
+    assert sum(len(pd.read_parquet(path)) for path in files) == len(lines)
+    table = pq.read_table(sink, partitioning=ds.HivePartitioning.discover(infer_dictionary=False))
+    table.validate(full=True)
+    frame = table.to_pandas()
+    dead = frame[frame["route"] == "dead_letter"]
+    assert list(dead["dead_letter_reason"]) == [INVALID_UTF8, INVALID_UTF8]
+    assert sorted(base64.b64decode(raw) for raw in dead["raw"]) == sorted([latin1, broken])
+    purchases = frame[frame["route"] == "purchases"]
+    assert sorted(zip(purchases["event_id"], purchases["amount"], strict=True)) == [
+        ("p-1", 12.5),
+        ("p-3", 5.0),
+    ]

@@ -14,6 +14,7 @@ from ops.driver.listener import (
     TelemetryListener,
     batch_sample,
     describe_failure,
+    duplicate_key_lines,
     serve_metrics,
     state_memory_bytes,
     state_rows,
@@ -50,6 +51,18 @@ def test_batch_sample_reads_a_progress_record() -> None:
     bare = batch_sample({"batchId": 0, "sources": [{"metrics": {}}]})
     assert (bare.input_rows_per_second, bare.backlog_files) == (0.0, None)
     assert state_rows({"stateOperators": []}) is None and state_memory_bytes({}) is None
+
+
+def test_duplicate_key_lines_are_read_from_the_parse_observations_by_input() -> None:
+    progress = {
+        "observedMetrics": {
+            "parse.web": {"duplicate_key_lines": 3},
+            "parse.app": {"duplicate_key_lines": 0},
+            "quality": {"duplicate_key_lines": 9},
+        }
+    }
+    assert duplicate_key_lines(progress) == {"web": 3, "app": 0}
+    assert duplicate_key_lines({}) == {}
 
 
 def test_describe_failure_keeps_class_condition_and_message() -> None:
