@@ -1,6 +1,6 @@
 # Streamwarden: one machine, no Docker. `make demo` to try it, `make test` for what CI runs.
 .DEFAULT_GOAL := help
-.PHONY: help install demo stop test test-fast check bench bench-flink
+.PHONY: help install system-deps demo stop test test-fast check bench bench-flink
 
 UV_VERSION := 0.13.9
 VENV := .venv
@@ -42,13 +42,25 @@ $(VENV)/.synced: uv.lock pyproject.toml Makefile | $(UV)
 
 install: $(VENV)/.synced
 
+# Debian packages the tests drive for real: Prometheus and its tools (promtool, amtool), headless
+# Chromium for the UI tests, the PostgreSQL JDBC driver for the Hive metastore. Installed when
+# missing and running as root (CI); otherwise the missing ones are named and the target fails.
+SYSTEM_PACKAGES := prometheus prometheus-alertmanager prometheus-pushgateway chromium libpostgresql-jdbc-java
+system-deps:
+	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || echo $$p; done); \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ]; then echo "missing Debian packages (install as root): $$missing" >&2; exit 1; fi; \
+	echo "installing Debian packages: $$missing"; \
+	DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null
+
 demo: install
 	$(VENV)/bin/warden platform up
 
 stop:
 	$(VENV)/bin/warden platform down
 
-test: install
+test: install system-deps
 	$(PYTEST) --numprocesses $(TEST_WORKERS) --dist loadgroup tests/
 
 # Serial: the fast tier takes about as long as starting xdist workers would.
