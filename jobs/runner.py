@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import time
 from collections.abc import Sequence
 
 import structlog
@@ -28,6 +29,7 @@ from jobs.runtime import (
     run_streaming_job,
 )
 from ops.driver.listener import TelemetryListener
+from ops.driver.takeover import StandbyStatus, write_standby_status
 from ops.exceptions import ConfigError
 from ops.spec.job import JOB_NAME_PATTERN, JobSpec, find_job, job_file
 from ops.spec.paths import HEARTBEAT_FILE, JobPaths
@@ -97,7 +99,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         const="replay_only",
         help="replay the batches a rewind queued, then exit 0 without starting the trigger",
     )
+    parser.add_argument(
+        "--standby",
+        action="store_true",
+        help="a warm standby: start Spark and plan the query, then wait for the supervisor's "
+        "take-over grant before running it (operations.restart.warm_standby)",
+    )
     args = parser.parse_args(argv)
+    if args.standby and args.mode != "continuous":
+        parser.error("--standby takes over a continuous query: not with --available-now or --replay-only")
     configure_logging(job=args.job, run_id=args.run_id)
     # Installed first: a stop request during the slow Spark start-up is honoured once it is up.
     shutdown = ShutdownRequest()
@@ -114,18 +124,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("invalid job config", error=str(exc))
         # Without a spec there is no listener yet; the supervisor still needs to see why (a name
         # that is not a job name cannot be a runtime directory).
+        # A standby never writes the job's heartbeat: that is the active driver's.
         if re.match(JOB_NAME_PATTERN, args.job):
-            heartbeat = platform.job_runtime_dir(args.job) / HEARTBEAT_FILE
-            TelemetryListener(heartbeat, args.job, args.run_id).record_termination(
-                type(exc).__name__, str(exc)
-            )
+            runtime_dir = platform.job_runtime_dir(args.job)
+            if args.standby:
+                write_standby_status(
+                    runtime_dir,
+                    StandbyStatus(args.run_id, "failed", time.time(), f"{type(exc).__name__}: {exc}"),
+                )
+            else:
+                TelemetryListener(runtime_dir / HEARTBEAT_FILE, args.job, args.run_id).record_termination(
+                    type(exc).__name__, str(exc)
+                )
         return EXIT_CONFIG_ERROR
     log.info("starting", kind=spec.pipeline.kind, config_version=spec.config_version)
 
     def taps(spark: SparkSession, available_now: bool) -> list[StreamingQuery]:
         return start_taps(spark, platform, spec, available_now)
 
-    return run_streaming_job(platform, spec, args.run_id, plan_job(platform, spec), shutdown, args.mode, taps)
+    return run_streaming_job(
+        platform, spec, args.run_id, plan_job(platform, spec), shutdown, args.mode, taps, standby=args.standby
+    )
 
 
 if __name__ == "__main__":

@@ -13,6 +13,11 @@ before the normal trigger starts), graceful shutdown, and the process exit code:
   (`operations.metrics_port`) is taken by another process; nothing was started, and a terminated
   heartbeat names the error.
 
+A warm standby (`standby=True`, `operations.restart.warm_standby`) starts its session and plans
+its query, then waits for the supervisor's grant (`ops.driver.takeover`) before it serves metrics
+or writes a heartbeat; granted, it runs like any driver. Every driver's JVM takes the job's
+checkpoint lock before its query may start, so a standby can never run beside a live driver.
+
 Landing lines are parsed by `jobs.parsing`.
 """
 
@@ -38,6 +43,13 @@ from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 from jobs.parsing import LANDING_GLOB
 from ops.driver.listener import TelemetryListener, describe_failure, serve_metrics
 from ops.driver.replay import finish_replay_batch, pending_replay, stage_replay_batch
+from ops.driver.takeover import (
+    CheckpointLock,
+    StandbyState,
+    StandbyStatus,
+    wait_for_grant,
+    write_standby_status,
+)
 from ops.exceptions import ConfigError
 from ops.spec.job import JobSpec, job_file, metrics_port_in_use
 from ops.spec.paths import JobPaths
@@ -238,6 +250,7 @@ def run_streaming_job(
     shutdown: ShutdownRequest,
     mode: RunMode = "continuous",
     taps: TapStarter | None = None,
+    standby: bool = False,
 ) -> int:
     """Run a job's query with telemetry until it stops, and return the process exit code.
 
@@ -247,9 +260,13 @@ def run_streaming_job(
 
     This is the driver's outermost loop, so it is where an unexpected error is caught: it is
     recorded in a terminated heartbeat (class and message) and the driver exits 1. `taps` starts
-    the job's preview taps once its query runs; they are stopped when it ends.
+    the job's preview taps once its query runs; they are stopped when it ends. A `standby` waits
+    for its grant first (`_stand_by`).
     """
-    listener = TelemetryListener(JobPaths.of(platform, spec).heartbeat, spec.name, run_id)
+    paths = JobPaths.of(platform, spec)
+    listener = TelemetryListener(paths.heartbeat, spec.name, run_id)
+    if standby:
+        return _stand_by(platform, spec, run_id, plan, shutdown, listener, taps)
     try:
         with ExitStack() as metrics:
             _serve_job_metrics(metrics, platform, spec, listener)
@@ -264,6 +281,60 @@ def run_streaming_job(
         return EXIT_CONFIG_ERROR
     except Exception as exc:
         return _failed(listener, type(exc).__name__, str(exc))
+
+
+def _stand_by(
+    platform: PlatformConfig,
+    spec: JobSpec,
+    run_id: str,
+    plan: QueryPlan,
+    shutdown: ShutdownRequest,
+    listener: TelemetryListener,
+    taps: TapStarter | None,
+) -> int:
+    """A warm standby: session up and query planned, then wait for the grant and run as the job's
+    driver. Until granted, its state and any failure go to `standby.json`, never to the job's
+    heartbeat (which is the active driver's), and it holds neither the metrics port nor the lock."""
+    runtime_dir = JobPaths.of(platform, spec).runtime
+
+    def status(state: StandbyState, detail: str = "") -> None:
+        write_standby_status(runtime_dir, StandbyStatus(run_id, state, time.time(), detail))
+
+    status("starting")
+    try:
+        spark = build_session(platform, spec)
+    except Exception as exc:
+        log.error("standby failed to start", error_class=type(exc).__name__, error=str(exc))
+        status("failed", f"{type(exc).__name__}: {exc}")
+        return EXIT_QUERY_FAILED
+    try:
+        try:
+            # Planning analyses the whole query: its classes load and its config is checked now,
+            # not after the take-over.
+            plan(spark)
+        except ConfigError as exc:
+            log.error("standby cannot plan the query", error=str(exc))
+            status("failed", f"{type(exc).__name__}: {exc}")
+            return EXIT_CONFIG_ERROR
+        status("ready")
+        log.info("standby ready, waiting for the take-over grant")
+        grant = wait_for_grant(runtime_dir, run_id, lambda: shutdown.requested)
+        if grant is None:
+            log.info("standby stopped before a take-over", signal=shutdown.signal_name)
+            return EXIT_STOPPED
+        log.info("take-over granted", replaces=grant.replaces_run_id)
+        try:
+            with ExitStack() as metrics:
+                _serve_job_metrics(metrics, platform, spec, listener)
+                return _run_query(spark, platform, spec, plan, "continuous", listener, shutdown, taps)
+        except ConfigError as exc:
+            log.error("invalid job config", error=str(exc))
+            listener.record_termination(type(exc).__name__, str(exc))
+            return EXIT_CONFIG_ERROR
+        except Exception as exc:
+            return _failed(listener, type(exc).__name__, str(exc))
+    finally:
+        spark.stop()
 
 
 def _serve_job_metrics(
@@ -296,6 +367,12 @@ def _run_query(
         log.error("cannot plan query", error=str(exc))
         listener.record_termination(type(exc).__name__, str(exc))
         return EXIT_CONFIG_ERROR
+    # Held by this JVM until it exits: no other driver of the job can start its query meanwhile.
+    checkpoint_lock = CheckpointLock(spark, JobPaths.of(platform, spec).runtime)
+    if not checkpoint_lock.acquire(lambda: shutdown.requested):
+        log.info("stopped while waiting for the checkpoint lock", signal=shutdown.signal_name)
+        listener.record_termination(None, None)
+        return EXIT_STOPPED
     try:
         replay_pending(spark, platform, spec, plan, listener, shutdown)
         if shutdown.requested or mode == "replay_only":

@@ -2,9 +2,10 @@
 
 warden validate [--no-analysis] check platform.yaml and every job file, their Spark SQL through
                                 Spark's analyzer (exit 1 if any is invalid)
-warden status                   one row per job: state, last batch, rates, backlog, restarts, last alert
+warden status                   one row per job: state, last batch, rates, backlog, restarts, standby,
+                                last alert
 warden decisions JOB            the supervisor's recent decisions for a job, newest first
-warden start JOB / stop JOB     resume or suspend a job and reconcile it now
+warden start JOB / stop JOB     resume or suspend a job and reconcile it now (stop: its standby too)
 warden reconcile JOB            run one supervisor pass now
 warden savepoint JOB [--reason R]
                                 take a savepoint now (the job keeps running), then apply retention
@@ -40,11 +41,12 @@ from ops.control.health import observe
 from ops.control.launcher import LocalProcessBackend
 from ops.control.policy import FAILURE
 from ops.driver.preview import read_preview
+from ops.driver.takeover import read_standby_status
 from ops.exceptions import WardenError
 from ops.ledger.store import Ledger
 from ops.spec.analysis import read_verdict, run_analysis, with_verdicts
 from ops.spec.job import find_job, job_file, load_jobs
-from ops.spec.platform import load_platform
+from ops.spec.platform import PlatformConfig, load_platform
 
 # `warden status` reads the ledger, heartbeats and landing directories only. The supervisor (Slack
 # client, savepoint store), recovery (pyarrow, boto3), the embedded platform and pyspark are
@@ -118,6 +120,17 @@ def _supervisor() -> Supervisor:
     return Supervisor.for_platform(load_platform())
 
 
+def _standby_cell(platform: PlatformConfig, ledger: Ledger, backend: LocalProcessBackend, job: str) -> str:
+    """The job's warm standby as `warden status` shows it: what it says of itself and its pid."""
+    standby = ledger.current_standby(job)
+    if standby is None:
+        return "-"
+    if not backend.is_alive(standby.as_run()):
+        return f"gone (pid {standby.pid})"
+    status = read_standby_status(platform.job_runtime_dir(job), standby.run_id)
+    return f"{status.state if status else 'starting'} (pid {standby.pid})"
+
+
 def cmd_status(_: argparse.Namespace) -> int:
     platform = load_platform()
     ledger = Ledger.open(platform.resolved_ledger_url)
@@ -158,6 +171,7 @@ def cmd_status(_: argparse.Namespace) -> int:
                 if observation is None or observation.backlog_files is None
                 else observation.backlog_files,
                 restarts,
+                _standby_cell(platform, ledger, backend, name),
                 last_alert,
             ]
         )
@@ -170,6 +184,7 @@ def cmd_status(_: argparse.Namespace) -> int:
         "processed",
         "backlog (files)",
         "restarts 24h",
+        "standby",
         "last alert",
     ]
     _print_table(headers, rows)

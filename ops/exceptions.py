@@ -6,6 +6,7 @@ Hierarchy::
     ├── ConfigError             a config file is missing, unreadable or invalid (names file and field)
     ├── LedgerError             the ledger database cannot be reached or migrated
     ├── LaunchError             a driver process could not be started or stopped
+    │   └── TakeOverRefused     a standby was not granted: the previous driver is not confirmed gone
     ├── ServiceError            an embedded service (S3 server, Airflow) failed to start or answer
     ├── AlertDeliveryError      Slack refused or could not take an alert (it stays in the outbox)
     ├── SavepointError          a savepoint could not be taken, verified or pruned (nothing catalogued)
@@ -43,6 +44,11 @@ class LedgerError(WardenError):
 
 class LaunchError(WardenError):
     """A driver process could not be started, signalled or stopped."""
+
+
+class TakeOverRefused(LaunchError):
+    """A warm standby was not granted the checkpoint: the previous driver (or a process of its
+    group) is not confirmed gone, another run is open, or the standby itself is gone."""
 
 
 class ServiceError(WardenError):

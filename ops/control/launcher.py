@@ -3,7 +3,12 @@
 A launch submits a driver and returns at once; the driver outlives whoever launched it (an Airflow
 task, the CLI). `LaunchBackend` is the interface the supervisor uses; `LocalProcessBackend` runs
 each driver as a detached `python -m jobs.runner` process in Spark local mode. A backend for a
-Spark standalone cluster or YARN implements the same five methods.
+Spark standalone cluster or YARN implements the same methods.
+
+A backend also starts a job's warm standby (`launch_standby`): the same driver with `--standby`,
+which brings its JVM and SparkSession up and waits for a take-over grant (`ops.driver.takeover`).
+Before the supervisor grants one, `confirm_gone` must say the active driver is gone: its pid with
+its start ticks, and every process of its group (its JVM), which can outlive it for a moment.
 
 Besides a job's own driver, a backend starts the driver of an upgrade's dry run: the candidate
 spec against a scratch platform (its own conf dir, storage and runtime), replaying the batches
@@ -50,9 +55,19 @@ class LaunchBackend(Protocol):
         """Start the driver of `spec` for run `run_id` and return without waiting for it."""
         ...
 
+    def launch_standby(self, spec: JobSpec, run_id: str) -> LaunchedDriver:
+        """Start a warm standby of `spec` for run `run_id`: Spark up, query planned, waiting for
+        its take-over grant; return without waiting for it."""
+        ...
+
     def launch_replay_only(self, spec: JobSpec, run_id: str, conf_dir: Path) -> LaunchedDriver:
         """Start a driver of `spec` under the (scratch) platform in `conf_dir` that replays the
         batches queued there and exits; return without waiting for it."""
+        ...
+
+    def confirm_gone(self, run: RunRecord, timeout: float) -> bool:
+        """Whether the run's driver and everything it started are gone, waiting up to `timeout`
+        seconds for them to exit (it never kills). The fence before a take-over grant."""
         ...
 
     def is_alive(self, run: RunRecord) -> bool:
@@ -107,6 +122,9 @@ class LocalProcessBackend:
 
     def launch(self, spec: JobSpec, run_id: str) -> LaunchedDriver:
         return self._spawn(self.platform, spec, run_id, [])
+
+    def launch_standby(self, spec: JobSpec, run_id: str) -> LaunchedDriver:
+        return self._spawn(self.platform, spec, run_id, ["--standby"])
 
     def launch_replay_only(self, spec: JobSpec, run_id: str, conf_dir: Path) -> LaunchedDriver:
         return self._spawn(load_platform(conf_dir), spec, run_id, ["--replay-only"])
@@ -165,6 +183,16 @@ class LocalProcessBackend:
         started = _process_start_ticks(run.pid)
         return started is not None and run.app_id == f"local-{run.pid}-{started}"
 
+    def confirm_gone(self, run: RunRecord, timeout: float) -> bool:
+        if run.pid is None:
+            return True
+        deadline = time.monotonic() + timeout
+        while self.is_alive(run) or _group_exists(run.pid):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
     def stop(self, run: RunRecord, timeout: float) -> str:
         if not self.is_alive(run):
             self._kill_group(run)
@@ -198,6 +226,21 @@ class LocalProcessBackend:
         except (ProcessLookupError, PermissionError):
             return
         _reap(run.pid)
+
+
+def _group_exists(pgid: int) -> bool:
+    """Whether a live process is left in process group `pgid` (a driver's group is its pid).
+
+    Zombies do not count: they have exited, and whoever inherited them may never reap them.
+    """
+    _reap(pgid)
+    for process in psutil.process_iter(["status"]):
+        try:
+            if os.getpgid(process.pid) == pgid and process.info["status"] not in _GONE:
+                return True
+        except (ProcessLookupError, PermissionError):
+            continue
+    return False
 
 
 def _wait_gone(pid: int, timeout: float = 10.0) -> None:

@@ -25,6 +25,15 @@ operation dies, the next pass (the supervision DAG, `warden reconcile JOB`) fini
              ROLLING_BACK  the new version did not get ready: stop -> reinstall the previous spec
                            -> rewind to the savepoint -> launch -> page `upgrade_rolled_back` -> done
 
+Warm standbys (`operations.restart.warm_standby`): once the active driver is past its start
+(RUNNING or DEGRADED), a standby driver is launched; it waits with its JVM up. Whenever the rules
+above would launch a driver and a live standby of the current config exists, it takes over instead
+(`TakeOver`), and the first failure of a streak does so without the backoff: consecutive failures
+back off as configured, so a crash loop is still slowed and counted. A standby that is no longer
+wanted (job suspended or failed, option off) or usable (another config, its process gone) is
+retired; a standby that died by itself is replaced after a backoff of its own. The take-over's
+fencing (grant after the active is confirmed gone, the checkpoint lock) is in `ops.driver.takeover`.
+
 Which step comes next follows from facts the steps record: a rewind is done once `rewound_at` is
 set (its replay plan is recorded before it starts, so a redo reports the same rows); an upgrade's
 savepoint, dry-run driver and verdict, and `failure`. Until its dry run has passed, an upgrade
@@ -41,7 +50,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ops.control.health import DEGRADING, Assessment, Observation, Signal
-from ops.ledger.store import JobRecord, OperationRecord, RunRecord
+from ops.ledger.store import JobRecord, OperationRecord, RunRecord, StandbyRecord
 from ops.spec.job import METRICS_PORT_IN_USE, JobSpec, RestartPolicy, metrics_port_in_use
 
 # Exit reasons that start with this count against the restart budget.
@@ -236,6 +245,33 @@ class FinishOperation:
     kind: str = "finish"
 
 
+# --- warm standby actions -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LaunchStandby:
+    reason: str
+    kind: str = "launch_standby"
+
+
+@dataclass(frozen=True)
+class RetireStandby:
+    """Stop the open standby (it has no query: nothing to finish) and close its record."""
+
+    reason: str
+    exit_reason: str
+    kind: str = "retire_standby"
+
+
+@dataclass(frozen=True)
+class TakeOver:
+    """Hand the checkpoint to the open standby: confirm the previous driver gone (its pid and its
+    process group), then grant, then record the standby's driver as the job's run."""
+
+    reason: str
+    kind: str = "take_over"
+
+
 Action = (
     Launch
     | StopDriver
@@ -251,6 +287,9 @@ Action = (
     | InstallSpec
     | RollBack
     | FinishOperation
+    | LaunchStandby
+    | RetireStandby
+    | TakeOver
 )
 
 
@@ -263,6 +302,16 @@ class RecoveryProgress:
     last_commit: int = -1
     dry_run_alive: bool = False
     dry_run_error: str | None = None
+
+
+@dataclass(frozen=True)
+class StandbyView:
+    """The job's open warm standby, if any, whether its process lives, and the standbys closed
+    before it, newest first (a run of failed ones backs the next launch off)."""
+
+    record: StandbyRecord | None = None
+    alive: bool = False
+    closed: tuple[StandbyRecord, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -280,6 +329,7 @@ class JobView:
     # The job's open recovery operation, and what its steps have done so far.
     operation: OperationRecord | None = None
     progress: RecoveryProgress = field(default_factory=RecoveryProgress)
+    standby: StandbyView = field(default_factory=StandbyView)
 
 
 @dataclass(frozen=True)
@@ -330,8 +380,10 @@ def decide(view: JobView, now: datetime) -> Plan:
         "desired_state": job.desired_state,
     }
     if view.operation is not None:
-        return _operating(view, view.operation, now, inputs)
-    return _supervising(view, now, inputs)
+        plan = _operating(view, view.operation, now, inputs)
+    else:
+        plan = _supervising(view, now, inputs)
+    return _with_standby(view, plan, now)
 
 
 def _supervising(view: JobView, now: datetime, inputs: dict[str, Any]) -> Plan:
@@ -428,7 +480,8 @@ def _without_run(
         if "restart_storm" not in view.open_alert_kinds:
             storm.append(RaiseAlert("restart_storm", "critical", reason))
         return Plan(Lifecycle.SUSPENDED, reason, (*actions, *storm), inputs)
-    wait = backoff_seconds(streak, policy)
+    # A warm standby takes over from the first failure at once; a streak backs off as configured.
+    wait = 0.0 if streak == 1 and standby_usable(view) else backoff_seconds(streak, policy)
     not_before = (last.stopped_at if last and last.stopped_at else now) + timedelta(seconds=wait)
     inputs = {**inputs, "backoff_seconds": wait, "not_before": not_before.isoformat()}
     if now >= not_before:
@@ -448,6 +501,79 @@ def _lost_its_port(run: RunRecord) -> bool:
     return (run.exit_reason or "").startswith(CONFIG_FAILURE) and METRICS_PORT_IN_USE in (
         run.exit_reason or ""
     )
+
+
+# --- warm standby ------------------------------------------------------------------------------
+
+# Lifecycle states in which the active driver is past its start: a standby may start beside it.
+_STANDBY_LAUNCH_STATES = (Lifecycle.RUNNING, Lifecycle.DEGRADED)
+# Lifecycle states in which no driver is to run: a standby is retired.
+_STANDBY_RETIRE_STATES = (Lifecycle.SUSPENDED, Lifecycle.FAILED)
+# The exit reason of a standby whose process ended without being retired.
+STANDBY_GONE = FAILURE + "standby process gone"
+
+
+def standby_usable(view: JobView) -> bool:
+    """Whether the job's open standby can take over: its process lives and it runs the job's
+    current config (a standby of another version would run a version nobody deployed)."""
+    record = view.standby.record
+    return (
+        view.spec.operations.restart.warm_standby
+        and record is not None
+        and view.standby.alive
+        and record.config_version == view.spec.config_version
+    )
+
+
+def standby_failures(closed: tuple[StandbyRecord, ...]) -> int:
+    """How many standbys in a row, newest first, ended by themselves (not promoted or retired)."""
+    streak = 0
+    for standby in closed:
+        if standby.exit_reason != STANDBY_GONE:
+            break
+        streak += 1
+    return streak
+
+
+def _with_standby(view: JobView, plan: Plan, now: datetime) -> Plan:
+    """`plan` with the job's warm standby kept as the spec and the plan's state want it: a launch
+    becomes a take-over by a usable standby, an unwanted or unusable standby is retired, and a
+    job running without one gets one."""
+    record, actions = view.standby.record, list(plan.actions)
+    wanted = (
+        view.spec.operations.restart.warm_standby
+        and view.job.desired_state == Desired.RUNNING
+        and plan.state not in _STANDBY_RETIRE_STATES
+    )
+    if record is not None and not (wanted and standby_usable(view)):
+        if not view.standby.alive:
+            retire = RetireStandby(f"standby {record.run_id} is gone", exit_reason=STANDBY_GONE)
+        elif record.config_version != view.spec.config_version:
+            why = (
+                f"standby {record.run_id} runs config {record.config_version}, "
+                f"the job {view.spec.config_version}"
+            )
+            retire = RetireStandby(why, exit_reason="stopped: config changed")
+        else:
+            why = "no warm standby wanted: " + (
+                "operations.restart.warm_standby is off"
+                if not view.spec.operations.restart.warm_standby
+                else f"the job is {plan.state.name}"
+            )
+            retire = RetireStandby(why, exit_reason="stopped: not wanted")
+        return replace(plan, actions=(retire, *actions))
+    if record is not None:
+        taking_over = tuple(TakeOver(a.reason) if isinstance(a, Launch) else a for a in actions)
+        return replace(plan, actions=taking_over)
+    if not wanted or plan.state not in _STANDBY_LAUNCH_STATES:
+        return plan
+    failures = standby_failures(view.standby.closed)
+    if failures:
+        last = view.standby.closed[0]
+        wait = backoff_seconds(failures, view.spec.operations.restart)
+        if last.stopped_at is not None and now < last.stopped_at + timedelta(seconds=wait):
+            return plan
+    return replace(plan, actions=(*actions, LaunchStandby("warm standby for the running driver")))
 
 
 def savepoint_due(view: JobView, now: datetime) -> str | None:

@@ -18,6 +18,11 @@ than `operations.savepoints.interval_minutes` gets one, taken while it keeps run
 savepoint opens a `savepoint_failed` alert (the job is not touched) and the next good one
 resolves it; each good one is followed by the spec's retention.
 
+Warm standbys: `TakeOver` grants the job's checkpoint to its standby only after the backend has
+confirmed the previous driver gone (pid with start ticks, and nothing left in its process group),
+under the job lock; the orphaned output is removed before the grant, then the standby's driver is
+recorded as the job's run. `ops.driver.takeover` has the grant and the checkpoint lock.
+
 Recovery operations (rewind, restate, upgrade; `ops.control.policy` has their state machines) go
 through the same loop. `start_operation` records one, `await_operation` runs passes until the
 loop has closed it; each pass writes the operation's step before acting and the facts each step
@@ -50,6 +55,7 @@ from ops.control.policy import (
     InstallSpec,
     JobView,
     Launch,
+    LaunchStandby,
     Lifecycle,
     OperationKind,
     Plan,
@@ -58,16 +64,20 @@ from ops.control.policy import (
     ResolveAlert,
     Restore,
     Result,
+    RetireStandby,
     RollBack,
+    StandbyView,
     StartDryRun,
     Step,
     StopDriver,
     SuspendJob,
+    TakeOver,
     TakeSavepoint,
     TakeUpgradeSavepoint,
     decide,
 )
 from ops.driver.checkpoint import log_entries
+from ops.driver.takeover import Grant, write_grant
 from ops.exceptions import (
     ConfigError,
     JobBusyError,
@@ -76,10 +86,11 @@ from ops.exceptions import (
     RewindError,
     SavepointError,
     SinkCleanupError,
+    TakeOverRefused,
     UpgradeError,
     WardenError,
 )
-from ops.ledger.store import Ledger, OperationRecord, RunRecord, SavepointRecord
+from ops.ledger.store import Ledger, OperationRecord, RunRecord, SavepointRecord, StandbyRecord
 from ops.recovery.orphans import (
     count_rows,
     find_orphaned_output,
@@ -97,6 +108,10 @@ log = structlog.get_logger("streamwarden.supervisor")
 
 # How often `await_operation` runs a pass while it waits for an operation's step to complete.
 OPERATION_POLL_SECONDS = 1.0
+# How long a take-over waits for the previous driver's group (its JVM) to exit after the kill.
+TAKEOVER_CONFIRM_SECONDS = 10.0
+# A standby has no query to finish: a stop that takes longer than this is a kill.
+STANDBY_STOP_SECONDS = 10.0
 
 # --- the loop ----------------------------------------------------------------------------------
 
@@ -201,6 +216,18 @@ class Supervisor:
             ),
             operation=operation,
             progress=self._progress(spec, operation) if operation is not None else RecoveryProgress(),
+            standby=self._standby_view(spec),
+        )
+
+    def _standby_view(self, spec: JobSpec) -> StandbyView:
+        """A read-only look at the job's warm standby: its open record, whether it lives, and the
+        ones closed before it (only read when the job has standbys)."""
+        standbys = self.ledger.standbys(spec.name, limit=spec.operations.restart.budget + 2)
+        record = next((s for s in standbys if s.stopped_at is None), None)
+        return StandbyView(
+            record=record,
+            alive=record is not None and self.backend.is_alive(record.as_run()),
+            closed=tuple(s for s in standbys if s.stopped_at is not None),
         )
 
     def _progress(self, spec: JobSpec, operation: OperationRecord) -> RecoveryProgress:
@@ -376,7 +403,59 @@ class Supervisor:
                 return f"rolling back: {reason}"
             case FinishOperation(result=result):
                 return self._finish(view, result, run_url)
+            case LaunchStandby():
+                return self._launch_standby(spec)
+            case RetireStandby(exit_reason=exit_reason):
+                standby = view.standby.record
+                assert standby is not None
+                ended = self.backend.stop(standby.as_run(), STANDBY_STOP_SECONDS)
+                self.ledger.finish_standby(standby.run_id, exit_reason)
+                return ended
+            case TakeOver():
+                return self._take_over(view)
         raise AssertionError(f"unhandled action {action!r}")
+
+    # warm standbys -----------------------------------------------------------------------------
+
+    def _launch_standby(self, spec: JobSpec) -> str:
+        run_id = self._run_id(spec)
+        driver = self.backend.launch_standby(spec, run_id)
+        self.ledger.start_standby(
+            StandbyRecord(
+                run_id=run_id,
+                job=spec.name,
+                backend=self.backend.name,
+                pid=driver.pid,
+                app_id=driver.app_id,
+                log_path=str(driver.log_path),
+                config_version=spec.config_version,
+                started_at=self.clock(),
+            )
+        )
+        return f"standby {run_id} pid {driver.pid}"
+
+    def _take_over(self, view: JobView) -> str:
+        """Grant the checkpoint to the open standby, fenced: this pass holds the job lock, and the
+        grant is written only once the previous driver is confirmed gone and no run is open."""
+        spec, standby = view.spec, view.standby.record
+        assert standby is not None
+        previous = view.observation.run or (view.closed_runs[0] if view.closed_runs else None)
+        if previous is not None and not self.backend.confirm_gone(previous, TAKEOVER_CONFIRM_SECONDS):
+            raise TakeOverRefused(
+                f"job {spec.name!r}: driver {previous.pid} of run {previous.run_id} (or a process of "
+                f"its group) is still alive {TAKEOVER_CONFIRM_SECONDS:g}s after it was killed; "
+                f"standby {standby.run_id} is not granted"
+            )
+        open_run = self.ledger.current_run(spec.name)
+        if open_run is not None:
+            raise TakeOverRefused(f"job {spec.name!r}: run {open_run.run_id} is open; no take-over beside it")
+        if not self.backend.is_alive(standby.as_run()):
+            raise TakeOverRefused(f"job {spec.name!r}: standby {standby.run_id} is gone")
+        self._clean_sink(spec, "before a take-over: output of batches that never committed")
+        replaces = previous.run_id if previous is not None else None
+        write_grant(JobPaths.of(self.platform, spec).runtime, Grant(standby.run_id, replaces, time.time()))
+        run = self.ledger.promote_standby(standby, replaces, self.clock())
+        return f"run {run.run_id} pid {run.pid}: standby took over from {replaces or 'no run'}"
 
     # orphaned sink output ----------------------------------------------------------------------
 
@@ -685,8 +764,11 @@ class Supervisor:
                 lines.append(f"{name}: deleted savepoints {', '.join(deleted)}")
         return lines
 
+    def _run_id(self, spec: JobSpec) -> str:
+        return f"{spec.name}-{self.clock():%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
+
     def _launch(self, spec: JobSpec) -> str:
-        run_id = f"{spec.name}-{self.clock():%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
+        run_id = self._run_id(spec)
         run = RunRecord(
             run_id=run_id,
             job=spec.name,
@@ -896,6 +978,11 @@ def stop_all_jobs(platform: PlatformConfig) -> list[str]:
     supervisor = Supervisor.for_platform(platform)
     stopped = []
     for spec in load_jobs(platform.conf_dir).specs.values():
+        standby = supervisor.ledger.current_standby(spec.name)
+        if standby is not None:
+            ended = supervisor.backend.stop(standby.as_run(), STANDBY_STOP_SECONDS)
+            supervisor.ledger.finish_standby(standby.run_id, "stopped: platform down")
+            stopped.append(f"{spec.name} standby: {ended}")
         run = supervisor.ledger.current_run(spec.name)
         if run is None:
             continue

@@ -1,12 +1,13 @@
 """The ledger: the platform's durable memory, in a SQL database (SQLite file or PostgreSQL).
 
-It holds each job's desired state and observed status, its driver runs, every automated decision
-with its reason and inputs, the alert outbox, the savepoint catalogue and the recovery operations
-(rewind, restate, upgrade) the reconcile loop carries out step by step. The schema is owned by the
-Alembic migrations in `ops/ledger/migrations/`; `Ledger.open()` brings the database to the newest
-revision before use. Alembic (its script directory, environment and migration context) takes
-longer to load and run than every other part of a `warden status` call, so `open` first reads the
-revision the database is at, one query, and runs Alembic only when that is not `SCHEMA_REVISION`.
+It holds each job's desired state and observed status, its driver runs and warm standbys, every
+automated decision with its reason and inputs, the alert outbox, the savepoint catalogue and the
+recovery operations (rewind, restate, upgrade) the reconcile loop carries out step by step. The
+schema is owned by the Alembic migrations in `ops/ledger/migrations/`; `Ledger.open()` brings the
+database to the newest revision before use. Alembic (its script directory, environment and
+migration context) takes longer to load and run than every other part of a `warden status` call,
+so `open` first reads the revision the database is at, one query, and runs Alembic only when that
+is not `SCHEMA_REVISION`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import itertools
 import json
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -29,7 +30,7 @@ from ops.exceptions import LedgerError
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 # The newest revision in MIGRATIONS_DIR (a test holds it to Alembic's head): bump it with each
 # new migration, or every `Ledger.open` runs Alembic to find out there is nothing to do.
-SCHEMA_REVISION = "0003"
+SCHEMA_REVISION = "0004"
 # Alembic's bookkeeping table: one row, the revision the database is at.
 VERSION_TABLE = "alembic_version"
 
@@ -152,6 +153,27 @@ operations_table = sa.Table(
 )
 
 
+# One row per warm standby driver (`operations.restart.warm_standby`); open while it waits. A
+# take-over closes it ("promoted") with `granted_at` and the run it replaced, and opens a run row
+# with the same run id, pid and app id.
+standbys_table = sa.Table(
+    "standbys",
+    metadata,
+    sa.Column("run_id", sa.String(64), primary_key=True),
+    sa.Column("job", sa.String(64), sa.ForeignKey("jobs.name"), nullable=False, index=True),
+    sa.Column("backend", sa.String(32), nullable=False),
+    sa.Column("pid", sa.Integer),
+    sa.Column("app_id", sa.String(128)),
+    sa.Column("log_path", sa.Text),
+    sa.Column("config_version", sa.String(32), nullable=False),
+    sa.Column("started_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("granted_at", sa.DateTime(timezone=True)),
+    sa.Column("replaces_run_id", sa.String(64)),
+    sa.Column("stopped_at", sa.DateTime(timezone=True)),
+    sa.Column("exit_reason", sa.Text),
+)
+
+
 def _aware(value: datetime | None) -> datetime | None:
     # SQLite drops the zone on the way back; every stored time is UTC.
     if value is None or value.tzinfo is not None:
@@ -198,6 +220,41 @@ class RunRecord:
         if self.first_batch_id is None or self.last_batch_id is None:
             return 0
         return self.last_batch_id - self.first_batch_id + 1
+
+
+@dataclass(frozen=True)
+class StandbyRecord:
+    """A warm standby driver of a job: launched, waiting for a grant, then promoted or retired."""
+
+    run_id: str
+    job: str
+    backend: str
+    pid: int | None
+    app_id: str | None
+    log_path: str | None
+    config_version: str
+    started_at: datetime
+    granted_at: datetime | None = None
+    replaces_run_id: str | None = None
+    stopped_at: datetime | None = None
+    exit_reason: str | None = None
+
+    def as_run(self) -> RunRecord:
+        """The standby as a run record: what the launch backend watches, stops and kills, and
+        the run row a take-over opens."""
+        return RunRecord(
+            run_id=self.run_id,
+            job=self.job,
+            backend=self.backend,
+            pid=self.pid,
+            app_id=self.app_id,
+            metrics_port=None,
+            log_path=self.log_path,
+            config_version=self.config_version,
+            started_at=self.started_at,
+            stopped_at=None,
+            exit_reason=None,
+        )
 
 
 @dataclass(frozen=True)
@@ -432,6 +489,61 @@ class Ledger:
                 .limit(limit)
             ).all()
         return [_record(RunRecord, row) for row in rows]
+
+    # --- warm standbys ---------------------------------------------------------------------------
+
+    def start_standby(self, standby: StandbyRecord) -> None:
+        with self._tx() as tx:
+            tx.execute(standbys_table.insert().values(**standby.__dict__))
+
+    def current_standby(self, job: str) -> StandbyRecord | None:
+        """The job's newest standby that is neither promoted nor retired."""
+        with self._tx() as tx:
+            row = tx.execute(
+                sa.select(standbys_table)
+                .where(standbys_table.c.job == job, standbys_table.c.stopped_at.is_(None))
+                .order_by(standbys_table.c.started_at.desc())
+                .limit(1)
+            ).first()
+        return None if row is None else _record(StandbyRecord, row)
+
+    def standbys(self, job: str, limit: int = 20) -> list[StandbyRecord]:
+        """The job's newest standbys, newest first."""
+        with self._tx() as tx:
+            rows = tx.execute(
+                sa.select(standbys_table)
+                .where(standbys_table.c.job == job)
+                .order_by(standbys_table.c.started_at.desc())
+                .limit(limit)
+            ).all()
+        return [_record(StandbyRecord, row) for row in rows]
+
+    def finish_standby(self, run_id: str, exit_reason: str) -> None:
+        """Retire a standby once; one already closed keeps its first exit reason."""
+        with self._tx() as tx:
+            tx.execute(
+                standbys_table.update()
+                .where(standbys_table.c.run_id == run_id, standbys_table.c.stopped_at.is_(None))
+                .values(stopped_at=utcnow(), exit_reason=exit_reason)
+            )
+
+    def promote_standby(self, standby: StandbyRecord, replaces_run_id: str | None, at: datetime) -> RunRecord:
+        """Record a take-over in one transaction: the standby is closed as promoted and its driver
+        becomes the job's open run (same run id, pid and app id), started at `at`."""
+        run = replace(standby.as_run(), started_at=at)
+        with self._tx() as tx:
+            tx.execute(
+                standbys_table.update()
+                .where(standbys_table.c.run_id == standby.run_id)
+                .values(
+                    granted_at=at,
+                    replaces_run_id=replaces_run_id,
+                    stopped_at=at,
+                    exit_reason=f"promoted: took over from {replaces_run_id or 'no run'}",
+                )
+            )
+            tx.execute(runs_table.insert().values(**run.__dict__))
+        return run
 
     # --- decisions -------------------------------------------------------------------------------
 

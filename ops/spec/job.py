@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Literal
 
 from croniter import croniter
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, StrictBool, ValidationError, field_validator, model_validator
 
 from ops.exceptions import ConfigError
 from ops.spec.model import Model, describe_error, read_yaml
@@ -72,6 +72,11 @@ class RestartPolicy(Model):
     budget: int = Field(5, ge=1, description="Restarts allowed before the job counts as a storm.")
     stable_batches: int = Field(3, ge=1)
     stable_seconds: float = Field(600.0, ge=0)
+    warm_standby: StrictBool = Field(
+        False,
+        description="Keep a second driver with its JVM and SparkSession up, idle, that takes over the "
+        "checkpoint when the supervisor finds the active driver dead (true or false).",
+    )
 
     @model_validator(mode="after")
     def _backoff_grows_to_its_maximum(self) -> RestartPolicy:

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from ops.control.launcher import LaunchedDriver
+from ops.driver.takeover import read_grant
 from ops.driver.telemetry import (
     RECENT_BATCHES,
     BatchSample,
@@ -84,6 +85,8 @@ class FakeBackend:
         # Per job, the newest batch any of its drivers committed: a relaunched driver goes on from
         # the checkpoint, so its batch ids continue where the last run's stopped.
         self._committed: dict[str, int] = {}
+        # Run ids launched as warm standbys: not the job's driver until a grant names them.
+        self.standby_ids: set[str] = set()
 
     # failure knobs ------------------------------------------------------------------------------
 
@@ -103,6 +106,16 @@ class FakeBackend:
 
     def launch(self, spec: JobSpec, run_id: str) -> LaunchedDriver:
         return self._launch(self.platform, spec, run_id)
+
+    def launch_standby(self, spec: JobSpec, run_id: str) -> LaunchedDriver:
+        """A warm standby: a row like any driver (the knobs apply) that the test's `commit`,
+        `crash` and `hang` leave alone until the supervisor's grant names it, as a real standby
+        waits for its grant."""
+        self.standby_ids.add(run_id)
+        return self._launch(self.platform, spec, run_id)
+
+    def confirm_gone(self, run: RunRecord, timeout: float) -> bool:
+        return not self.is_alive(run)
 
     def launch_replay_only(self, spec: JobSpec, run_id: str, conf_dir: Path) -> LaunchedDriver:
         """An upgrade's dry-run driver under the scratch platform in `conf_dir`: a row like any
@@ -159,8 +172,14 @@ class FakeBackend:
     # what a test makes a running driver do --------------------------------------------------------
 
     def driver(self, job: str) -> FakeDriver:
-        """The job's newest fake driver, alive or not."""
-        drivers = [driver for driver in self.drivers.values() if driver.job == job]
+        """The job's newest fake driver, alive or not (a standby once it is granted)."""
+        grant = read_grant(job_paths(self.platform, job).runtime)
+        granted = grant.standby_run_id if grant else None
+        drivers = [
+            driver
+            for driver in self.drivers.values()
+            if driver.job == job and (driver.run_id not in self.standby_ids or driver.run_id == granted)
+        ]
         assert drivers, f"no fake driver of {job!r} was launched"
         return drivers[-1]
 
