@@ -11,29 +11,34 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import time
 from collections.abc import Sequence
 
 import structlog
+from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from jobs.catalog import kind_of, sink_rows
+from jobs.parsing import LANDING_GLOB
 from jobs.preview import check_stages, start_taps
 from jobs.runtime import (
     EXIT_CONFIG_ERROR,
     QueryPlan,
     ShutdownRequest,
+    WarmUp,
     configure_logging,
     read_job_landing,
     run_streaming_job,
+    with_trigger,
 )
 from ops.driver.listener import TelemetryListener
 from ops.driver.takeover import StandbyStatus, write_standby_status
 from ops.exceptions import ConfigError
 from ops.spec.job import JOB_NAME_PATTERN, JobSpec, find_job, job_file
 from ops.spec.paths import HEARTBEAT_FILE, JobPaths
-from ops.spec.platform import PlatformConfig, load_platform
+from ops.spec.platform import PlatformConfig, StorageConfig, load_platform
 
 log = structlog.get_logger("streamwarden.runner")
 
@@ -57,6 +62,54 @@ def plan_job(platform: PlatformConfig, spec: JobSpec) -> QueryPlan:
         )
 
     return plan
+
+
+def warm_up(platform: PlatformConfig, spec: JobSpec) -> WarmUp:
+    """A warm standby's warm-up: the job's query, available-now, over a copy of the newest landing
+    file of each input, with a scratch checkpoint and sink that are removed afterwards.
+
+    It loads and compiles what the job's first real batch would (file source, parse, transform,
+    state store, Parquet sink and its log) without touching the job's own checkpoint, sink or
+    heartbeat. It is an optimisation: a warm-up that fails is logged and the standby waits anyway;
+    the real query reports its own errors.
+    """
+
+    def run(spark: SparkSession) -> None:
+        # One standby per job at a time: what a killed one left here is removed first.
+        root = JobPaths.of(platform, spec).runtime / "warm-up"
+        shutil.rmtree(root, ignore_errors=True)
+        scratch = platform.model_copy(
+            update={
+                "storage": StorageConfig(
+                    runtime_root=root / "runtime",
+                    landing_root=root / "landing",
+                    lake_root=root / "lake",
+                    checkpoint_root=root / "checkpoints",
+                )
+            }
+        )
+        try:
+            copied = 0
+            for name, landing in JobPaths.of(platform, spec).landing.items():
+                newest = max(landing.glob(LANDING_GLOB), key=lambda path: path.stat().st_mtime, default=None)
+                if newest is not None:
+                    target = JobPaths.of(scratch, spec).landing[name]
+                    target.mkdir(parents=True, exist_ok=True)
+                    shutil.copy(newest, target / newest.name)
+                    copied += 1
+            if copied == 0:
+                log.info("standby warm-up skipped: no landing file yet")
+                return
+            started = time.monotonic()
+            query = with_trigger(plan_job(scratch, spec), spec, available_now=True)(spark).start()
+            query.awaitTermination()
+            log.info("standby warmed up", seconds=round(time.monotonic() - started, 1), files=copied)
+        except (PySparkException, OSError) as exc:
+            log.warning("standby warm-up failed; waiting cold", error=str(exc).splitlines()[0])
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
+    return run
 
 
 def refuse_changed_file(spec: JobSpec, launched_version: str | None, platform: PlatformConfig) -> None:
@@ -142,8 +195,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     def taps(spark: SparkSession, available_now: bool) -> list[StreamingQuery]:
         return start_taps(spark, platform, spec, available_now)
 
+    standby = warm_up(platform, spec) if args.standby else None
     return run_streaming_job(
-        platform, spec, args.run_id, plan_job(platform, spec), shutdown, args.mode, taps, standby=args.standby
+        platform, spec, args.run_id, plan_job(platform, spec), shutdown, args.mode, taps, standby=standby
     )
 
 

@@ -63,6 +63,8 @@ ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateS
 
 
 QueryPlan = Callable[[SparkSession], DataStreamWriter]
+# Runs the job's query once on scratch copies (a warm standby's warm-up, `jobs.runner.warm_up`).
+WarmUp = Callable[[SparkSession], None]
 # (session, available_now) -> the started preview tap queries (`jobs/preview.py`); none when off.
 TapStarter = Callable[[SparkSession, bool], list[StreamingQuery]]
 # How long a driver runs: until stopped, until the input present at start is read, or only to
@@ -250,7 +252,7 @@ def run_streaming_job(
     shutdown: ShutdownRequest,
     mode: RunMode = "continuous",
     taps: TapStarter | None = None,
-    standby: bool = False,
+    standby: WarmUp | None = None,
 ) -> int:
     """Run a job's query with telemetry until it stops, and return the process exit code.
 
@@ -260,13 +262,13 @@ def run_streaming_job(
 
     This is the driver's outermost loop, so it is where an unexpected error is caught: it is
     recorded in a terminated heartbeat (class and message) and the driver exits 1. `taps` starts
-    the job's preview taps once its query runs; they are stopped when it ends. A `standby` waits
-    for its grant first (`_stand_by`).
+    the job's preview taps once its query runs; they are stopped when it ends. With `standby` (its
+    warm-up) the driver is a warm standby: it warms up and waits for its grant first (`_stand_by`).
     """
     paths = JobPaths.of(platform, spec)
     listener = TelemetryListener(paths.heartbeat, spec.name, run_id)
-    if standby:
-        return _stand_by(platform, spec, run_id, plan, shutdown, listener, taps)
+    if standby is not None:
+        return _stand_by(platform, spec, run_id, plan, standby, shutdown, listener, taps)
     try:
         with ExitStack() as metrics:
             _serve_job_metrics(metrics, platform, spec, listener)
@@ -288,13 +290,15 @@ def _stand_by(
     spec: JobSpec,
     run_id: str,
     plan: QueryPlan,
+    warm_up: WarmUp,
     shutdown: ShutdownRequest,
     listener: TelemetryListener,
     taps: TapStarter | None,
 ) -> int:
-    """A warm standby: session up and query planned, then wait for the grant and run as the job's
-    driver. Until granted, its state and any failure go to `standby.json`, never to the job's
-    heartbeat (which is the active driver's), and it holds neither the metrics port nor the lock."""
+    """A warm standby: session up, query planned and run once on scratch copies (`warm_up`), then
+    wait for the grant and run as the job's driver. Until granted, its state and any failure go to
+    `standby.json`, never to the job's heartbeat (which is the active driver's), and it holds
+    neither the metrics port nor the checkpoint lock."""
     runtime_dir = JobPaths.of(platform, spec).runtime
 
     def status(state: StandbyState, detail: str = "") -> None:
@@ -316,6 +320,9 @@ def _stand_by(
             log.error("standby cannot plan the query", error=str(exc))
             status("failed", f"{type(exc).__name__}: {exc}")
             return EXIT_CONFIG_ERROR
+        # The first batch of a fresh JVM spends most of its time loading and compiling classes (the
+        # source, the parse, the sink's writer): a warm-up batch here takes that off the take-over.
+        warm_up(spark)
         status("ready")
         log.info("standby ready, waiting for the take-over grant")
         grant = wait_for_grant(runtime_dir, run_id, lambda: shutdown.requested)
