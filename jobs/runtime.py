@@ -381,6 +381,23 @@ def _run_query(
         listener.record_termination(None, None)
         return EXIT_STOPPED
     try:
+        return _run_locked(spark, platform, spec, plan, mode, listener, shutdown, taps)
+    finally:
+        checkpoint_lock.release()
+
+
+def _run_locked(
+    spark: SparkSession,
+    platform: PlatformConfig,
+    spec: JobSpec,
+    plan: QueryPlan,
+    mode: RunMode,
+    listener: TelemetryListener,
+    shutdown: ShutdownRequest,
+    taps: TapStarter | None,
+) -> int:
+    """The replay and the query, run while this driver holds the job's checkpoint lock."""
+    try:
         replay_pending(spark, platform, spec, plan, listener, shutdown)
         if shutdown.requested or mode == "replay_only":
             log.info("replay ended", signal=shutdown.signal_name, mode=mode)

@@ -140,6 +140,7 @@ class CheckpointLock:
                 time.sleep(POLL_SECONDS)
         return True
 
-    @property
-    def held(self) -> bool:
-        return self._lock is not None and bool(self._lock.isValid())
+    def release(self) -> None:
+        """Drop the lock once the query has stopped (a driver's JVM exits right after anyway)."""
+        self._channel.close()
+        self._lock = None
