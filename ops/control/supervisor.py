@@ -77,7 +77,7 @@ from ops.control.policy import (
     decide,
 )
 from ops.driver.checkpoint import log_entries
-from ops.driver.takeover import Grant, write_grant
+from ops.driver.takeover import Grant, checkpoint_lock_held, write_grant
 from ops.exceptions import (
     ConfigError,
     JobBusyError,
@@ -446,6 +446,12 @@ class Supervisor:
                 f"its group) is still alive {TAKEOVER_CONFIRM_SECONDS:g}s after it was killed; "
                 f"standby {standby.run_id} is not granted"
             )
+        paths = JobPaths.of(self.platform, spec)
+        if checkpoint_lock_held(paths.runtime):
+            raise TakeOverRefused(
+                f"job {spec.name!r}: a driver's JVM still holds {paths.runtime / 'checkpoint.lock'}; "
+                f"standby {standby.run_id} is not granted"
+            )
         open_run = self.ledger.current_run(spec.name)
         if open_run is not None:
             raise TakeOverRefused(f"job {spec.name!r}: run {open_run.run_id} is open; no take-over beside it")
@@ -453,7 +459,7 @@ class Supervisor:
             raise TakeOverRefused(f"job {spec.name!r}: standby {standby.run_id} is gone")
         self._clean_sink(spec, "before a take-over: output of batches that never committed")
         replaces = previous.run_id if previous is not None else None
-        write_grant(JobPaths.of(self.platform, spec).runtime, Grant(standby.run_id, replaces, time.time()))
+        write_grant(paths.runtime, Grant(standby.run_id, replaces, time.time()))
         run = self.ledger.promote_standby(standby, replaces, self.clock())
         return f"run {run.run_id} pid {run.pid}: standby took over from {replaces or 'no run'}"
 
@@ -501,6 +507,11 @@ class Supervisor:
     def _clean_sink(self, spec: JobSpec, reason: str, run_id: str | None = None) -> None:
         # Leftovers only mislead readers that bypass the sink log; a failed cleanup never keeps
         # the job from running, and housekeeping tries again.
+        if checkpoint_lock_held(JobPaths.of(self.platform, spec).runtime):
+            # A driver of the job runs its query after all (a standby that got in): the files of
+            # its batch in flight are not orphans. Housekeeping removes real ones later.
+            log.warning("orphaned output kept: a driver holds the checkpoint lock", job=spec.name)
+            return
         try:
             self.remove_orphaned_output(spec, reason, driver_gone=True, run_id=run_id)
         except SinkCleanupError as error:

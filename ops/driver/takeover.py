@@ -13,7 +13,8 @@ when two fences agree, so two drivers can never run the job's query at once:
    checkpoint and the sink, and it can outlive its Python driver for a moment after a kill -9, so
    the lock lives in the JVM, not in Python: the kernel drops it when that process is gone. A
    grant written in error (a supervisor bug, a hand-made file) still cannot start a second query
-   while any driver's JVM lives.
+   while any driver's JVM lives. The supervisor probes it too (`checkpoint_lock_held`): no grant,
+   and no removal of "orphaned" sink output, while a JVM of the job holds it.
 
 Until it is granted, a standby writes nothing the supervisor reads as the job's (no heartbeat, no
 metrics port); its own state (`starting`, `ready`, `failed`) goes to `standby.json`.
@@ -21,7 +22,9 @@ metrics port); its own state (`starting`, `ready`, `failed`) goes to `standby.js
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -106,6 +109,25 @@ def read_standby_status(runtime_dir: Path, run_id: str) -> StandbyStatus | None:
     except FileNotFoundError:
         return None
     return status if status.run_id == run_id else None
+
+
+def checkpoint_lock_held(runtime_dir: Path) -> bool:
+    """Whether a driver's JVM of the job holds its checkpoint lock now, i.e. a query of the job
+    may be running. A probe: it takes the lock and drops it at once (a JVM that tries meanwhile
+    retries a poll later). Java's `FileChannel.lock` and `fcntl.lockf` are the same POSIX record
+    locks on Linux, so they exclude each other across processes."""
+    try:
+        descriptor = os.open(runtime_dir / CHECKPOINT_LOCK_FILE, os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.lockf(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        # Closing the descriptor drops the probe's lock.
+        os.close(descriptor)
+    return False
 
 
 class CheckpointLock:

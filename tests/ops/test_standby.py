@@ -303,11 +303,12 @@ def test_a_standby_never_runs_beside_a_driver_that_lives(
         wait_for(lambda: standby_ready(platform, ledger) is not None, 400, f"a ready standby: {lines[-3:]}")
     standby = standby_ready(platform, ledger)
     active = ledger.current_run(JOB)
+    # Frozen while it has batches to run: its JVM goes on committing them behind its back.
+    write_input(platform, range(3, 9))
     wait_for(lambda: committed_by(platform, active.run_id), 120, "a batch of the active driver")
 
     os.kill(active.pid, signal.SIGSTOP)
     frozen_at = time.monotonic()
-    write_input(platform, range(3, 9))
     # Within the stuck limit (1 s trigger + 20 s grace) the supervisor sees a late heartbeat
     # of a live driver: no kill, no grant.
     while time.monotonic() - frozen_at < 12:
