@@ -314,8 +314,8 @@ def _stand_by(
     try:
         try:
             # Planning analyses the whole query: its classes load and its config is checked now,
-            # not after the take-over.
-            plan(spark)
+            # not after the take-over, which starts this very writer (analysis takes seconds).
+            planned = plan(spark)
         except ConfigError as exc:
             log.error("standby cannot plan the query", error=str(exc))
             status("failed", f"{type(exc).__name__}: {exc}")
@@ -330,10 +330,26 @@ def _stand_by(
             log.info("standby stopped before a take-over", signal=shutdown.signal_name)
             return EXIT_STOPPED
         log.info("take-over granted", replaces=grant.replaces_run_id)
+        # The lock before anything of the job's: while another driver's JVM lives, this one must
+        # not even bind the metrics port or write the heartbeat.
+        checkpoint_lock = CheckpointLock(spark, runtime_dir)
+        if not checkpoint_lock.acquire(lambda: shutdown.requested):
+            log.info("standby stopped while waiting for the checkpoint lock", signal=shutdown.signal_name)
+            return EXIT_STOPPED
         try:
             with ExitStack() as metrics:
                 _serve_job_metrics(metrics, platform, spec, listener)
-                return _run_query(spark, platform, spec, plan, "continuous", listener, shutdown, taps)
+                return _run_query(
+                    spark,
+                    platform,
+                    spec,
+                    lambda _: planned,
+                    "continuous",
+                    listener,
+                    shutdown,
+                    taps,
+                    checkpoint_lock,
+                )
         except ConfigError as exc:
             log.error("invalid job config", error=str(exc))
             listener.record_termination(type(exc).__name__, str(exc))
@@ -366,7 +382,9 @@ def _run_query(
     listener: TelemetryListener,
     shutdown: ShutdownRequest,
     taps: TapStarter | None = None,
+    checkpoint_lock: CheckpointLock | None = None,
 ) -> int:
+    """Plan, take the checkpoint lock (unless the caller holds it already), then replay and run."""
     spark.streams.addListener(listener)
     try:
         plan(spark)
@@ -374,8 +392,9 @@ def _run_query(
         log.error("cannot plan query", error=str(exc))
         listener.record_termination(type(exc).__name__, str(exc))
         return EXIT_CONFIG_ERROR
-    # Held by this JVM until it exits: no other driver of the job can start its query meanwhile.
-    checkpoint_lock = CheckpointLock(spark, JobPaths.of(platform, spec).runtime)
+    # Held by this JVM until the query ends: no other driver of the job can start one meanwhile.
+    if checkpoint_lock is None:
+        checkpoint_lock = CheckpointLock(spark, JobPaths.of(platform, spec).runtime)
     if not checkpoint_lock.acquire(lambda: shutdown.requested):
         log.info("stopped while waiting for the checkpoint lock", signal=shutdown.signal_name)
         listener.record_termination(None, None)

@@ -70,6 +70,10 @@ class LaunchBackend(Protocol):
         seconds for them to exit (it never kills). The fence before a take-over grant."""
         ...
 
+    def started_by(self, run: RunRecord, pid: int) -> bool:
+        """Whether process `pid` is the run's driver or one it started (its JVM)."""
+        ...
+
     def is_alive(self, run: RunRecord) -> bool:
         """Whether the run's driver process still exists (read-only)."""
         ...
@@ -192,6 +196,14 @@ class LocalProcessBackend:
                 return False
             time.sleep(0.05)
         return True
+
+    def started_by(self, run: RunRecord, pid: int) -> bool:
+        if run.pid is None or not self.is_alive(run):
+            return False
+        try:
+            return os.getpgid(pid) == run.pid
+        except ProcessLookupError:
+            return False
 
     def stop(self, run: RunRecord, timeout: float) -> str:
         if not self.is_alive(run):

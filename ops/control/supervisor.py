@@ -77,7 +77,7 @@ from ops.control.policy import (
     decide,
 )
 from ops.driver.checkpoint import log_entries
-from ops.driver.takeover import Grant, checkpoint_lock_held, write_grant
+from ops.driver.takeover import Grant, checkpoint_lock_holder, write_grant
 from ops.exceptions import (
     ConfigError,
     JobBusyError,
@@ -447,10 +447,11 @@ class Supervisor:
                 f"standby {standby.run_id} is not granted"
             )
         paths = JobPaths.of(self.platform, spec)
-        if checkpoint_lock_held(paths.runtime):
+        holder = checkpoint_lock_holder(paths.runtime)
+        if holder is not None and not self.backend.started_by(standby.as_run(), holder):
             raise TakeOverRefused(
-                f"job {spec.name!r}: a driver's JVM still holds {paths.runtime / 'checkpoint.lock'}; "
-                f"standby {standby.run_id} is not granted"
+                f"job {spec.name!r}: process {holder}, not of standby {standby.run_id}, holds "
+                f"{paths.runtime / 'checkpoint.lock'}: another driver's JVM still lives; no grant"
             )
         open_run = self.ledger.current_run(spec.name)
         if open_run is not None:
@@ -507,7 +508,7 @@ class Supervisor:
     def _clean_sink(self, spec: JobSpec, reason: str, run_id: str | None = None) -> None:
         # Leftovers only mislead readers that bypass the sink log; a failed cleanup never keeps
         # the job from running, and housekeeping tries again.
-        if checkpoint_lock_held(JobPaths.of(self.platform, spec).runtime):
+        if checkpoint_lock_holder(JobPaths.of(self.platform, spec).runtime) is not None:
             # A driver of the job runs its query after all (a standby that got in): the files of
             # its batch in flight are not orphans. Housekeeping removes real ones later.
             log.warning("orphaned output kept: a driver holds the checkpoint lock", job=spec.name)

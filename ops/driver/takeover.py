@@ -13,8 +13,9 @@ when two fences agree, so two drivers can never run the job's query at once:
    checkpoint and the sink, and it can outlive its Python driver for a moment after a kill -9, so
    the lock lives in the JVM, not in Python: the kernel drops it when that process is gone. A
    grant written in error (a supervisor bug, a hand-made file) still cannot start a second query
-   while any driver's JVM lives. The supervisor probes it too (`checkpoint_lock_held`): no grant,
-   and no removal of "orphaned" sink output, while a JVM of the job holds it.
+   while any driver's JVM lives. The supervisor reads its holder too (`checkpoint_lock_holder`): no
+   grant while a JVM other than the standby's holds it, and no removal of "orphaned" sink output
+   while any does.
 
 Until it is granted, a standby writes nothing the supervisor reads as the job's (no heartbeat, no
 metrics port); its own state (`starting`, `ready`, `failed`) goes to `standby.json`.
@@ -25,6 +26,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import struct
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -111,23 +113,24 @@ def read_standby_status(runtime_dir: Path, run_id: str) -> StandbyStatus | None:
     return status if status.run_id == run_id else None
 
 
-def checkpoint_lock_held(runtime_dir: Path) -> bool:
-    """Whether a driver's JVM of the job holds its checkpoint lock now, i.e. a query of the job
-    may be running. A probe: it takes the lock and drops it at once (a JVM that tries meanwhile
-    retries a poll later). Java's `FileChannel.lock` and `fcntl.lockf` are the same POSIX record
-    locks on Linux, so they exclude each other across processes."""
+# struct flock on Linux x86-64/aarch64: l_type, l_whence, l_start, l_len, l_pid (+ padding).
+_FLOCK = "hhqqii"
+
+
+def checkpoint_lock_holder(runtime_dir: Path) -> int | None:
+    """The pid of the process (a driver's JVM) that holds the job's checkpoint lock now, or None:
+    a query of the job may run while it is held. Java's `FileChannel.lock` takes a POSIX record
+    lock on Linux, which `F_GETLK` reports with its owner, without taking it."""
     try:
         descriptor = os.open(runtime_dir / CHECKPOINT_LOCK_FILE, os.O_RDWR)
     except FileNotFoundError:
-        return False
+        return None
     try:
-        fcntl.lockf(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return True
+        query = struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0, 0)
+        lock_type, _, _, _, pid, _ = struct.unpack(_FLOCK, fcntl.fcntl(descriptor, fcntl.F_GETLK, query))
     finally:
-        # Closing the descriptor drops the probe's lock.
         os.close(descriptor)
-    return False
+    return None if lock_type == fcntl.F_UNLCK else int(pid)
 
 
 class CheckpointLock:

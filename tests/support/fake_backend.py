@@ -117,6 +117,9 @@ class FakeBackend:
     def confirm_gone(self, run: RunRecord, timeout: float) -> bool:
         return not self.is_alive(run)
 
+    def started_by(self, run: RunRecord, pid: int) -> bool:
+        return self.is_alive(run) and pid == run.pid
+
     def launch_replay_only(self, spec: JobSpec, run_id: str, conf_dir: Path) -> LaunchedDriver:
         """An upgrade's dry-run driver under the scratch platform in `conf_dir`: a row like any
         driver (the knobs apply, `crash` ends it); its verdict is the scratch checkpoint's commit."""
