@@ -77,7 +77,7 @@ from ops.control.policy import (
     decide,
 )
 from ops.driver.checkpoint import log_entries
-from ops.driver.takeover import Grant, checkpoint_lock_holder, write_grant
+from ops.driver.takeover import Grant, checkpoint_lock_holder, checkpoint_lock_taken, write_grant
 from ops.exceptions import (
     ConfigError,
     JobBusyError,
@@ -508,15 +508,16 @@ class Supervisor:
     def _clean_sink(self, spec: JobSpec, reason: str, run_id: str | None = None) -> None:
         # Leftovers only mislead readers that bypass the sink log; a failed cleanup never keeps
         # the job from running, and housekeeping tries again.
-        if checkpoint_lock_holder(JobPaths.of(self.platform, spec).runtime) is not None:
-            # A driver of the job runs its query after all (a standby that got in): the files of
-            # its batch in flight are not orphans. Housekeeping removes real ones later.
-            log.warning("orphaned output kept: a driver holds the checkpoint lock", job=spec.name)
-            return
-        try:
-            self.remove_orphaned_output(spec, reason, driver_gone=True, run_id=run_id)
-        except SinkCleanupError as error:
-            log.warning("orphaned output kept", job=spec.name, error=str(error))
+        with checkpoint_lock_taken(JobPaths.of(self.platform, spec).runtime) as taken:
+            if not taken:
+                # A driver of the job runs its query after all (a standby that got in): the files
+                # of its batch in flight are not orphans. Housekeeping removes real ones later.
+                log.warning("orphaned output kept: a driver holds the checkpoint lock", job=spec.name)
+                return
+            try:
+                self.remove_orphaned_output(spec, reason, driver_gone=True, run_id=run_id)
+            except SinkCleanupError as error:
+                log.warning("orphaned output kept", job=spec.name, error=str(error))
 
     def remove_all_orphaned_output(self) -> list[str]:
         """Housekeeping for every valid job, running or not: orphaned files older than its newest

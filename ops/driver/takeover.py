@@ -14,8 +14,8 @@ when two fences agree, so two drivers can never run the job's query at once:
    the lock lives in the JVM, not in Python: the kernel drops it when that process is gone. A
    grant written in error (a supervisor bug, a hand-made file) still cannot start a second query
    while any driver's JVM lives. The supervisor reads its holder too (`checkpoint_lock_holder`): no
-   grant while a JVM other than the standby's holds it, and no removal of "orphaned" sink output
-   while any does.
+   grant while a JVM other than the standby's holds it; and it removes "orphaned" sink output only
+   while it holds the lock itself (`checkpoint_lock_taken`), so never a file of a batch in flight.
 
 Until it is granted, a standby writes nothing the supervisor reads as the job's (no heartbeat, no
 metrics port); its own state (`starting`, `ready`, `failed`) goes to `standby.json`.
@@ -28,7 +28,8 @@ import json
 import os
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -131,6 +132,25 @@ def checkpoint_lock_holder(runtime_dir: Path) -> int | None:
     finally:
         os.close(descriptor)
     return None if lock_type == fcntl.F_UNLCK else int(pid)
+
+
+@contextmanager
+def checkpoint_lock_taken(runtime_dir: Path) -> Iterator[bool]:
+    """Hold the job's checkpoint lock for the block if no driver's JVM holds it (True), else do
+    nothing (False). The supervisor removes orphaned sink output under it: no driver can start a
+    batch meanwhile (a driver that tries waits a poll and retries)."""
+    runtime_dir.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(runtime_dir / CHECKPOINT_LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.lockf(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            yield False
+            return
+        yield True
+    finally:
+        # Closing the descriptor drops the lock.
+        os.close(descriptor)
 
 
 class CheckpointLock:
