@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -29,7 +31,14 @@ from ops.control.alerts import AlertCenter
 from ops.control.launcher import LocalProcessBackend
 from ops.control.policy import STANDBY_GONE
 from ops.control.supervisor import Supervisor, stop_all_jobs
-from ops.driver.takeover import Grant, read_grant, read_standby_status, write_grant
+from ops.driver.takeover import (
+    Grant,
+    checkpoint_lock_holder,
+    checkpoint_lock_taken,
+    read_grant,
+    read_standby_status,
+    write_grant,
+)
 from ops.driver.telemetry import read_heartbeat
 from ops.exceptions import ConfigError
 from ops.ledger.store import Ledger, StandbyRecord
@@ -60,6 +69,38 @@ def test_warm_standby_is_off_by_default_and_only_a_boolean(platform_conf: Platfo
     edit_job(platform_conf, JOB, lambda spec: spec["operations"]["restart"].update(warm_standby="yes"))
     with pytest.raises(ConfigError, match=r"operations\.restart\.warm_standby"):
         load_job(platform_conf.conf_dir / "jobs" / f"{JOB}.yaml")
+
+
+# --- the checkpoint lock as the supervisor sees it ---------------------------------------------------
+
+
+def test_the_supervisor_sees_who_holds_the_checkpoint_lock_and_cleans_only_while_it_is_free(
+    tmp_path: Path,
+) -> None:
+    """Another process holding the lock (as a driver's JVM does, a POSIX record lock) is named,
+    and the supervisor cannot take the lock for a sink cleanup meanwhile; once it is gone, it can."""
+    assert checkpoint_lock_holder(tmp_path) is None
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys, time\n"
+            f"fd = os.open({str(tmp_path / 'checkpoint.lock')!r}, os.O_RDWR | os.O_CREAT)\n"
+            "fcntl.lockf(fd, fcntl.LOCK_EX)\nprint('locked', flush=True)\ntime.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"locked\n"
+        assert checkpoint_lock_holder(tmp_path) == holder.pid
+        with checkpoint_lock_taken(tmp_path) as taken:
+            assert taken is False
+    finally:
+        holder.kill()
+        holder.communicate()
+    assert checkpoint_lock_holder(tmp_path) is None
+    with checkpoint_lock_taken(tmp_path) as taken:
+        assert taken is True
 
 
 # --- the policy on the fake backend ------------------------------------------------------------------
