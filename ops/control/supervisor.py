@@ -447,12 +447,18 @@ class Supervisor:
                 f"standby {standby.run_id} is not granted"
             )
         paths = JobPaths.of(self.platform, spec)
-        holder = checkpoint_lock_holder(paths.runtime)
-        if holder is not None and not self.backend.started_by(standby.as_run(), holder):
-            raise TakeOverRefused(
-                f"job {spec.name!r}: process {holder}, not of standby {standby.run_id}, holds "
-                f"{paths.runtime / 'checkpoint.lock'}: another driver's JVM still lives; no grant"
-            )
+        # A killed JVM's main thread can read as a zombie while its other threads still exit and
+        # hold its files: the lock says when it is really gone.
+        deadline = time.monotonic() + TAKEOVER_CONFIRM_SECONDS
+        while (holder := checkpoint_lock_holder(paths.runtime)) is not None and not self.backend.started_by(
+            standby.as_run(), holder
+        ):
+            if time.monotonic() >= deadline:
+                raise TakeOverRefused(
+                    f"job {spec.name!r}: process {holder}, not of standby {standby.run_id}, holds "
+                    f"{paths.runtime / 'checkpoint.lock'}: another driver's JVM still lives; no grant"
+                )
+            time.sleep(0.05)
         open_run = self.ledger.current_run(spec.name)
         if open_run is not None:
             raise TakeOverRefused(f"job {spec.name!r}: run {open_run.run_id} is open; no take-over beside it")
