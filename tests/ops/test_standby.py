@@ -368,6 +368,11 @@ def test_a_standby_never_runs_beside_a_driver_that_lives(
 
     with passes_in_background(supervisor):
         wait_for(lambda: committed_by(platform, standby.run_id), 180, "the standby's first batch")
+        wait_for(
+            lambda: (run := ledger.current_run(JOB)) is not None and run.run_id == standby.run_id,
+            30,
+            "the take-over recorded: the standby is the job's run",
+        )
         closed = next(r for r in ledger.runs(JOB) if r.run_id == active.run_id)
         assert closed.exit_reason.startswith("failed: last heartbeat"), closed.exit_reason
         assert time.monotonic() - frozen_at > 40, "taken over only after the stuck limit"
