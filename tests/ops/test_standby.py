@@ -363,16 +363,16 @@ def test_a_standby_never_runs_beside_a_driver_that_lives(
     time.sleep(8)
     assert "query started" not in log.read_text(), "the standby started beside a live driver"
     assert read_heartbeat(paths.heartbeat).run_id == active.run_id
-    # The frozen driver's JVM may have committed all of it meanwhile: more for the standby.
-    write_input(platform, range(9, 12))
 
     with passes_in_background(supervisor):
-        wait_for(lambda: committed_by(platform, standby.run_id), 180, "the standby's first batch")
         wait_for(
             lambda: (run := ledger.current_run(JOB)) is not None and run.run_id == standby.run_id,
-            30,
+            180,
             "the take-over recorded: the standby is the job's run",
         )
+        # The frozen driver's JVM went on committing until it was killed: more input for the standby.
+        write_input(platform, range(9, 12))
+        wait_for(lambda: committed_by(platform, standby.run_id), 120, "the standby's first batch")
         closed = next(r for r in ledger.runs(JOB) if r.run_id == active.run_id)
         assert closed.exit_reason.startswith("failed: last heartbeat"), closed.exit_reason
         assert time.monotonic() - frozen_at > 40, "taken over only after the stuck limit"
