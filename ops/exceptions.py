@@ -4,6 +4,7 @@ Hierarchy::
 
     WardenError                 base of everything raised on purpose by ops/
     ├── ConfigError             a config file is missing, unreadable or invalid (names file and field)
+    ├── SecretNotFoundError     a secret reference names nothing (names the reference, never a value)
     ├── LedgerError             the ledger database cannot be reached or migrated
     ├── LaunchError             a driver process could not be started or stopped
     ├── ServiceError            an embedded service (S3 server, Airflow) failed to start or answer
@@ -35,6 +36,15 @@ class ConfigError(WardenError):
         self.path = Path(path)
         self.problem = problem
         super().__init__(f"{self.path}: {problem}")
+
+
+class SecretNotFoundError(WardenError):
+    """A secret reference (`env:NAME`, `file:/PATH`, `airflow:CONN_ID`) does not give a value."""
+
+    def __init__(self, reference: str, problem: str) -> None:
+        self.reference = reference
+        self.problem = problem
+        super().__init__(f"secret {reference}: {problem}")
 
 
 class LedgerError(WardenError):

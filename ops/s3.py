@@ -2,41 +2,44 @@
 
 from __future__ import annotations
 
-import os
 from typing import NamedTuple
 
 import boto3
 from botocore.client import BaseClient
 from botocore.config import Config as BotoConfig
 
+from ops.secrets import Secret, lookup_secret
 from ops.spec.platform import PlatformConfig, S3Config
 
-# Credentials of the embedded SeaweedFS when the variables named in `s3` are unset. They guard
-# nothing (the server only listens on loopback); real credentials come from the environment.
+# Credentials of the embedded SeaweedFS when the keys named in `s3` are not configured. They guard
+# nothing (the server only listens on loopback); real credentials come from `s3.access_key_id`
+# and `s3.secret_access_key` (the environment, a file or an Airflow connection).
 EMBEDDED_ACCESS_KEY_ID = "streamwarden"
 EMBEDDED_SECRET_ACCESS_KEY = "streamwarden-embedded-secret"
 
 
 class S3Credentials(NamedTuple):
-    access_key_id: str
-    secret_access_key: str
+    access_key_id: Secret
+    secret_access_key: Secret
 
 
 def s3_credentials(s3: S3Config) -> S3Credentials | None:
-    """The S3 keys from the variables named in `s3`.
+    """The S3 keys that `s3.access_key_id` and `s3.secret_access_key` refer to (ops.secrets).
 
-    With a custom endpoint (the embedded SeaweedFS) unset variables fall back to the embedded
-    keys; for Amazon S3 (`endpoint_url: null`) unset variables mean boto3's own credential chain
-    (instance profile, `~/.aws`), returned as None.
+    With a custom endpoint (the embedded SeaweedFS) keys not configured (null, or an unset
+    variable) fall back to the embedded keys; for Amazon S3 (`endpoint_url: null`) they mean
+    boto3's own credential chain (instance profile, `~/.aws`), returned as None. A `file:` or
+    `airflow:` reference that gives nothing raises SecretNotFoundError.
     """
-    access_key_id = os.environ.get(s3.access_key_id_env)
-    secret_access_key = os.environ.get(s3.secret_access_key_env)
+    access_key_id = lookup_secret(s3.access_key_id)
+    secret_access_key = lookup_secret(s3.secret_access_key)
     if access_key_id and secret_access_key:
         return S3Credentials(access_key_id, secret_access_key)
     if s3.endpoint_url is None:
         return None
     return S3Credentials(
-        access_key_id or EMBEDDED_ACCESS_KEY_ID, secret_access_key or EMBEDDED_SECRET_ACCESS_KEY
+        access_key_id or Secret(EMBEDDED_ACCESS_KEY_ID),
+        secret_access_key or Secret(EMBEDDED_SECRET_ACCESS_KEY),
     )
 
 
@@ -55,7 +58,7 @@ def s3_client(platform: PlatformConfig, *, timeout: float = 10.0, attempts: int 
     return boto3.client(
         "s3",
         endpoint_url=s3.endpoint_url,
-        aws_access_key_id=credentials.access_key_id if credentials else None,
-        aws_secret_access_key=credentials.secret_access_key if credentials else None,
+        aws_access_key_id=credentials.access_key_id.reveal() if credentials else None,
+        aws_secret_access_key=credentials.secret_access_key.reveal() if credentials else None,
         config=config,
     )

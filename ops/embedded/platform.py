@@ -32,7 +32,6 @@ from ops import progress
 from ops.embedded.services import ManagedProcess, SeaweedS3, venv_bin_dir
 from ops.exceptions import ServiceError
 from ops.ledger.store import Ledger
-from ops.s3 import s3_credentials
 from ops.spec.job import load_jobs
 from ops.spec.platform import CONF_DIR_ENV, SUPERVISE_DAG_PREFIX, PlatformConfig
 
@@ -70,11 +69,8 @@ def _base_env(platform: PlatformConfig) -> dict[str, str]:
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
     }
-    credentials = s3_credentials(platform.s3)
-    if credentials is not None:
-        # Tasks and drivers find the S3 keys where the platform config says they are.
-        env[platform.s3.access_key_id_env] = credentials.access_key_id
-        env[platform.s3.secret_access_key_env] = credentials.secret_access_key
+    # No S3 keys here: every task reads them where `s3` in platform.yaml says they are (the
+    # variables it inherits, a file, an Airflow connection), like this process did.
     return env
 
 

@@ -8,16 +8,32 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import Field, ValidationError
+from pydantic import BeforeValidator, Field, ValidationError
+from pydantic_core import PydanticCustomError
 
 from ops.exceptions import ConfigError
-from ops.spec.model import Model, describe_error, read_yaml
+from ops.secrets import check_reference
+from ops.spec.model import SECRET_REFERENCE_ERROR, Model, describe_error, read_yaml
 
 CONF_DIR_ENV = "STREAMWARDEN_CONF_DIR"
 DEFAULT_CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 # Each job's supervision DAG is `<prefix><job>`; the DAG factory and `warden platform up` agree here.
 SUPERVISE_DAG_PREFIX = "warden_supervise_"
+
+
+def _secret_reference(value: object) -> str:
+    try:
+        return check_reference(value)
+    except ValueError as error:
+        # Its own error type, so describe_error never echoes the input: it may be a pasted secret.
+        raise PydanticCustomError(SECRET_REFERENCE_ERROR, "{problem}", {"problem": str(error)}) from None
+
+
+# Where a secret comes from, never the secret itself: `env:NAME`, `file:/PATH` or
+# `airflow:CONN_ID[#FIELD]` (ops.secrets); null for none.
+SecretRef = Annotated[str, BeforeValidator(_secret_reference)]
 
 
 class StorageConfig(Model):
@@ -31,19 +47,16 @@ class S3Config(Model):
     endpoint_url: str | None = "http://127.0.0.1:8333"
     bucket: str = "streamwarden"
     region: str = "us-east-1"
-    access_key_id_env: str = "AWS_ACCESS_KEY_ID"
-    secret_access_key_env: str = "AWS_SECRET_ACCESS_KEY"
+    access_key_id: SecretRef | None = "env:AWS_ACCESS_KEY_ID"
+    secret_access_key: SecretRef | None = "env:AWS_SECRET_ACCESS_KEY"
     savepoint_prefix: str = "savepoints"
 
 
 class SlackConfig(Model):
-    webhook_url_env: str = "STREAMWARDEN_SLACK_WEBHOOK_URL"
+    # An `env:` reference whose variable is unset, or null, means console + ledger only.
+    webhook_url: SecretRef | None = "env:STREAMWARDEN_SLACK_WEBHOOK_URL"
     dedup_window_seconds: int = Field(600, ge=0)
     max_attempts: int = Field(50, ge=1)
-
-    def webhook_url(self) -> str | None:
-        """The webhook URL from the environment; None means console + ledger only."""
-        return os.environ.get(self.webhook_url_env) or None
 
 
 class AirflowConfig(Model):
