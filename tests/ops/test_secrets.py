@@ -6,6 +6,7 @@ secrets backends: tests/dags/test_secrets_dag.py."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -385,5 +386,6 @@ def test_wrong_s3_keys_page_on_slack_without_quoting_any_secret(
 
 def test_a_secret_never_turns_into_its_value_by_accident() -> None:
     secret = Secret(secret_value("value"))
-    assert f"{secret!s} {secret!r} {secret}" == f"{MASK} {MASK} {MASK}"
-    assert "%s %r" % (secret, secret) == f"{MASK} {MASK}"  # the form logging calls use
+    record = logging.LogRecord("streamwarden", logging.INFO, __file__, 1, "%s %r", (secret, secret), None)
+    assert record.getMessage() == f"{MASK} {MASK}"
+    assert f"{secret!s} {secret!r} {[secret]}" == f"{MASK} {MASK} [{MASK}]"
