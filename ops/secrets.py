@@ -12,7 +12,7 @@ A reference is one of:
   and, inside a task, its metadata database.
 
 ops/ never imports Airflow, so an `airflow:` reference resolves through a `SecretsHost` that the
-Airflow side installs (`streamwarden_airflow.secrets`, whenever the plugin package is imported:
+Airflow side installs (`streamwarden_airflow.secrets_host`, whenever the plugin package is imported:
 in every task, the triggerer and the DAG processor). The host also masks every value resolved in
 its process in Airflow's task logs, whatever the reference. A `warden` command run from a shell
 has no host: an `airflow:` reference there fails, saying so.

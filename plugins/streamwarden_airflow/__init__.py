@@ -5,6 +5,6 @@ folder so the scheduler, the workers and the triggerer can all import it. Import
 read `airflow:` secret references (every DAG file, operator and trigger imports it first).
 """
 
-from streamwarden_airflow.secrets import install_airflow_secrets
+from streamwarden_airflow.secrets_host import install_airflow_secrets
 
 install_airflow_secrets()

@@ -12,26 +12,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
-import yaml
 from botocore.exceptions import ClientError
 
 from ops.control.alerts import Alert, AlertCenter
 from ops.control.supervisor import Supervisor
-from ops.embedded.services import SeaweedS3, free_seaweed_ports
 from ops.exceptions import ConfigError, SavepointError, SecretNotFoundError
 from ops.ledger.store import Ledger
 from ops.s3 import s3_credentials
 from ops.savepoints.store import read_manifest, take_savepoint
 from ops.secrets import MASK, Secret, install_secrets_host, lookup_secret, resolve_secret
 from ops.spec.job import find_job
-from ops.spec.platform import PlatformConfig, load_platform
+from ops.spec.platform import PlatformConfig
 from tests.ops.test_savepoints import write_checkpoint_batch
-from tests.support.secrets import database_leaks, file_leaks, secret_value, text_leaks
+from tests.support.secrets import (
+    BUCKET,
+    KeyedS3,
+    captured,
+    configure_platform,
+    file_leaks,
+    platform_leaks,
+    secret_file,
+    secret_value,
+)
 from tests.support.slack import WEBHOOK_PATH, SlackReceiver
-
-BUCKET = "warden-secrets"
 
 
 @pytest.fixture(autouse=True)
@@ -40,66 +44,6 @@ def no_airflow_host() -> Iterator[None]:
     previous = install_secrets_host(None)
     yield
     install_secrets_host(previous)
-
-
-def configure(platform: PlatformConfig, section: str, **settings: Any) -> PlatformConfig:
-    """Merge `settings` into one section of the platform's platform.yaml and load it again."""
-    path = platform.conf_dir / "platform.yaml"
-    document = yaml.safe_load(path.read_text())
-    document[section] = {**document.get(section, {}), **settings}
-    path.write_text(yaml.safe_dump(document))
-    return load_platform(platform.conf_dir)
-
-
-def secret_file(directory: Path, name: str, value: str) -> str:
-    """A secret mounted the way Docker and Kubernetes do (a trailing newline); its reference."""
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / name
-    path.write_text(value + "\n")
-    return f"file:{path}"
-
-
-@dataclass
-class KeyedS3:
-    """A SeaweedFS server whose only identity is a pair of random keys, held in files."""
-
-    endpoint_url: str
-    access_key_id: str
-    secret_access_key: str
-    references: dict[str, str]
-    runtime_root: Path
-    service: SeaweedS3 = field(repr=False)
-
-    def client(self, access_key_id: str, secret_access_key: str) -> Any:
-        return boto3.client(
-            "s3",
-            endpoint_url=self.endpoint_url,
-            aws_access_key_id=access_key_id,
-            aws_secret_access_key=secret_access_key,
-            region_name="us-east-1",
-        )
-
-
-@pytest.fixture(scope="module")
-def keyed_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KeyedS3]:
-    root = tmp_path_factory.mktemp("keyed-s3")
-    access_key_id, secret_access_key = secret_value("AKID"), secret_value("s3secret")
-    references = {
-        "access_key_id": secret_file(root / "mounted", "access_key_id", access_key_id),
-        "secret_access_key": secret_file(root / "mounted", "secret_access_key", secret_access_key),
-    }
-    ports = free_seaweed_ports()
-    s3 = {"endpoint_url": f"http://127.0.0.1:{ports.s3}", "bucket": BUCKET, **references}
-    platform = PlatformConfig.model_validate({"storage": {"runtime_root": str(root / "server")}, "s3": s3})
-    service = SeaweedS3.for_platform(platform)
-    assert service is not None
-    service.start()
-    try:
-        yield KeyedS3(
-            s3["endpoint_url"], access_key_id, secret_access_key, references, root / "server", service
-        )
-    finally:
-        service.stop()
 
 
 # --- each source ------------------------------------------------------------------------------
@@ -178,15 +122,15 @@ def test_a_value_pasted_where_a_reference_belongs_is_refused_without_quoting_it(
     pasted = f"https://hooks.slack.com/services/T000/B000/{token}"
 
     with pytest.raises(ConfigError) as raised:
-        configure(platform_conf, "slack", webhook_url=pasted)
+        configure_platform(platform_conf, "slack", webhook_url=pasted)
 
     message = str(raised.value)
     assert "field 'slack.webhook_url': not a secret reference; use env:NAME, file:/PATH" in message
     assert token not in message and "hooks.slack.com" not in message
     with pytest.raises(ConfigError, match=r"field 's3.secret_access_key': .*not an absolute path"):
-        configure(platform_conf, "s3", secret_access_key="file:relative/key")
+        configure_platform(platform_conf, "s3", secret_access_key="file:relative/key")
     with pytest.raises(ConfigError, match=r"connection field 'pass' is not one of password, login, host"):
-        configure(platform_conf, "s3", secret_access_key="airflow:warden_s3#pass")
+        configure_platform(platform_conf, "s3", secret_access_key="airflow:warden_s3#pass")
 
 
 @dataclass
@@ -244,32 +188,12 @@ def slack_page(reason: str = "driver exited with code 1") -> Alert:
     )
 
 
-def leaks(
-    values: list[str],
-    platform: PlatformConfig,
-    output: pytest.CaptureFixture[str],
-    receiver: SlackReceiver | None = None,
-    extra_roots: tuple[Path, ...] = (),
-) -> list[str]:
-    """Every place a value turned up: the ledger (every table and column), every file of the
-    platform's runtime (logs, the SQLite files byte for byte), the output, the Slack bodies."""
-    captured = output.readouterr()
-    texts: dict[str, str | bytes] = {"stdout": captured.out, "stderr": captured.err}
-    for number, request in enumerate(receiver.requests if receiver else []):
-        texts[f"slack request {number}"] = request.body
-    return [
-        *database_leaks(platform.resolved_ledger_url, values),
-        *file_leaks([platform.runtime_root, *extra_roots], values),
-        *text_leaks(texts, values),
-    ]
-
-
 def test_a_slack_alert_with_the_webhook_from_a_file_is_delivered_and_leaks_nothing(
     platform_conf: PlatformConfig, ledger: Ledger, slack_receiver: SlackReceiver, tmp_path: Path, capfd: Any
 ) -> None:
     token = secret_value("token")
     url = slack_receiver.url.replace(WEBHOOK_PATH, f"/services/T0SECRET/B0SECRET/{token}")
-    platform = configure(
+    platform = configure_platform(
         platform_conf, "slack", webhook_url=secret_file(tmp_path / "mounted", "slack_webhook", url)
     )
     center = AlertCenter(ledger, platform.slack)
@@ -281,7 +205,7 @@ def test_a_slack_alert_with_the_webhook_from_a_file_is_delivered_and_leaks_nothi
     [request] = slack_receiver.requests
     assert request.path.endswith(token), "the message went to the URL the file holds"
     assert "router" in request.json()["text"]
-    assert leaks([url, token], platform, capfd, slack_receiver) == []
+    assert platform_leaks([url, token], platform, captured(capfd), slack_receiver) == []
 
 
 @pytest.mark.parametrize("scheme", ["", "ftp://"], ids=["no-scheme", "not-http"])
@@ -291,7 +215,9 @@ def test_a_webhook_url_slack_sdk_refuses_stays_out_of_the_ledger_and_the_logs(
     """urllib and slack_sdk quote a URL they cannot use in their errors."""
     token = secret_value("token")
     url = f"{scheme}hooks.slack.com/services/T0SECRET/B0SECRET/{token}"
-    platform = configure(platform_conf, "slack", webhook_url=secret_file(tmp_path, "slack_webhook", url))
+    platform = configure_platform(
+        platform_conf, "slack", webhook_url=secret_file(tmp_path, "slack_webhook", url)
+    )
     center = AlertCenter(ledger, platform.slack)
 
     center.raise_alert(slack_page())
@@ -301,14 +227,14 @@ def test_a_webhook_url_slack_sdk_refuses_stays_out_of_the_ledger_and_the_logs(
     [record] = ledger.alerts()
     assert record.status == "pending" and record.last_error is not None
     assert record.last_error.startswith("Slack unreachable: ") and MASK in record.last_error
-    assert leaks([url, token], platform, capfd) == []
+    assert platform_leaks([url, token], platform, captured(capfd)) == []
 
 
 def test_alerts_wait_in_the_outbox_while_the_webhook_reference_gives_nothing(
     platform_conf: PlatformConfig, ledger: Ledger, slack_receiver: SlackReceiver, tmp_path: Path, capfd: Any
 ) -> None:
     mounted = tmp_path / "mounted" / "slack_webhook"
-    platform = configure(platform_conf, "slack", webhook_url=f"file:{mounted}")
+    platform = configure_platform(platform_conf, "slack", webhook_url=f"file:{mounted}")
     center = AlertCenter(ledger, platform.slack)
     alert_id = center.raise_alert(slack_page())
 
@@ -322,11 +248,10 @@ def test_alerts_wait_in_the_outbox_while_the_webhook_reference_gives_nothing(
     assert center.deliver_due().sent == (alert_id,)
 
 
-@pytest.mark.s3
 def test_a_savepoint_with_s3_keys_from_files_reaches_seaweedfs_and_leaks_nothing(
     platform_conf: PlatformConfig, ledger: Ledger, keyed_s3: KeyedS3, capfd: Any
 ) -> None:
-    platform = configure(
+    platform = configure_platform(
         platform_conf,
         "s3",
         endpoint_url=keyed_s3.endpoint_url,
@@ -347,10 +272,9 @@ def test_a_savepoint_with_s3_keys_from_files_reaches_seaweedfs_and_leaks_nothing
             Bucket=BUCKET, Key=savepoint.manifest_key
         )
     values = [keyed_s3.access_key_id, keyed_s3.secret_access_key]
-    assert leaks(values, platform, capfd, extra_roots=(keyed_s3.runtime_root,)) == []
+    assert platform_leaks(values, platform, captured(capfd), extra_roots=(keyed_s3.runtime_root,)) == []
 
 
-@pytest.mark.s3
 def test_wrong_s3_keys_page_on_slack_without_quoting_any_secret(
     platform_conf: PlatformConfig,
     ledger: Ledger,
@@ -361,8 +285,10 @@ def test_wrong_s3_keys_page_on_slack_without_quoting_any_secret(
 ) -> None:
     wrong_id, wrong_key = secret_value("AKID"), secret_value("s3secret")
     mounted = tmp_path / "mounted"
-    configure(platform_conf, "slack", webhook_url=secret_file(mounted, "slack_webhook", slack_receiver.url))
-    platform = configure(
+    configure_platform(
+        platform_conf, "slack", webhook_url=secret_file(mounted, "slack_webhook", slack_receiver.url)
+    )
+    platform = configure_platform(
         platform_conf,
         "s3",
         endpoint_url=keyed_s3.endpoint_url,
@@ -379,7 +305,12 @@ def test_wrong_s3_keys_page_on_slack_without_quoting_any_secret(
     [message] = slack_receiver.messages
     assert "savepoint failed" in message["text"] and "Forbidden" in message["text"]
     real_keys = [keyed_s3.access_key_id, keyed_s3.secret_access_key]
-    assert leaks([wrong_id, wrong_key, slack_receiver.url, *real_keys], platform, capfd, slack_receiver) == []
+    assert (
+        platform_leaks(
+            [wrong_id, wrong_key, slack_receiver.url, *real_keys], platform, captured(capfd), slack_receiver
+        )
+        == []
+    )
     # SeaweedFS's own log names the key id it was offered and did not know; its keys stay out.
     assert file_leaks([keyed_s3.runtime_root], real_keys) == []
 

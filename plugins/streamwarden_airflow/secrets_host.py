@@ -6,6 +6,9 @@ alike: inside a task it asks the configured secrets backend, then `AIRFLOW_CONN_
 then the metadata database (through the API server); in the triggerer or a DAG parse it asks the
 secrets backend and the variables. Importing `streamwarden_airflow` installs it (see __init__),
 so ops finds it in every Airflow process without importing Airflow itself.
+
+Not `secrets.py`: Airflow's plugin loader imports every file under plugins/ as a top-level module
+named after the file, and one named `secrets` replaces the standard library's for the process.
 """
 
 from __future__ import annotations
