@@ -40,7 +40,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from ops import progress
 from ops.driver.checkpoint import log_entries, read_offsets, source_log_offset
-from ops.exceptions import SavepointError
+from ops.exceptions import SavepointError, SecretNotFoundError
 from ops.ledger.store import Ledger, SavepointRecord
 from ops.s3 import s3_client
 from ops.spec.job import JobSpec
@@ -119,6 +119,17 @@ def _s3_errors(platform: PlatformConfig, doing: str) -> Iterator[None]:
         raise SavepointError(f"S3 at {_endpoint(platform)} unreachable while {doing}: {exc}") from exc
     except (ClientError, S3UploadFailedError) as exc:
         raise SavepointError(f"S3 at {_endpoint(platform)} refused {doing}: {exc}") from exc
+
+
+def _client(platform: PlatformConfig, s3: BaseClient | None) -> BaseClient:
+    """`s3`, or the platform's client; SavepointError (so the job pages `savepoint_failed` and
+    keeps running) when the S3 keys its config refers to cannot be read."""
+    if s3 is not None:
+        return s3
+    try:
+        return s3_client(platform)
+    except SecretNotFoundError as error:
+        raise SavepointError(f"no S3 credentials for {_endpoint(platform)}: {error}") from error
 
 
 def _job_prefix(platform: PlatformConfig, job: str) -> str:
@@ -402,7 +413,7 @@ def read_manifest(
     platform: PlatformConfig, savepoint: SavepointRecord, *, s3: BaseClient | None = None
 ) -> dict[str, Any]:
     """The manifest of a catalogued savepoint."""
-    client = s3 or s3_client(platform)
+    client = _client(platform, s3)
     with _s3_errors(platform, f"reading {savepoint.manifest_key}"):
         body = client.get_object(Bucket=platform.s3.bucket, Key=savepoint.manifest_key)["Body"].read()
     manifest: dict[str, Any] = json.loads(body)
@@ -422,7 +433,7 @@ def take_savepoint(
     checkpoint, sink_log = paths.checkpoint, paths.sink_log
     if not checkpoint.is_dir():
         raise SavepointError(f"job {job!r} has no checkpoint at {checkpoint}")
-    client = s3 or s3_client(platform)
+    client = _client(platform, s3)
     with _s3_errors(platform, f"checking bucket {platform.s3.bucket!r}"):
         client.head_bucket(Bucket=platform.s3.bucket)
 
@@ -512,7 +523,7 @@ def apply_retention(
     ]
     if not doomed:
         return []
-    client = s3 or s3_client(platform)
+    client = _client(platform, s3)
     bucket = platform.s3.bucket
     for savepoint in doomed:
         with _s3_errors(platform, f"deleting {savepoint.manifest_key}"):
@@ -550,7 +561,7 @@ def fetch_savepoint(
 
     Every file is checked against the manifest's sha256, so a damaged object is never restored.
     """
-    client = s3 or s3_client(platform)
+    client = _client(platform, s3)
     manifest = read_manifest(platform, savepoint, s3=client)
     files: list[dict[str, Any]] = manifest["files"]
     with (

@@ -315,6 +315,29 @@ def test_wrong_s3_keys_page_on_slack_without_quoting_any_secret(
     assert file_leaks([keyed_s3.runtime_root], real_keys) == []
 
 
+def test_s3_keys_that_cannot_be_read_fail_the_savepoint_with_a_page_naming_the_reference(
+    platform_conf: PlatformConfig, ledger: Ledger, slack_webhook: SlackReceiver, tmp_path: Path
+) -> None:
+    missing = tmp_path / "mounted" / "secret_access_key"
+    platform = configure_platform(
+        platform_conf,
+        "s3",
+        access_key_id=secret_file(missing.parent, "access_key_id", secret_value("AKID")),
+        secret_access_key=f"file:{missing}",
+    )
+    write_checkpoint_batch(platform, "router", 0)
+
+    with pytest.raises(
+        SavepointError, match=f"no S3 credentials for .*: secret file:{missing}: no such file"
+    ):
+        Supervisor.for_platform(platform).savepoint("router", "nightly")
+
+    [message] = slack_webhook.messages
+    assert "savepoint failed" in message["text"] and f"secret file:{missing}: no such file" in message["text"]
+    outcome = ledger.decisions("router", action="savepoint")[0].outcome
+    assert outcome is not None and outcome.startswith("error: no S3 credentials")
+
+
 def test_a_secret_never_turns_into_its_value_by_accident() -> None:
     secret = Secret(secret_value("value"))
     record = logging.LogRecord("streamwarden", logging.INFO, __file__, 1, "%s %r", (secret, secret), None)
