@@ -134,6 +134,33 @@ class PreviewTaps(Model):
     records: int = Field(100, ge=1, le=10_000, description="Records kept per stage, the newest.")
 
 
+class AutoscalingPolicy(Model):
+    """How `ops.control.autoscaler` sizes the job (DESIGN.md section 6); `off` by default."""
+
+    mode: Literal["off", "recommend", "apply"] = Field(
+        "off", description="recommend: record decisions only; apply: also rescale the driver."
+    )
+    min_cores: int = Field(1, ge=1)
+    max_cores: int = Field(4, ge=1)
+    target_utilization: float = Field(
+        0.7, gt=0, le=1, description="Share of each trigger interval the job should be busy."
+    )
+    catch_up_seconds: float = Field(300.0, gt=0, description="Time to drain a backlog in.")
+    stabilization_seconds: float = Field(
+        60.0, gt=0, description="Metrics window a decision needs, and the quiet time after a rescale."
+    )
+    scale_down_delay_seconds: float = Field(
+        600.0, ge=0, description="How long a lower recommendation must hold before cores are taken away."
+    )
+    max_factor_per_step: float = Field(2.0, gt=1, description="Largest change of cores in one rescale.")
+
+    @model_validator(mode="after")
+    def _bounds_are_ordered(self) -> AutoscalingPolicy:
+        if self.min_cores > self.max_cores:
+            raise ValueError(f"min_cores {self.min_cores} is larger than max_cores {self.max_cores}")
+        return self
+
+
 class Operations(Model):
     stateful: bool = False
     # Stateful jobs keep state in RocksDB; format 2 loads state by the ids in the commit log.
@@ -148,6 +175,7 @@ class Operations(Model):
     restatement: RestatementSchedule | None = None
     shutdown_timeout_seconds: float = Field(60.0, gt=0)
     preview: PreviewTaps = Field(default_factory=PreviewTaps)
+    autoscaling: AutoscalingPolicy = Field(default_factory=AutoscalingPolicy)
 
     @model_validator(mode="after")
     def _fields_agree(self) -> Operations:
@@ -163,6 +191,15 @@ class Operations(Model):
             )
         if self.restatement is not None:
             self._savepoints_cover(self.restatement.lookback_hours)
+        scaling, partitions = self.autoscaling, self.resources.shuffle_partitions
+        # A stateful job's tasks per stage are its state partitions, fixed by the checkpoint: cores
+        # beyond them would sit idle.
+        if self.stateful and scaling.mode != "off" and scaling.max_cores > partitions:
+            raise ValueError(
+                f"autoscaling.max_cores {scaling.max_cores} is more than resources.shuffle_partitions "
+                f"{partitions}: a stateful job cannot use more cores than its state partitions, which "
+                "the checkpoint fixes"
+            )
         return self
 
     def _savepoints_cover(self, lookback_hours: float) -> None:
