@@ -26,7 +26,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from ops.exceptions import ConfigError
 from ops.spec.model import Model, describe_error, read_yaml
 from ops.spec.pipelines import Pipeline
-from ops.spec.platform import conf_dir
+from ops.spec.platform import SparkDefaults, conf_dir
 
 JOB_NAME_PATTERN = r"^[a-z][a-z0-9_]{1,62}$"
 JOB_FILE_SUFFIX = ".yaml"
@@ -41,9 +41,30 @@ IDLE_PROGRESS_INTERVAL_SECONDS = 10.0
 
 
 class Resources(Model):
-    master: str | None = None
+    master: str | None = Field(None, description="A Spark master URL for this job; null: the platform's.")
+    cores: int | None = Field(
+        None,
+        ge=1,
+        description="Cores the job runs with: local[N] threads, or spark.cores.max on a cluster; null: "
+        "the master's own (local[N] as written, every free core of a cluster).",
+    )
     driver_memory: str = "1g"
+    executor_memory: str = Field("1g", description="Memory of each executor on a cluster.")
     shuffle_partitions: int = Field(4, ge=1)
+
+    def spark_master(self, spark: SparkDefaults) -> tuple[str, dict[str, str]]:
+        """The master URL a driver of this job connects to, and the confs that size it there.
+
+        Locally the cores are the threads of `local[N]`; on a standalone cluster each executor
+        has one core, so the job gets `cores` executors of `executor_memory` (spark.cores.max).
+        """
+        master = self.master or spark.master_url
+        if master.startswith("local"):
+            return (f"local[{self.cores}]" if self.cores else master), {}
+        conf = {"spark.executor.cores": "1", "spark.executor.memory": self.executor_memory}
+        if self.cores:
+            conf["spark.cores.max"] = str(self.cores)
+        return master, conf
 
 
 class TriggerConfig(Model):
