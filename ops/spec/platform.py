@@ -36,6 +36,16 @@ class S3Config(Model):
     savepoint_prefix: str = "savepoints"
 
 
+class ArchiveConfig(Model):
+    """The archive of landing input in the object store (`ops.archive`), by arrival hour."""
+
+    prefix: str = "archive"
+    seal_after_minutes: float = Field(
+        10.0, ge=0, description="How long after an arrival hour ends it is archived (late writers)."
+    )
+    retention_days: float = Field(30.0, gt=0, description="Older arrival hours are deleted.")
+
+
 class SlackConfig(Model):
     webhook_url_env: str = "STREAMWARDEN_SLACK_WEBHOOK_URL"
     dedup_window_seconds: int = Field(600, ge=0)
@@ -110,6 +120,7 @@ class PlatformConfig(Model):
     ledger_url: str = "sqlite:///.runtime/ledger.db"
     s3: S3Config = Field(default_factory=S3Config)
     slack: SlackConfig = Field(default_factory=SlackConfig)
+    archive: ArchiveConfig = Field(default_factory=ArchiveConfig)
     airflow: AirflowConfig = Field(default_factory=AirflowConfig)
     spark: SparkDefaults = Field(default_factory=SparkDefaults)
     # The jobs whose supervision DAGs `warden platform up` unpauses (and so launches); the others'
