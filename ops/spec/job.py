@@ -18,10 +18,10 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
 from croniter import croniter
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
 
 from ops.exceptions import ConfigError
 from ops.spec.model import Model, describe_error, read_yaml
@@ -38,6 +38,15 @@ IDLE_PROGRESS_INTERVAL_SECONDS = 10.0
 
 
 # --- job specs -----------------------------------------------------------------------------------
+
+
+def _valid_cron(value: str) -> str:
+    if not croniter.is_valid(value):
+        raise ValueError(f"not a valid cron expression: {value!r}")
+    return value
+
+
+Cron = Annotated[str, AfterValidator(_valid_cron)]
 
 
 class Resources(Model):
@@ -134,15 +143,8 @@ class RestatementSchedule(Model):
     """A scheduled restatement: rewind to the newest savepoint taken `lookback_hours` before the
     run and recompute everything after it with the current code (late fixes, reference data)."""
 
-    cron: str = Field(description="When, as a cron expression in UTC, e.g. '0 3 * * *'.")
+    cron: Cron = Field(description="When, as a cron expression in UTC, e.g. '0 3 * * *'.")
     lookback_hours: float = Field(24.0, gt=0)
-
-    @field_validator("cron")
-    @classmethod
-    def _valid_cron(cls, value: str) -> str:
-        if not croniter.is_valid(value):
-            raise ValueError(f"not a valid cron expression: {value!r}")
-        return value
 
 
 class PreviewTaps(Model):
@@ -182,6 +184,39 @@ class AutoscalingPolicy(Model):
         return self
 
 
+class Expectation(Model):
+    """One Great Expectations check of a compacted partition, e.g.
+    `{expectation: expect_column_values_to_be_between, kwargs: {column: amount, min_value: 0}}`."""
+
+    expectation: str = Field(pattern=r"^expect_[a-z_]+$", description="A GX Core expectation, snake_case.")
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    severity: Literal["block", "warn"] = Field(
+        "block", description="block: nothing is published; warn: published, and Slack is warned."
+    )
+
+
+class QualitySuite(Model):
+    """The audit a compacted partition passes before it is published (`jobs.compaction.audit`).
+
+    Every job also gets the built-in checks: the row count equals the partition's committed rows,
+    `keys` are never null, `unique` columns have no duplicates.
+    """
+
+    keys: tuple[str, ...] = Field((), description="Columns that must never be null.")
+    unique: tuple[str, ...] = Field((), description="Columns (e.g. event_id) without duplicates.")
+    expectations: tuple[Expectation, ...] = ()
+
+
+class CompactionPolicy(Model):
+    """Nightly write-audit-publish of the job's closed sink partitions into its warehouse table."""
+
+    schedule: Cron = Field("0 2 * * *", description="When, as a cron expression in UTC.")
+    closed_after_hours: float = Field(
+        2.0, gt=0, description="A partition is closed (compacted) this long after its hour ends."
+    )
+    target_file_mb: float = Field(128.0, gt=0, description="Size of the compacted Parquet files.")
+
+
 class Operations(Model):
     stateful: bool = False
     # Stateful jobs keep state in RocksDB; format 2 loads state by the ids in the commit log.
@@ -197,6 +232,8 @@ class Operations(Model):
     shutdown_timeout_seconds: float = Field(60.0, gt=0)
     preview: PreviewTaps = Field(default_factory=PreviewTaps)
     autoscaling: AutoscalingPolicy = Field(default_factory=AutoscalingPolicy)
+    compaction: CompactionPolicy | None = None
+    quality: QualitySuite = Field(default_factory=QualitySuite)
 
     @model_validator(mode="after")
     def _fields_agree(self) -> Operations:
