@@ -5,7 +5,8 @@ backfill once they exist) ends before any scrape would see it, so it pushes its 
 when `monitoring.pushgateway_url` is set in platform.yaml (off in the embedded default).
 
 Each push goes to the group `job="streamwarden_batch_tasks", job_name=<job>, task=<task>`, so the
-Pushgateway labels every series with the streaming job and the task it is about. Pushes use POST
+Pushgateway labels every series with the streaming job (`job_name`, as the drivers label theirs)
+and the task it is about. Pushes use POST
 (replace only the metrics pushed), so a failure's timestamp leaves the last success's figures in
 place and the alert rules compare the two. `BATCH_TASK_METRICS` lists every metric name a task
 pushes: the alert rules and dashboards are checked against it and a real driver's scrape.
@@ -23,15 +24,13 @@ from collections.abc import Mapping
 import structlog
 from prometheus_client import CollectorRegistry, Gauge, pushadd_to_gateway
 
+from ops.driver.telemetry import JOB_LABEL
 from ops.ledger.store import SavepointRecord
 from ops.spec.job import JobSpec
 from ops.spec.platform import MonitoringConfig
 
 PUSH_GROUP_JOB = "streamwarden_batch_tasks"
 TASK_LABEL = "task"
-# The same label name the drivers use (`ops.driver.listener.JOB_LABEL`): one query joins a job's
-# driver series with its batch tasks' series.
-JOB_LABEL = "job_name"
 
 LAST_SUCCESS = "streamwarden_task_last_success_timestamp_seconds"
 LAST_FAILURE = "streamwarden_task_last_failure_timestamp_seconds"

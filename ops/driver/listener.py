@@ -37,6 +37,7 @@ from pyspark.sql.streaming.listener import (
 
 from ops.driver.preview import is_tap_query
 from ops.driver.telemetry import (
+    JOB_LABEL,
     RECENT_BATCHES,
     BatchSample,
     Heartbeat,
@@ -125,11 +126,6 @@ def describe_failure(exception_text: str, error_condition: str | None) -> tuple[
     if rest and error_class.endswith("PythonException"):
         message = f"{message}\n{rest}"
     return error_class, message[:MAX_ERROR_MESSAGE]
-
-
-# Every series carries the job it measures, so one Prometheus query or dashboard covers all drivers.
-# Not `job`: Prometheus sets that label to the scrape job's name and would rename ours.
-JOB_LABEL = "job_name"
 
 
 class _Metrics:
