@@ -36,7 +36,7 @@ def test_dashboard_structure(path: Path) -> None:
     occupied: set[tuple[int, int]] = set()
     for panel in all_panels:
         grid = panel["gridPos"]
-        assert 0 <= grid["x"] and grid["w"] > 0 and grid["x"] + grid["w"] <= GRID_COLUMNS, panel["title"]
+        assert grid["x"] >= 0 and grid["w"] > 0 and grid["x"] + grid["w"] <= GRID_COLUMNS, panel["title"]
         cells = {
             (x, y)
             for x in range(grid["x"], grid["x"] + grid["w"])
