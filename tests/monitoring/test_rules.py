@@ -60,6 +60,16 @@ def test_every_alert_has_a_firing_and_a_quiet_case_in_the_unit_tests() -> None:
     assert {alert: cases[alert] for alert in alerts} == {alert: {"fires", "quiet"} for alert in alerts}
 
 
+def test_every_recording_rule_has_an_expression_test() -> None:
+    tested = {
+        check["expr"]
+        for path in RULE_TESTS
+        for test in yaml.safe_load(path.read_text())["tests"]
+        for check in test.get("promql_expr_test", [])
+    }
+    assert recorded_names() <= tested, f"untested: {recorded_names() - tested}"
+
+
 def test_every_alert_has_a_severity_a_summary_and_a_runbook_section() -> None:
     headings = [line.lstrip("#").strip() for line in RUNBOOK.read_text().splitlines() if line.startswith("#")]
     anchors = {github_anchor(heading) for heading in headings}
