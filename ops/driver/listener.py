@@ -250,7 +250,13 @@ class TelemetryListener(StreamingQueryListener):
             self._metrics.max_watermark_lag.labels(self.job).set(health.max_watermark_lag_seconds)
 
         def backlog_files() -> float:
-            files = backlog()
+            # A scrape that fails reads as a dead driver (StreamwardenJobDown), so a listing that
+            # races Spark compacting or purging its source log reports no figure instead.
+            try:
+                files = backlog()
+            except (OSError, ValueError) as error:
+                log.warning("landing backlog not measured", error=str(error))
+                return math.nan
             return math.nan if files is None else float(files)
 
         self._metrics.backlog.set_function(backlog_files)

@@ -199,3 +199,10 @@ def test_listener_exports_thresholds_backlog_and_watermark_for_the_alert_rules(
         metrics["streamwarden_watermark_timestamp_seconds"]
         == datetime(2026, 11, 24, 10, tzinfo=UTC).timestamp()
     )
+
+    def purged_under_the_listing() -> int | None:
+        raise FileNotFoundError("sources/0/9.compact")
+
+    racing = TelemetryListener(job_paths(platform_conf, "router").heartbeat, "router", "run-3")
+    racing.export_operations(spec.operations, purged_under_the_listing)
+    assert math.isnan(scrape(racing)["streamwarden_backlog_files"]), "a listing race fails no scrape"
