@@ -1,6 +1,7 @@
 """The embedded platform on one machine: S3 server, ledger, Airflow, event generator, drivers.
 
-`up()` starts SeaweedFS (when `s3.endpoint_url` is on loopback), migrates the ledger and Airflow's
+`up()` starts SeaweedFS (when `s3.endpoint_url` is on loopback), the Spark standalone cluster
+(when `spark.master` is `embedded`, `ops.embedded.cluster`), migrates the ledger and Airflow's
 metadata database, starts Airflow's four components (scheduler, dag-processor, triggerer,
 api-server) and the synthetic event generator, waits until Airflow is healthy and unpauses every
 supervision DAG. `down()` stops all of it, the streaming drivers included, and is safe to run at any
@@ -29,6 +30,7 @@ from typing import Any, NamedTuple
 from urllib.parse import quote
 
 from ops import progress
+from ops.embedded.cluster import SparkCluster
 from ops.embedded.services import ManagedProcess, SeaweedS3, venv_bin_dir
 from ops.exceptions import ServiceError
 from ops.ledger.store import Ledger
@@ -244,6 +246,10 @@ def up(platform: PlatformConfig, *, timeout: float = 300.0, echo: Echo = print) 
     else:
         echo(f"starting SeaweedFS S3 on {seaweed.endpoint_url} ...")
         seaweed.start(timeout=min(timeout, 60.0))
+    cluster = SparkCluster.for_platform(platform)
+    if cluster is not None:
+        echo(f"starting the Spark cluster at {cluster.master_url} ({cluster.config.workers} workers) ...")
+        cluster.start(timeout=min(timeout, 120.0))
     echo(f"migrating the ledger at {platform.resolved_ledger_url} ...")
     Ledger.open(platform.resolved_ledger_url)
 
@@ -270,12 +276,15 @@ def up(platform: PlatformConfig, *, timeout: float = 300.0, echo: Echo = print) 
     echo(f"  Airflow UI:  {platform.airflow.base_url}  (embedded: no login needed, everyone is admin)")
     if seaweed is not None:
         echo(f"  S3:          {seaweed.endpoint_url}  bucket {platform.s3.bucket!r}")
+    if cluster is not None:
+        echo(f"  Spark:       {cluster.master_url}  (master UI {cluster.ui_url})")
     echo(f"  logs:        {platform.runtime_root / 'logs'}  (drivers: {platform.runtime_root / 'jobs'})")
     echo("  stop with:   make stop  (or .venv/bin/warden platform down)")
 
 
 def down(platform: PlatformConfig, *, echo: Echo = print) -> None:
-    """Stop the generator, Airflow, every streaming driver and SeaweedFS; a no-op when all are down.
+    """Stop the generator, Airflow, every streaming driver, the Spark cluster and SeaweedFS; a
+    no-op when all are down.
 
     Airflow goes before the drivers so no supervision pass relaunches a driver being stopped.
     """
@@ -290,7 +299,10 @@ def down(platform: PlatformConfig, *, echo: Echo = print) -> None:
         for line in stop_all_jobs(platform):
             echo(f"driver {line}")
     finally:
-        # Drivers may fail to stop (a broken ledger); the S3 server must still go down.
+        # Drivers may fail to stop (a broken ledger); the cluster and the S3 server must still go down.
+        cluster = SparkCluster.for_platform(platform)
+        for name, ended in cluster.stop() if cluster is not None else []:
+            echo(f"{name}: {ended}")
         if seaweed is not None:
             echo(f"seaweedfs: {seaweed.stop()}")
 
@@ -302,6 +314,12 @@ def status(platform: PlatformConfig) -> list[ServiceStatus]:
     if seaweed is not None:
         pid = seaweed.process.pid()
         rows.append(ServiceStatus("seaweedfs", pid is not None, pid, seaweed.endpoint_url))
+    cluster = SparkCluster.for_platform(platform)
+    if cluster is not None:
+        for process in cluster.processes():
+            pid = process.pid()
+            url = cluster.master_url if process.name == "spark-master" else None
+            rows.append(ServiceStatus(process.name, pid is not None, pid, url))
     for component in airflow_processes(platform):
         pid = component.pid()
         url = platform.airflow.base_url if component.name == "airflow-api-server" else None
