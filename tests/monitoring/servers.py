@@ -76,9 +76,10 @@ def running(command: list[str], port: int, log_path: Path) -> Iterator[Server]:
 
 @contextmanager
 def pushgateway(directory: Path) -> Iterator[Server]:
-    """A Pushgateway on loopback, without persistence."""
+    """A Pushgateway on loopback that keeps its metrics in memory only: Debian's build persists them
+    to /var/lib/prometheus/pushgateway.data by default, shared by every run on the machine."""
     port = free_test_port()
-    command = [PUSHGATEWAY, f"--web.listen-address=127.0.0.1:{port}"]
+    command = [PUSHGATEWAY, f"--web.listen-address=127.0.0.1:{port}", "--persistence.file="]
     with running(command, port, directory / "pushgateway.log") as server:
         yield server
 
