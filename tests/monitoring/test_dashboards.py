@@ -50,6 +50,9 @@ def test_dashboard_structure(path: Path) -> None:
         ref_ids = [target["refId"] for target in targets]
         assert len(set(ref_ids)) == len(ref_ids), panel["title"]
         assert all(target["datasource"] == DATASOURCE for target in targets), panel["title"]
+        if panel["type"] == "table":
+            # Instant queries as tables: one row per job (and task), its labels as columns.
+            assert all(t.get("format") == "table" and t.get("instant") for t in targets), panel["title"]
 
 
 def test_the_job_page_is_driven_by_its_job_variable() -> None:
