@@ -10,8 +10,10 @@ import subprocess
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
 import yaml
 
+from ops.cli import main
 from ops.ledger.store import Ledger
 from ops.prometheus_targets import DRIVER_SCRAPE_JOB, write_driver_targets
 from ops.spec.job import find_job
@@ -120,3 +122,14 @@ def test_embedded_prometheus_config_scrapes_the_targets_warden_writes(
     assert [target["labels"]["instance"] for target in discovered] == expected[0]["targets"]
     assert [target["labels"]["job_name"] for target in discovered] == ["router"]
     assert [target["labels"]["job"] for target in discovered] == [DRIVER_SCRAPE_JOB]
+
+
+def test_warden_scrape_targets_writes_the_file(
+    platform_conf: PlatformConfig, ledger: Ledger, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ledger.ensure_job("router", desired_state="running", state="RUNNING", config_version="v")
+    path = tmp_path / "targets" / "drivers.json"
+    assert main(["scrape-targets", str(path)]) == 0
+    assert capsys.readouterr().out == f"{path}: 1 driver targets\n"
+    port = find_job("router", platform_conf.conf_dir).operations.metrics_port
+    assert json.loads(path.read_text())[0]["targets"] == [f"127.0.0.1:{port}"]
