@@ -36,6 +36,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from jobs.parsing import LANDING_GLOB
+from ops.driver.checkpoint import landing_backlog
 from ops.driver.listener import TelemetryListener, describe_failure, serve_metrics
 from ops.driver.replay import finish_replay_batch, pending_replay, stage_replay_batch
 from ops.exceptions import ConfigError
@@ -250,7 +251,11 @@ def run_streaming_job(
     recorded in a terminated heartbeat (class and message) and the driver exits 1. `taps` starts
     the job's preview taps once its query runs; they are stopped when it ends.
     """
-    listener = TelemetryListener(JobPaths.of(platform, spec).heartbeat, spec.name, run_id)
+    paths = JobPaths.of(platform, spec)
+    listener = TelemetryListener(paths.heartbeat, spec.name, run_id)
+    listener.export_operations(
+        spec.operations, lambda: landing_backlog(list(paths.landing.values()), paths.sources)
+    )
     try:
         with ExitStack() as metrics:
             _serve_job_metrics(metrics, platform, spec, listener)

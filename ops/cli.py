@@ -22,6 +22,7 @@ warden archive [--list SOURCE | --verify SOURCE --hour T]
                                 list a source's archived hours, or check one against its manifest
 warden preview JOB STAGE [--limit N]
                                 the newest records a running job's preview tap captured at STAGE
+warden scrape-targets FILE      write the Prometheus file_sd targets of the jobs meant to run
 
 rewind, restate and upgrade record the operation in the ledger and then run reconcile passes
 until the supervisor's loop has finished it, with a progress line on stderr per change. If the
@@ -393,6 +394,15 @@ def cmd_archive(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_scrape_targets(args: argparse.Namespace) -> int:
+    from ops.prometheus_targets import write_driver_targets
+
+    platform = load_platform()
+    targets = write_driver_targets(platform, Ledger.open(platform.resolved_ledger_url), args.file)
+    print(f"{args.file}: {len(targets)} driver targets")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="warden", description="Operate Streamwarden's streaming jobs.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -467,6 +477,11 @@ def build_parser() -> argparse.ArgumentParser:
     preview.add_argument("stage", help="a tapped stage (operations.preview.stages), e.g. parsed, output")
     preview.add_argument("--limit", type=int, default=None, help="show only the newest N records")
     preview.set_defaults(run=cmd_preview)
+    targets = commands.add_parser(
+        "scrape-targets", help="write the Prometheus file_sd targets of the jobs meant to run"
+    )
+    targets.add_argument("file", type=Path, help="e.g. conf/prometheus/targets/drivers.json")
+    targets.set_defaults(run=cmd_scrape_targets)
     return parser
 
 

@@ -126,6 +126,13 @@ class SparkDefaults(Model):
         return {} if self.bind_address is None else {"SPARK_LOCAL_IP": self.bind_address}
 
 
+class MonitoringConfig(Model):
+    # Where batch tasks (savepoints today; compaction and backfill) push their figures
+    # (`ops.pushgateway`), e.g. http://pushgateway:9091 in the team stack; null pushes nothing.
+    pushgateway_url: str | None = None
+    push_timeout_seconds: float = Field(5.0, gt=0)
+
+
 class PlatformConfig(Model):
     """The platform-wide settings of `conf/platform.yaml`."""
 
@@ -136,6 +143,7 @@ class PlatformConfig(Model):
     archive: ArchiveConfig = Field(default_factory=ArchiveConfig)
     airflow: AirflowConfig = Field(default_factory=AirflowConfig)
     spark: SparkDefaults = Field(default_factory=SparkDefaults)
+    monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)
     # The jobs whose supervision DAGs `warden platform up` unpauses (and so launches); the others'
     # DAGs are registered paused, to be unpaused from the UI. 2 cores run one or two drivers well.
     autostart_jobs: tuple[str, ...] = ("router",)
