@@ -34,7 +34,7 @@ from botocore.exceptions import ClientError
 
 from ops import progress
 from ops.exceptions import ArchiveError
-from ops.s3 import file_digest, list_objects, s3_client, s3_errors
+from ops.s3 import file_digest, list_objects, platform_client, s3_errors
 from ops.spec.job import load_jobs
 from ops.spec.platform import PlatformConfig
 
@@ -99,7 +99,7 @@ def archive_landing(
     Raises ArchiveError (naming the endpoint and the partition) when the store fails; what was
     sealed before stays sealed and the rest is retried by the next pass.
     """
-    client = client or s3_client(platform)
+    client = platform_client(platform, client, ArchiveError)
     sealed_before = now - timedelta(hours=1, minutes=platform.archive.seal_after_minutes)
     sealed: list[Partition] = []
     files = size = 0
@@ -149,7 +149,7 @@ def read_manifest(
     platform: PlatformConfig, partition: Partition, client: BaseClient | None = None
 ) -> list[ArchivedFile] | None:
     """The files a sealed partition holds, or None when it is not sealed (no manifest)."""
-    client = client or s3_client(platform)
+    client = platform_client(platform, client, ArchiveError)
     key = _key(platform, partition, MANIFEST_NAME)
     try:
         with s3_errors(platform, f"reading {key}", ArchiveError):
@@ -164,7 +164,7 @@ def read_manifest(
 
 def partitions(platform: PlatformConfig, source: str, client: BaseClient | None = None) -> list[Partition]:
     """The sealed partitions of a source, oldest first."""
-    client = client or s3_client(platform)
+    client = platform_client(platform, client, ArchiveError)
     prefix = f"{platform.archive.prefix.strip('/')}/{source}/"
     found = []
     with s3_errors(platform, f"listing {prefix}", ArchiveError):
@@ -177,7 +177,7 @@ def partitions(platform: PlatformConfig, source: str, client: BaseClient | None 
 
 def verify(platform: PlatformConfig, partition: Partition, scratch: Path) -> list[str]:
     """Download a sealed partition into `scratch` and check every file; the problems found (none: [])."""
-    client = s3_client(platform)
+    client = platform_client(platform, None, ArchiveError)
     entries = read_manifest(platform, partition, client)
     if entries is None:
         return [f"{partition} is not sealed: no {MANIFEST_NAME}"]
@@ -200,7 +200,7 @@ def fetch(
     entries: list[ArchivedFile] | None = None,
 ) -> list[ArchivedFile]:
     """Download a sealed partition's files into `target` (for a rewind or a backfill); its entries."""
-    client = client or s3_client(platform)
+    client = platform_client(platform, client, ArchiveError)
     entries = entries if entries is not None else read_manifest(platform, partition, client)
     if entries is None:
         raise ArchiveError(f"{partition} is not in the archive (no {MANIFEST_NAME})")
@@ -221,7 +221,7 @@ def expire(
 ) -> tuple[Partition, ...]:
     """Delete the partitions older than `archive.retention_days`, manifest first (so a partly
     deleted partition reads as unsealed, never as complete)."""
-    client = client or s3_client(platform)
+    client = platform_client(platform, client, ArchiveError)
     horizon = now - timedelta(days=platform.archive.retention_days)
     expired = []
     for source in sorted(set(source_paths)):
