@@ -310,8 +310,9 @@ def _record(cls: type[RecordT], row: sa.Row[Any]) -> RecordT:
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     # WAL lets the supervisor, the triggerer, the CLI and tests read while one writes.
     cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
+    # First: switching to WAL waits for a writer (a migration in another process) like any write.
     cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
 

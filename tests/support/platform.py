@@ -18,7 +18,6 @@ from ops.spec.paths import JobPaths
 from ops.spec.platform import CONF_DIR_ENV, DEFAULT_CONF_DIR, LEDGER_URL_ENV, PlatformConfig, load_platform
 from tests.support.ports import free_test_port
 
-
 LEDGER_KINDS = ("sqlite", "postgresql")
 # Runs a test on each ledger database: it gets `ledger_url` (and so `platform_conf`, `ledger`) for each.
 on_both_ledgers = pytest.mark.parametrize("ledger_url", LEDGER_KINDS, indirect=True)
