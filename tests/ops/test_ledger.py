@@ -154,7 +154,9 @@ def test_savepoints_and_operations_round_trip(ledger: Ledger) -> None:
     assert [s.id for s in ledger.savepoints("router")] == ["sp-2"]
 
     decision = ledger.record_decision("router", "rewind", "bad deploy", {})
-    operation = ledger.start_operation("router", "rewind", "bad deploy", decision, "stop", savepoint_id="sp-2")
+    operation = ledger.start_operation(
+        "router", "rewind", "bad deploy", decision, "stop", savepoint_id="sp-2"
+    )
     assert ledger.operation("router") == operation
     ledger.update_operation(operation.id, step="rewind", savepoint_batch=20)
     moved = ledger.operation_by_id(operation.id)
@@ -225,7 +227,9 @@ def test_a_ledger_whose_server_stops_fails_each_call_clearly_and_works_once_it_i
     ledger.ensure_job("router", desired_state="running", state="RUNNING", config_version="v1")
     postgres_server.stop()
     try:
-        with pytest.raises(LedgerError, match=r"ledger at postgresql\+psycopg://streamwarden@127\.0\.0\.1:\d+/"):
+        with pytest.raises(
+            LedgerError, match=r"ledger at postgresql\+psycopg://streamwarden@127\.0\.0\.1:\d+/"
+        ):
             ledger.jobs()
     finally:
         postgres_server.start()

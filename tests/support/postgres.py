@@ -42,15 +42,11 @@ def _admin(server: EmbeddedPostgres) -> psycopg.Connection[tuple[object, ...]]:
 
 
 @pytest.fixture
-def postgres_database(postgres_server: EmbeddedPostgres) -> Iterator[str]:
-    """The SQLAlchemy URL of a new, empty database on the worker's server, dropped after the test.
+def postgres_connections() -> Iterator[None]:
+    """Closes, after the test, every psycopg connection a SQLAlchemy pool opened during it.
 
-    The connections the test's engines opened are closed first: pools keep them open, and one
-    collected unclosed warns (an error here). `WITH (FORCE)` ends any other session left.
+    Pools keep their connections open, and one collected while open warns (an error here).
     """
-    name = f"test_{uuid.uuid4().hex[:16]}"
-    with _admin(postgres_server) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     opened: list[psycopg.Connection[object]] = []
 
     def remember(dbapi_connection: object, _record: object) -> None:
@@ -59,10 +55,20 @@ def postgres_database(postgres_server: EmbeddedPostgres) -> Iterator[str]:
 
     sa.event.listen(Pool, "connect", remember)
     try:
-        yield postgres_server.url(name)
+        yield
     finally:
         sa.event.remove(Pool, "connect", remember)
-    for connection in opened:
-        connection.close()
+        for connection in opened:
+            connection.close()
+
+
+@pytest.fixture
+def postgres_database(postgres_server: EmbeddedPostgres, postgres_connections: None) -> Iterator[str]:
+    """The SQLAlchemy URL of a new, empty database on the worker's server, dropped after the test
+    (`WITH (FORCE)`: the sessions the test left are ended)."""
+    name = f"test_{uuid.uuid4().hex[:16]}"
+    with _admin(postgres_server) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    yield postgres_server.url(name)
     with _admin(postgres_server) as admin:
         admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
