@@ -77,17 +77,12 @@ def test_the_platform_runs_postgresql_with_the_ledger_and_metastore_databases(
 
 
 def test_a_taken_port_is_refused_before_anything_starts(
-    pg_platform: PlatformConfig, server_root: Path
+    postgres_server: EmbeddedPostgres, server_root: Path
 ) -> None:
-    postgres = EmbeddedPostgres.for_platform(pg_platform)
-    assert postgres is not None
-    other = EmbeddedPostgres(server_root / "other", postgres.port, server_root / "other-runtime")
-    other.start()
-    try:
-        with pytest.raises(
-            ServiceError, match=rf"127\.0\.0\.1:{postgres.port}: another process listens there"
-        ):
-            postgres.start()
-        assert not (server_root / "data" / "PG_VERSION").exists()
-    finally:
-        other.stop()
+    # The port of another server (the worker's test server): this one must not take it for its own.
+    postgres = EmbeddedPostgres(server_root / "data", postgres_server.port, server_root / "runtime")
+    with pytest.raises(
+        ServiceError, match=rf"127\.0\.0\.1:{postgres_server.port}: another process listens there"
+    ):
+        postgres.start()
+    assert not (server_root / "data").exists()
