@@ -28,7 +28,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
 
-import psycopg
 import sqlalchemy as sa
 import structlog
 
@@ -107,6 +106,9 @@ class _AdvisoryLock:
     """A session-level PostgreSQL advisory lock on a connection of its own (any number of hosts)."""
 
     def __init__(self, ledger_url: str, job: str, note: str) -> None:
+        # Imported here: a SQLite ledger never needs the PostgreSQL driver (a tenth of a second).
+        import psycopg
+
         self.job = job
         self.key = advisory_key(job)
         self.where = url_without_password(ledger_url)
@@ -148,6 +150,8 @@ class _AdvisoryLock:
         self.connection.close()
 
     def _query(self, query: str, params: tuple[int, ...]) -> object:
+        import psycopg
+
         try:
             row = self.connection.execute(query, params).fetchone()
         except psycopg.Error as exc:
