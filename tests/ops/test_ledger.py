@@ -3,6 +3,7 @@ where the URL comes from, and what a caller sees when the database is unreachabl
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -249,6 +250,22 @@ def test_the_url_comes_from_platform_yaml_or_the_environment(
     assert load_platform(platform_conf.conf_dir).resolved_ledger_url == (
         "postgresql+psycopg://warden@db.example:5432/ledger"
     )
+
+
+def test_warden_uses_the_ledger_the_environment_names(
+    platform_conf: PlatformConfig, postgres_database: str
+) -> None:
+    Ledger.open(postgres_database).record_decision("router", "launch", "decided on PostgreSQL", {})
+    # platform.yaml says SQLite; the variable wins.
+    decisions = subprocess.run(
+        [str(Path(sys.executable).parent / "warden"), "decisions", "router"],
+        env={**os.environ, LEDGER_URL_ENV: postgres_database},
+        capture_output=True,
+        text=True,
+    )
+    assert decisions.returncode == 0, decisions.stderr
+    assert "decided on PostgreSQL" in decisions.stdout
+    assert not Path(platform_conf.resolved_ledger_url.removeprefix("sqlite:///")).exists()
 
 
 def test_a_ledger_url_of_another_database_is_refused_naming_where_it_came_from(

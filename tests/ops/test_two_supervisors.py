@@ -20,13 +20,17 @@ import pytest
 import yaml
 
 from ops.clock import utcnow
-from ops.control.launcher import _process_start_ticks
+from ops.control.alerts import AlertCenter
+from ops.control.launcher import LaunchedDriver, _process_start_ticks
+from ops.control.supervisor import Supervisor
 from ops.embedded.services import EmbeddedPostgres
-from ops.ledger.store import Ledger
+from ops.exceptions import LedgerError
+from ops.ledger.store import Ledger, RunRecord
+from ops.spec.job import JobSpec
 from ops.spec.platform import CONF_DIR_ENV, DEFAULT_CONF_DIR, LEDGER_URL_ENV, PlatformConfig, load_platform
 from tests.support.platform import write_conf
 from tests.support.ports import free_test_port
-from tests.support.stub_driver import launched
+from tests.support.stub_driver import StubDriverBackend, launched
 
 JOB = "router"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -233,3 +237,54 @@ def test_postgresql_stopped_under_a_running_supervisor(
         (starts[1][0], True),
         (starts[0][0], False),
     ]
+
+
+class RecordingBackend(StubDriverBackend):
+    """The stub backend, keeping the pid of every driver it launches."""
+
+    def __init__(self, platform: PlatformConfig) -> None:
+        super().__init__(platform)
+        self.pids: list[int] = []
+
+    def launch(self, spec: JobSpec, run_id: str) -> LaunchedDriver:
+        driver = super().launch(spec, run_id)
+        self.pids.append(driver.pid)
+        return driver
+
+
+class LedgerLostAtLaunch(Ledger):
+    """A ledger whose server goes away between the launch decision and the run's row (a failure
+    knob on the real ledger: every other call reaches the database)."""
+
+    def start_run(self, run: RunRecord) -> None:
+        raise LedgerError("ledger at postgresql+psycopg://...: server closed the connection unexpectedly")
+
+
+@pytest.fixture
+def backend(shared_platform: PlatformConfig) -> Iterator[RecordingBackend]:
+    """A recording stub backend; whatever it launched is killed after the test."""
+    backend = RecordingBackend(shared_platform)
+    yield backend
+    for pid in backend.pids:
+        if _process_start_ticks(pid) is not None:
+            os.killpg(pid, signal.SIGKILL)
+
+
+def test_a_launch_the_ledger_cannot_record_leaves_no_driver_behind(
+    shared_platform: PlatformConfig, backend: RecordingBackend
+) -> None:
+    ledger = Ledger.open(shared_platform.resolved_ledger_url)
+    lost = LedgerLostAtLaunch(ledger.engine)
+    summary = Supervisor(shared_platform, lost, backend, AlertCenter(lost, shared_platform.slack)).reconcile(
+        JOB
+    )
+    assert any(action.startswith("launch: error: ledger at") for action in summary.actions), summary
+    [unrecorded] = backend.pids
+    assert _process_start_ticks(unrecorded) is None, "the unrecorded driver still runs"
+    assert ledger.current_run(JOB) is None
+
+    # The ledger back, the next pass launches the one driver.
+    supervisor = Supervisor(shared_platform, ledger, backend, AlertCenter(ledger, shared_platform.slack))
+    supervisor.reconcile(JOB)
+    recorded = ledger.current_run(JOB)
+    assert recorded is not None and backend.pids == [unrecorded, recorded.pid]
