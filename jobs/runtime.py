@@ -84,9 +84,10 @@ def build_session(platform: PlatformConfig, spec: JobSpec) -> SparkSession:
     # The JVM starts in getOrCreate below and inherits this process's environment.
     os.environ.update(platform.spark.network_env())
     resources = spec.operations.resources
+    master, sizing = resources.spark_master(platform.spark)
     builder = (
         SparkSession.builder.appName(f"streamwarden-{spec.name}")
-        .master(resources.master or platform.spark.master)
+        .master(master)
         .config("spark.driver.memory", resources.driver_memory)
         .config("spark.sql.shuffle.partitions", str(resources.shuffle_partitions))
         .config("spark.sql.session.timeZone", "UTC")
@@ -94,7 +95,7 @@ def build_session(platform: PlatformConfig, spec: JobSpec) -> SparkSession:
         # Stage progress bars would interleave with the JSON log lines on stderr.
         .config("spark.ui.showConsoleProgress", "false")
     )
-    for key, value in {**platform.spark.network_conf(), **state_conf(spec)}.items():
+    for key, value in {**platform.spark.network_conf(), **sizing, **state_conf(spec)}.items():
         builder = builder.config(key, value)
     for key, value in platform.spark.extra_conf.items():
         builder = builder.config(key, value)

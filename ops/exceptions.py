@@ -9,6 +9,7 @@ Hierarchy::
     ├── ServiceError            an embedded service (S3 server, Airflow) failed to start or answer
     ├── AlertDeliveryError      Slack refused or could not take an alert (it stays in the outbox)
     ├── SavepointError          a savepoint could not be taken, verified or pruned (nothing catalogued)
+    ├── ArchiveError            landing input could not be archived, verified or read back
     ├── RewindError             a rewind was refused (nothing touched) or a replay went wrong
     ├── SinkCleanupError        orphaned sink files cannot be told apart or removed (nothing removed)
     ├── UpgradeError            an upgrade was refused before the running version was touched
@@ -47,6 +48,10 @@ class LaunchError(WardenError):
 
 class ServiceError(WardenError):
     """An embedded service did not start or stopped answering."""
+
+
+class ArchiveError(WardenError):
+    """Landing input could not be archived (the partition stays unsealed), verified or read back."""
 
 
 class AlertDeliveryError(WardenError):

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
-from typing import NamedTuple
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import boto3
+from boto3.exceptions import RetriesExceededError, S3UploadFailedError
 from botocore.client import BaseClient
 from botocore.config import Config as BotoConfig
+from botocore.exceptions import BotoCoreError, ClientError
 
 from ops.spec.platform import PlatformConfig, S3Config
 
@@ -15,6 +21,7 @@ from ops.spec.platform import PlatformConfig, S3Config
 # nothing (the server only listens on loopback); real credentials come from the environment.
 EMBEDDED_ACCESS_KEY_ID = "streamwarden"
 EMBEDDED_SECRET_ACCESS_KEY = "streamwarden-embedded-secret"
+HASH_CHUNK_BYTES = 1024 * 1024
 
 
 class S3Credentials(NamedTuple):
@@ -59,3 +66,38 @@ def s3_client(platform: PlatformConfig, *, timeout: float = 10.0, attempts: int 
         aws_secret_access_key=credentials.secret_access_key if credentials else None,
         config=config,
     )
+
+
+def endpoint_name(platform: PlatformConfig) -> str:
+    """The object store as a message names it: its endpoint URL, or Amazon S3."""
+    return platform.s3.endpoint_url or "Amazon S3"
+
+
+@contextmanager
+def s3_errors(platform: PlatformConfig, doing: str, error: type[Exception]) -> Iterator[None]:
+    """Turn boto3's errors into `error`, naming the endpoint and what was being done."""
+    try:
+        yield
+    # The transfer manager reports a download that kept losing its connection as
+    # RetriesExceededError and an upload S3 answered with an error as S3UploadFailedError.
+    except (BotoCoreError, RetriesExceededError) as exc:
+        raise error(f"S3 at {endpoint_name(platform)} unreachable while {doing}: {exc}") from exc
+    except (ClientError, S3UploadFailedError) as exc:
+        raise error(f"S3 at {endpoint_name(platform)} refused {doing}: {exc}") from exc
+
+
+def list_objects(client: BaseClient, bucket: str, prefix: str) -> Iterator[dict[str, Any]]:
+    """Every object under `prefix`, page by page."""
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        yield from page.get("Contents", [])
+
+
+def file_digest(path: Path) -> tuple[int, str]:
+    """(size, sha256) of a file, read a chunk at a time so a large file never sits in memory."""
+    digest = hashlib.sha256()
+    size = 0
+    with path.open("rb") as file:
+        while chunk := file.read(HASH_CHUNK_BYTES):
+            digest.update(chunk)
+            size += len(chunk)
+    return size, digest.hexdigest()

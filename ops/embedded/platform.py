@@ -1,7 +1,8 @@
 """The embedded platform on one machine: S3 server, PostgreSQL, ledger, Airflow, generator, drivers.
 
-`up()` starts SeaweedFS (when `s3.endpoint_url` is on loopback) and PostgreSQL (unless
-`postgres: null`; the ledger is there when `ledger.url` points at it), migrates the ledger and Airflow's
+`up()` starts SeaweedFS (when `s3.endpoint_url` is on loopback), PostgreSQL (unless
+`postgres: null`; the ledger is there when `ledger.url` points at it), the Spark standalone cluster
+(when `spark.master` is `embedded`, `ops.embedded.cluster`), migrates the ledger and Airflow's
 metadata database, starts Airflow's four components (scheduler, dag-processor, triggerer,
 api-server) and the synthetic event generator, waits until Airflow is healthy and unpauses every
 supervision DAG. `down()` stops all of it, the streaming drivers included, and is safe to run at any
@@ -30,6 +31,7 @@ from typing import Any, NamedTuple
 from urllib.parse import quote
 
 from ops import progress
+from ops.embedded.cluster import SparkCluster
 from ops.embedded.services import (
     POSTGRES_DATABASES,
     EmbeddedPostgres,
@@ -255,6 +257,10 @@ def up(platform: PlatformConfig, *, timeout: float = 300.0, echo: Echo = print) 
     if postgres is not None:
         echo(f"starting PostgreSQL on {postgres.endpoint} (databases {', '.join(POSTGRES_DATABASES)}) ...")
         postgres.start(timeout=min(timeout, 60.0))
+    cluster = SparkCluster.for_platform(platform)
+    if cluster is not None:
+        echo(f"starting the Spark cluster at {cluster.master_url} ({cluster.config.workers} workers) ...")
+        cluster.start(timeout=min(timeout, 120.0))
     echo(f"migrating the ledger at {url_without_password(platform.resolved_ledger_url)} ...")
     Ledger.open(platform.resolved_ledger_url)
 
@@ -281,6 +287,8 @@ def up(platform: PlatformConfig, *, timeout: float = 300.0, echo: Echo = print) 
     echo(f"  Airflow UI:  {platform.airflow.base_url}  (embedded: no login needed, everyone is admin)")
     if seaweed is not None:
         echo(f"  S3:          {seaweed.endpoint_url}  bucket {platform.s3.bucket!r}")
+    if cluster is not None:
+        echo(f"  Spark:       {cluster.master_url}  (master UI {cluster.ui_url})")
     if postgres is not None:
         echo(f"  PostgreSQL:  {postgres.url('ledger')}  (and .../metastore)")
     echo(f"  ledger:      {url_without_password(platform.resolved_ledger_url)}")
@@ -289,8 +297,8 @@ def up(platform: PlatformConfig, *, timeout: float = 300.0, echo: Echo = print) 
 
 
 def down(platform: PlatformConfig, *, echo: Echo = print) -> None:
-    """Stop the generator, Airflow, every streaming driver, SeaweedFS and PostgreSQL; a no-op when
-    all are down.
+    """Stop the generator, Airflow, every streaming driver, the Spark cluster, SeaweedFS and
+    PostgreSQL; a no-op when all are down.
 
     Airflow goes before the drivers so no supervision pass relaunches a driver being stopped;
     PostgreSQL goes last, because stopping the drivers records their runs in the ledger.
@@ -308,6 +316,9 @@ def down(platform: PlatformConfig, *, echo: Echo = print) -> None:
             echo(f"driver {line}")
     finally:
         # Drivers may fail to stop (a broken ledger); the servers must still go down.
+        cluster = SparkCluster.for_platform(platform)
+        for name, ended in cluster.stop() if cluster is not None else []:
+            echo(f"{name}: {ended}")
         if seaweed is not None:
             echo(f"seaweedfs: {seaweed.stop()}")
         if postgres is not None:
@@ -325,6 +336,12 @@ def status(platform: PlatformConfig) -> list[ServiceStatus]:
     if postgres is not None:
         pid = postgres.process.pid()
         rows.append(ServiceStatus("postgres", pid is not None, pid, postgres.endpoint))
+    cluster = SparkCluster.for_platform(platform)
+    if cluster is not None:
+        for process in cluster.processes():
+            pid = process.pid()
+            url = cluster.master_url if process.name == "spark-master" else None
+            rows.append(ServiceStatus(process.name, pid is not None, pid, url))
     for component in airflow_processes(platform):
         pid = component.pid()
         url = platform.airflow.base_url if component.name == "airflow-api-server" else None

@@ -89,6 +89,16 @@ class S3Config(Model):
     savepoint_prefix: str = "savepoints"
 
 
+class ArchiveConfig(Model):
+    """The archive of landing input in the object store (`ops.archive`), by arrival hour."""
+
+    prefix: str = "archive"
+    seal_after_minutes: float = Field(
+        10.0, ge=0, description="How long after an arrival hour ends it is archived (late writers)."
+    )
+    retention_days: float = Field(30.0, gt=0, description="Older arrival hours are deleted.")
+
+
 class SlackConfig(Model):
     webhook_url_env: str = "STREAMWARDEN_SLACK_WEBHOOK_URL"
     dedup_window_seconds: int = Field(600, ge=0)
@@ -108,14 +118,41 @@ class AirflowConfig(Model):
         return f"http://{self.host}:{self.port}"
 
 
+class EmbeddedClusterConfig(Model):
+    """The Spark standalone cluster `warden platform up` starts when `spark.master` is `embedded`.
+
+    Worker `i` (from 0) listens on `worker_port_base + i` and its web UI on `worker_ui_port_base + i`.
+    """
+
+    workers: int = Field(2, ge=1)
+    cores_per_worker: int = Field(1, ge=1)
+    memory_per_worker: str = Field("2g", pattern=r"^[0-9]+[mg]$")
+    executor_memory: str = Field("1g", pattern=r"^[0-9]+[mg]$")
+    master_port: int = Field(7077, ge=1024, le=65535)
+    master_ui_port: int = Field(8090, ge=1024, le=65535)
+    worker_port_base: int = Field(7078, ge=1024, le=65535)
+    worker_ui_port_base: int = Field(8091, ge=1024, le=65535)
+
+
 class SparkDefaults(Model):
+    # `local[N]`, `embedded` (the standalone cluster below, on loopback), or a `spark://` URL.
     master: str = "local[2]"
+    cluster: EmbeddedClusterConfig = Field(default_factory=EmbeddedClusterConfig)
     ui_enabled: bool = False
     # The address every driver binds its ports to (RPC, block manager, UI) and advertises. Spark's
     # default is the machine's external address; loopback keeps an embedded platform off the
     # network. A driver with executors on other hosts needs an address they reach (null: Spark's).
     bind_address: str | None = "127.0.0.1"
     extra_conf: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def uses_embedded_cluster(self) -> bool:
+        return self.master == "embedded"
+
+    @property
+    def master_url(self) -> str:
+        """The URL drivers connect to: `master`, with `embedded` resolved to the cluster's master."""
+        return f"spark://127.0.0.1:{self.cluster.master_port}" if self.uses_embedded_cluster else self.master
 
     def network_conf(self) -> dict[str, str]:
         """The driver confs that bind its RPC and block-manager ports to `bind_address`."""
@@ -138,6 +175,7 @@ class PlatformConfig(Model):
     postgres: EmbeddedPostgresConfig | None = Field(default_factory=EmbeddedPostgresConfig)
     s3: S3Config = Field(default_factory=S3Config)
     slack: SlackConfig = Field(default_factory=SlackConfig)
+    archive: ArchiveConfig = Field(default_factory=ArchiveConfig)
     airflow: AirflowConfig = Field(default_factory=AirflowConfig)
     spark: SparkDefaults = Field(default_factory=SparkDefaults)
     # The jobs whose supervision DAGs `warden platform up` unpauses (and so launches); the others'
