@@ -15,7 +15,7 @@ warden restate JOB --savepoint ID|--before T --reason R [--dry-run]
                                 suspend, rewind, replay with the current code, resume, Slack summary
 warden upgrade JOB --spec FILE --reason R
                                 deploy a new spec from a fresh savepoint; roll back if not ready
-warden platform up|down|status  the embedded platform (S3 server, Airflow, generator, drivers)
+warden platform up|down|status  the embedded platform (S3, PostgreSQL, Airflow, generator, drivers)
 warden state JOB [--key K]      a stateful job's latest committed state (per key), e.g. device health
 warden archive [--list SOURCE | --verify SOURCE --hour T]
                                 archive the sealed arrival hours of every landing directory now,
@@ -23,6 +23,9 @@ warden archive [--list SOURCE | --verify SOURCE --hour T]
 warden preview JOB STAGE [--limit N]
                                 the newest records a running job's preview tap captured at STAGE
 warden scrape-targets FILE      write the Prometheus file_sd targets of the jobs meant to run
+
+Every command uses the ledger at `ledger.url` of conf/platform.yaml, or at $STREAMWARDEN_LEDGER_URL
+when that is set (sqlite:///PATH or postgresql+psycopg://USER@HOST:PORT/DATABASE).
 
 rewind, restate and upgrade record the operation in the ledger and then run reconcile passes
 until the supervisor's loop has finished it, with a progress line on stderr per change. If the

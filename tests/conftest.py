@@ -17,6 +17,7 @@ pytest_plugins = [
     "tests.support.platform",
     "tests.support.drivers",
     "tests.support.fake_backend",
+    "tests.support.postgres",
     "tests.support.slack",
     "tests.support.s3",
     "tests.support.secrets",

@@ -72,6 +72,7 @@ from ops.exceptions import (
     ConfigError,
     JobBusyError,
     LaunchError,
+    LedgerError,
     OperationInProgressError,
     RewindError,
     SavepointError,
@@ -712,9 +713,13 @@ class Supervisor:
             exit_reason = f"{FAILURE}launch: {error}"
             self.ledger.start_run(replace(run, stopped_at=self.clock(), exit_reason=exit_reason))
             return exit_reason
-        self.ledger.start_run(
-            replace(run, pid=driver.pid, app_id=driver.app_id, log_path=str(driver.log_path))
-        )
+        launched = replace(run, pid=driver.pid, app_id=driver.app_id, log_path=str(driver.log_path))
+        try:
+            self.ledger.start_run(launched)
+        except LedgerError:
+            # A driver the ledger does not know of would be launched again once it is back.
+            self.backend.kill(launched)
+            raise
         return f"run {run_id} pid {driver.pid}"
 
     # watching and requests --------------------------------------------------------------------

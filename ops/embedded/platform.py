@@ -1,6 +1,7 @@
-"""The embedded platform on one machine: S3 server, ledger, Airflow, event generator, drivers.
+"""The embedded platform on one machine: S3 server, PostgreSQL, ledger, Airflow, generator, drivers.
 
-`up()` starts SeaweedFS (when `s3.endpoint_url` is on loopback), the Spark standalone cluster
+`up()` starts SeaweedFS (when `s3.endpoint_url` is on loopback), PostgreSQL (unless
+`postgres: null`; the ledger is there when `ledger.url` points at it), the Spark standalone cluster
 (when `spark.master` is `embedded`, `ops.embedded.cluster`), migrates the ledger and Airflow's
 metadata database, starts Airflow's four components (scheduler, dag-processor, triggerer,
 api-server) and the synthetic event generator, waits until Airflow is healthy and unpauses every
@@ -31,11 +32,17 @@ from urllib.parse import quote
 
 from ops import progress
 from ops.embedded.cluster import SparkCluster
-from ops.embedded.services import ManagedProcess, SeaweedS3, venv_bin_dir
+from ops.embedded.services import (
+    POSTGRES_DATABASES,
+    EmbeddedPostgres,
+    ManagedProcess,
+    SeaweedS3,
+    venv_bin_dir,
+)
 from ops.exceptions import ServiceError
 from ops.ledger.store import Ledger
 from ops.spec.job import load_jobs
-from ops.spec.platform import CONF_DIR_ENV, SUPERVISE_DAG_PREFIX, PlatformConfig
+from ops.spec.platform import CONF_DIR_ENV, SUPERVISE_DAG_PREFIX, PlatformConfig, url_without_password
 
 # Where the code lives (dags/, plugins/, the ops and jobs packages); the conf dir may be elsewhere.
 CODE_ROOT = Path(__file__).resolve().parents[2]
@@ -242,11 +249,15 @@ def up(platform: PlatformConfig, *, timeout: float = 300.0, echo: Echo = print) 
     else:
         echo(f"starting SeaweedFS S3 on {seaweed.endpoint_url} ...")
         seaweed.start(timeout=min(timeout, 60.0))
+    postgres = EmbeddedPostgres.for_platform(platform)
+    if postgres is not None:
+        echo(f"starting PostgreSQL on {postgres.endpoint} (databases {', '.join(POSTGRES_DATABASES)}) ...")
+        postgres.start(timeout=min(timeout, 60.0))
     cluster = SparkCluster.for_platform(platform)
     if cluster is not None:
         echo(f"starting the Spark cluster at {cluster.master_url} ({cluster.config.workers} workers) ...")
         cluster.start(timeout=min(timeout, 120.0))
-    echo(f"migrating the ledger at {platform.resolved_ledger_url} ...")
+    echo(f"migrating the ledger at {url_without_password(platform.resolved_ledger_url)} ...")
     Ledger.open(platform.resolved_ledger_url)
 
     echo("migrating Airflow's metadata database ...")
@@ -274,15 +285,19 @@ def up(platform: PlatformConfig, *, timeout: float = 300.0, echo: Echo = print) 
         echo(f"  S3:          {seaweed.endpoint_url}  bucket {platform.s3.bucket!r}")
     if cluster is not None:
         echo(f"  Spark:       {cluster.master_url}  (master UI {cluster.ui_url})")
+    if postgres is not None:
+        echo(f"  PostgreSQL:  {postgres.url('ledger')}  (and .../metastore)")
+    echo(f"  ledger:      {url_without_password(platform.resolved_ledger_url)}")
     echo(f"  logs:        {platform.runtime_root / 'logs'}  (drivers: {platform.runtime_root / 'jobs'})")
     echo("  stop with:   make stop  (or .venv/bin/warden platform down)")
 
 
 def down(platform: PlatformConfig, *, echo: Echo = print) -> None:
-    """Stop the generator, Airflow, every streaming driver, the Spark cluster and SeaweedFS; a
-    no-op when all are down.
+    """Stop the generator, Airflow, every streaming driver, the Spark cluster, SeaweedFS and
+    PostgreSQL; a no-op when all are down.
 
-    Airflow goes before the drivers so no supervision pass relaunches a driver being stopped.
+    Airflow goes before the drivers so no supervision pass relaunches a driver being stopped;
+    PostgreSQL goes last, because stopping the drivers records their runs in the ledger.
     """
     # Imported here: only `down` needs the supervisor stack, and `up`/`status` must work without it.
     from ops.control.supervisor import stop_all_jobs
@@ -291,16 +306,19 @@ def down(platform: PlatformConfig, *, echo: Echo = print) -> None:
     for component in reversed(airflow_processes(platform)):
         echo(f"{component.name}: {component.stop(AIRFLOW_STOP_TIMEOUT)}")
     seaweed = SeaweedS3.for_platform(platform)
+    postgres = EmbeddedPostgres.for_platform(platform)
     try:
         for line in stop_all_jobs(platform):
             echo(f"driver {line}")
     finally:
-        # Drivers may fail to stop (a broken ledger); the cluster and the S3 server must still go down.
+        # Drivers may fail to stop (a broken ledger); the servers must still go down.
         cluster = SparkCluster.for_platform(platform)
         for name, ended in cluster.stop() if cluster is not None else []:
             echo(f"{name}: {ended}")
         if seaweed is not None:
             echo(f"seaweedfs: {seaweed.stop()}")
+        if postgres is not None:
+            echo(f"postgres: {postgres.stop()}")
 
 
 def status(platform: PlatformConfig) -> list[ServiceStatus]:
@@ -310,6 +328,10 @@ def status(platform: PlatformConfig) -> list[ServiceStatus]:
     if seaweed is not None:
         pid = seaweed.process.pid()
         rows.append(ServiceStatus("seaweedfs", pid is not None, pid, seaweed.endpoint_url))
+    postgres = EmbeddedPostgres.for_platform(platform)
+    if postgres is not None:
+        pid = postgres.process.pid()
+        rows.append(ServiceStatus("postgres", pid is not None, pid, postgres.endpoint))
     cluster = SparkCluster.for_platform(platform)
     if cluster is not None:
         for process in cluster.processes():

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Annotated
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BeforeValidator, Field, ValidationError
 from pydantic_core import PydanticCustomError
@@ -18,6 +19,12 @@ from ops.secrets import check_reference
 from ops.spec.model import SECRET_REFERENCE_ERROR, Model, describe_error, read_yaml
 
 CONF_DIR_ENV = "STREAMWARDEN_CONF_DIR"
+# Overrides `ledger.url` of platform.yaml for every process that loads it (warden, Airflow, drivers).
+LEDGER_URL_ENV = "STREAMWARDEN_LEDGER_URL"
+# The ledger databases Streamwarden runs on; a URL of any other database is refused at load.
+SQLITE_PREFIX = "sqlite:///"
+POSTGRES_DRIVER = "postgresql+psycopg"
+LEDGER_URL_FORMS = "sqlite:///PATH or postgresql+psycopg://USER[:PASSWORD]@HOST:PORT/DATABASE"
 DEFAULT_CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 # Each job's supervision DAG is `<prefix><job>`; the DAG factory and `warden platform up` agree here.
 SUPERVISE_DAG_PREFIX = "warden_supervise_"
@@ -41,6 +48,52 @@ class StorageConfig(Model):
     landing_root: Path = Path(".runtime/landing")
     lake_root: Path = Path(".runtime/lake")
     checkpoint_root: Path = Path(".runtime/checkpoints")
+
+
+class LedgerConfig(Model):
+    """Where the ledger lives: a SQLAlchemy URL, `sqlite:///PATH` or `postgresql+psycopg://...`
+    (`postgresql://` means the same: psycopg 3 is the driver installed). Checked at load by
+    `ledger_url_problem`, outside pydantic, whose errors would quote the URL, password and all."""
+
+    url: str = "sqlite:///.runtime/ledger.db"
+
+
+def normalized_ledger_url(url: str) -> str:
+    """`url` with a PostgreSQL URL of no or the generic driver made psycopg 3's; unchanged otherwise."""
+    for generic in ("postgresql://", "postgres://"):
+        if url.startswith(generic):
+            return f"{POSTGRES_DRIVER}://{url[len(generic) :]}"
+    return url
+
+
+def url_without_password(url: str) -> str:
+    """`url` with its password, if any, replaced by `***`: what messages and logs may show."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def ledger_url_problem(url: str) -> str | None:
+    """Why `url` cannot hold the ledger (naming it without its password), or None if it can."""
+    scheme, separator, _ = normalized_ledger_url(url).partition("://")
+    if not separator:
+        return f"not a database URL ({len(url)} characters); use {LEDGER_URL_FORMS}"
+    if scheme not in ("sqlite", POSTGRES_DRIVER):
+        return (
+            f"the ledger runs on SQLite or PostgreSQL with psycopg 3, not {scheme!r} "
+            f"({url_without_password(url)}); use {LEDGER_URL_FORMS}"
+        )
+    return None
+
+
+class EmbeddedPostgresConfig(Model):
+    """The PostgreSQL server `warden platform up` starts on 127.0.0.1 (databases `ledger` and
+    `metastore`); the ledger uses it when `ledger.url` points at it."""
+
+    port: int = Field(5433, ge=1, le=65535)
+    data_dir: Path = Path(".runtime/postgres")
 
 
 class S3Config(Model):
@@ -137,7 +190,9 @@ class PlatformConfig(Model):
     """The platform-wide settings of `conf/platform.yaml`."""
 
     storage: StorageConfig = Field(default_factory=StorageConfig)
-    ledger_url: str = "sqlite:///.runtime/ledger.db"
+    ledger: LedgerConfig = Field(default_factory=LedgerConfig)
+    # null: no embedded PostgreSQL server (the ledger is SQLite or a PostgreSQL run elsewhere).
+    postgres: EmbeddedPostgresConfig | None = Field(default_factory=EmbeddedPostgresConfig)
     s3: S3Config = Field(default_factory=S3Config)
     slack: SlackConfig = Field(default_factory=SlackConfig)
     archive: ArchiveConfig = Field(default_factory=ArchiveConfig)
@@ -177,10 +232,15 @@ class PlatformConfig(Model):
     @property
     def resolved_ledger_url(self) -> str:
         """The ledger URL with a relative SQLite path made absolute."""
-        prefix = "sqlite:///"
-        if self.ledger_url.startswith(prefix) and not self.ledger_url.startswith(prefix + "/"):
-            return prefix + str(self.resolve(Path(self.ledger_url[len(prefix) :])))
-        return self.ledger_url
+        url = normalized_ledger_url(self.ledger.url)
+        if url.startswith(SQLITE_PREFIX) and not url.startswith(SQLITE_PREFIX + "/"):
+            return SQLITE_PREFIX + str(self.resolve(Path(url[len(SQLITE_PREFIX) :])))
+        return url
+
+    @property
+    def postgres_data_dir(self) -> Path | None:
+        """The embedded PostgreSQL server's data directory, or None when there is none."""
+        return None if self.postgres is None else self.resolve(self.postgres.data_dir)
 
     def job_runtime_dir(self, job: str) -> Path:
         """Where a job's driver logs and heartbeat live."""
@@ -193,11 +253,22 @@ def conf_dir() -> Path:
 
 
 def load_platform(directory: Path | None = None) -> PlatformConfig:
-    """Load and validate `platform.yaml` from the conf directory."""
+    """Load and validate `platform.yaml` from the conf directory; `$STREAMWARDEN_LEDGER_URL`,
+    when set, replaces its `ledger.url`."""
     directory = (directory or conf_dir()).resolve()
     path = directory / "platform.yaml"
     document, _ = read_yaml(path)
     try:
-        return PlatformConfig.model_validate({**document, "conf_dir": directory})
+        platform = PlatformConfig.model_validate({**document, "conf_dir": directory})
     except ValidationError as exc:
         raise ConfigError(path, describe_error(exc)) from exc
+    ledger_url = os.environ.get(LEDGER_URL_ENV)
+    if ledger_url:
+        problem = ledger_url_problem(ledger_url)
+        if problem is not None:
+            raise ConfigError(f"${LEDGER_URL_ENV}", problem)
+        return platform.model_copy(update={"ledger": LedgerConfig(url=ledger_url)})
+    problem = ledger_url_problem(platform.ledger.url)
+    if problem is not None:
+        raise ConfigError(path, f"field 'ledger.url': {problem}")
+    return platform

@@ -1,6 +1,7 @@
-"""The alert outbox against a real SQLite ledger and a real Slack stand-in on loopback.
+"""The alert outbox against a real ledger (each test on SQLite and on PostgreSQL) and a real Slack
+stand-in on loopback.
 
-Time moves through a fake clock; only the HTTP exchanges are real.
+Time moves through a fake clock; only the HTTP exchanges and the database are real.
 """
 
 from __future__ import annotations
@@ -14,8 +15,11 @@ import pytest
 from ops.control.alerts import CLAIM_LEASE, Alert, AlertCenter
 from ops.ledger.store import Ledger
 from ops.spec.platform import PlatformConfig, SlackConfig
+from tests.support.platform import on_both_ledgers
 from tests.support.ports import free_test_port
 from tests.support.slack import WEBHOOK_ENV, SlackReceiver, use_webhook
+
+pytestmark = on_both_ledgers
 
 RUN_URL = "http://127.0.0.1:8080/dags/warden_router/runs/scheduled__2031-05-04T12:00:00+00:00"
 
@@ -290,7 +294,7 @@ def test_a_claimed_alert_is_left_alone_until_its_lease_runs_out(
 def test_two_deliverers_send_each_alert_once_in_order(
     ledger: Ledger, platform_conf: PlatformConfig, clock: FakeClock, slack_webhook: SlackReceiver
 ) -> None:
-    # Separate engines on the same SQLite file, as two processes would have.
+    # Separate engines on the same database, as two processes would have.
     centers = [
         AlertCenter(Ledger.open(platform_conf.resolved_ledger_url), platform_conf.slack, clock)
         for _ in range(2)
