@@ -22,8 +22,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from ops.control.policy import FAILURE, Lifecycle
 from ops.console.diagnosis import Diagnosis, diagnose
+from ops.control.policy import FAILURE, Lifecycle
 from ops.driver.history import ProgressHistory, history_path, rates_since, read_history
 from ops.driver.preview import load_preview_file, preview_path, preview_rows
 from ops.driver.telemetry import Heartbeat, read_heartbeat
@@ -243,7 +243,9 @@ class Console:
         alerts = self._open_alerts(job).get(job, [])
         restarts = self._restarts(now - RESTARTS_WINDOW, job).get(job, 0)
         newest = next((sp for sp in savepoints if sp.status == SAVEPOINT_COMPLETE), None)
-        row = self._row(job, spec, record, now, restarts=restarts, open_alerts=alerts, newest_savepoint=newest)
+        row = self._row(
+            job, spec, record, now, restarts=restarts, open_alerts=alerts, newest_savepoint=newest
+        )
         decisions = [DecisionEntry.of(decision) for decision in self.ledger.decisions(job, decision_limit)]
         history = read_history(history_path(self._runtime(job) / HEARTBEAT_FILE))
         previews, missing = _previews(self.platform, spec) if isinstance(spec, JobSpec) else ([], [])

@@ -15,9 +15,9 @@ phases:
 
 The verdict is one bottleneck, checked in this order, each with the lever an operator has:
 `idle` (no batches), `keeping_up` (batches end well within the trigger interval), `skewed_key`
-(state dominates and its work ran on about one task at a time although the job has more cores:
-one key holds most rows), `state` (state dominates, spread over the tasks: more cores or state
-partitions), `batch_size` (a rate limit caps every batch at a few rows: the per-batch fixed costs
+(state work filled the batches' execution but ran on about one task at a time although the job
+has more cores: one key holds most rows), `state` (state dominates, spread over the tasks: more
+cores or state partitions), `batch_size` (a rate limit caps every batch at a few rows: the per-batch fixed costs
 of listing, planning, scheduling and committing dominate), then the largest phase (`listing`,
 `planning`, `execution`, `commit`).
 """
@@ -36,8 +36,13 @@ from ops.spec.platform import PlatformConfig
 PHASES = ("listing", "planning", "execution", "state", "commit", "other")
 # The share of the batch time state must take to be the bottleneck.
 STATE_DOMINANT_SHARE = 0.4
-# State work that ran on fewer tasks at once than this share of the job's cores was held up by
-# one task: a key with most of the rows (every row of a key goes to the same task).
+# State work summed over its tasks that reaches this share of the batches' execution (`addBatch`)
+# filled it: with one key holding most rows (all rows of a key go to one task) that task runs for
+# nearly the whole execution while the others idle. Spread over the tasks, the sum would reach
+# `cores` times the execution instead; below `SKEW_PARALLELISM_SHARE * cores` it did not spread.
+# A heuristic: on a machine so loaded that the cores do not run at once, state work that is most
+# of a job's work looks the same.
+STATE_FILLS_EXECUTION = 0.8
 SKEW_PARALLELISM_SHARE = 0.65
 # Batches that ended within this share of the trigger interval leave it time to spare.
 KEEPING_UP_SHARE = 0.8
@@ -158,31 +163,36 @@ def diagnose(
     interval_ms = spec.operations.trigger.interval_seconds * 1000 if spec else None
     described = f"{len(batches)} recent batches took {mean_ms / 1000:.1f} s each for {median_rows:.0f} rows"
 
-    if interval_ms and mean_ms <= KEEPING_UP_SHARE * interval_ms and (busy is None or busy < KEEPING_UP_SHARE):
+    if (
+        interval_ms
+        and mean_ms <= KEEPING_UP_SHARE * interval_ms
+        and (busy is None or busy < KEEPING_UP_SHARE)
+    ):
         return verdict(
             "keeping_up",
             f"Keeping up: {described}, within the {interval_ms / 1000:g} s trigger interval.",
             "",
         )
 
-    state_task_ms = [
-        sum(int(op.get("allUpdatesTimeMs", 0)) + int(op.get("allRemovalsTimeMs", 0)) for op in r.get("stateOperators") or ())
-        for r in records
-    ]
-    add_batch_ms = [int((r.get("durationMs") or {}).get("addBatch", 0)) for r in records]
-    if shares["state"] >= STATE_DOMINANT_SHARE or (
-        cores > 1 and sum(state_task_ms) >= STATE_DOMINANT_SHARE * sum(add_batch_ms) > 0
-    ):
-        parallelism = sum(state_task_ms) / max(1, sum(add_batch_ms))
-        if cores > 1 and parallelism < SKEW_PARALLELISM_SHARE * cores:
+    state_task_ms = sum(
+        int(operator.get("allUpdatesTimeMs", 0)) + int(operator.get("allRemovalsTimeMs", 0))
+        for record in records
+        for operator in record.get("stateOperators") or ()
+    )
+    add_batch_ms = sum(int((record.get("durationMs") or {}).get("addBatch", 0)) for record in records)
+    # Tasks busy with state at once, on average over the batches' execution.
+    parallelism = state_task_ms / add_batch_ms if add_batch_ms else 0.0
+    if shares["state"] >= STATE_DOMINANT_SHARE or parallelism >= STATE_FILLS_EXECUTION:
+        if cores > 1 and STATE_FILLS_EXECUTION <= parallelism < SKEW_PARALLELISM_SHARE * cores:
             updated = statistics.median(
                 sum(int(op.get("numRowsUpdated", 0)) for op in r.get("stateOperators") or ()) for r in records
             )
             return verdict(
                 "skewed_key",
-                f"State is the bottleneck and one key holds it up: {described}; the state work ran on "
-                f"{parallelism:.1f} tasks at a time of {cores} cores ({median_rows:.0f} rows updated "
-                f"{updated:.0f} keys per batch), so one task carried most of it.",
+                f"State is the bottleneck and one key holds it up: {described}; state work filled the "
+                f"batches' execution but ran on {parallelism:.1f} tasks at a time of {cores} cores "
+                f"({median_rows:.0f} rows updated {updated:.0f} keys per batch), so one task carried "
+                "most of it.",
                 "a skewed key: find the key with most rows (the preview tap's newest records, or a "
                 "count by key) and split it (salt it, or pre-aggregate it before the stateful step); "
                 "more cores or state partitions do not help a single key",
@@ -224,6 +234,8 @@ def diagnose(
     )
 
 
-def recent_window(records: Sequence[Mapping[str, Any]], since: timedelta, now: datetime) -> list[Mapping[str, Any]]:
+def recent_window(
+    records: Sequence[Mapping[str, Any]], since: timedelta, now: datetime
+) -> list[Mapping[str, Any]]:
     """The records of batches that started within `since` before `now`."""
     return [record for record in records if now - _started(record) <= since]

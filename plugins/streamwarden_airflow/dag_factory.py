@@ -85,7 +85,9 @@ def _savepoint_choices(jobs: list[str]) -> dict[str, str]:
     except (ConfigError, LedgerError):
         return {}
     return {
-        savepoint.id: f"{savepoint.job}: batch {savepoint.batch_id}, {savepoint.created_at:%Y-%m-%d %H:%M} UTC"
+        savepoint.id: (
+            f"{savepoint.job}: batch {savepoint.batch_id}, {savepoint.created_at:%Y-%m-%d %H:%M} UTC"
+        )
         for savepoint in savepoints
         if savepoint.job in jobs
     }

@@ -25,7 +25,8 @@ def airflow_api(monkeypatch: pytest.MonkeyPatch, *, all_admins: bool, passwords:
     from airflow.plugins_manager import get_fastapi_plugins
 
     monkeypatch.setenv(
-        "AIRFLOW__CORE__AUTH_MANAGER", "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
+        "AIRFLOW__CORE__AUTH_MANAGER",
+        "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
     )
     monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS", str(all_admins))
     monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", USERS)
@@ -56,7 +57,10 @@ def test_with_auth_on_a_request_without_credentials_is_refused(
     with TestClient(airflow_api(monkeypatch, all_admins=False, passwords=passwords)) as client:
         for path in ("/streamwarden/api/board", "/streamwarden/api/jobs/router", "/streamwarden/board"):
             assert client.get(path).status_code == 401, path
-        assert client.get("/streamwarden/api/board", headers={"Authorization": "Bearer forged"}).status_code == 403
+        assert (
+            client.get("/streamwarden/api/board", headers={"Authorization": "Bearer forged"}).status_code
+            == 403
+        )
 
         password = json.loads(passwords.read_text())["operator"]
         token = client.post("/auth/token", json={"username": "operator", "password": password})
