@@ -79,7 +79,9 @@ def build_platform(root: Path, jobs: int) -> list[str]:
             if run < RUNS_PER_JOB - 1:
                 ledger.finish_run(run_id, "failed: exit 137" if run % 20 == 0 else "stopped")
         for decision in range(DECISIONS_PER_JOB):
-            ledger.record_decision(name, "restart" if decision % 3 else "launch", "driver dead", {"n": decision})
+            ledger.record_decision(
+                name, "restart" if decision % 3 else "launch", "driver dead", {"n": decision}
+            )
         for alert in range(ALERTS_PER_JOB):
             kind = "resolved" if alert % 2 and alert != ALERTS_PER_JOB - 1 else "driver_dead"
             ledger.enqueue_alert(name, kind, f"{name}/driver_dead", "critical", {})
@@ -101,7 +103,9 @@ def build_platform(root: Path, jobs: int) -> list[str]:
         sample = BatchSample(1000, 100, 50.0, 80.0, 1200)
         write_heartbeat(
             heartbeat,
-            Heartbeat(name, "run", 1, "progress", now.timestamp(), 1000, 10, 2048, now.isoformat(), recent=(sample,)),
+            Heartbeat(
+                name, "run", 1, "progress", now.timestamp(), 1000, 10, 2048, now.isoformat(), recent=(sample,)
+            ),
         )
         history = ProgressHistory()
         for minute in range(60):
@@ -147,7 +151,9 @@ def main(argv: list[str] | None = None) -> int:
             }
         )
         sys.path.insert(0, str(REPO / "plugins"))
-        print("migrating Airflow's metadata database (the auth check reads revoked tokens) ...", file=sys.stderr)
+        print(
+            "migrating Airflow's metadata database (the auth check reads revoked tokens) ...", file=sys.stderr
+        )
         subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True)
         from airflow.api_fastapi.app import create_app
         from fastapi.testclient import TestClient
@@ -158,7 +164,9 @@ def main(argv: list[str] | None = None) -> int:
             for index in range(args.requests):
                 figures["version"].append(timed(client, "/api/v2/version"))
                 figures["board"].append(timed(client, "/streamwarden/api/board"))
-                figures["job page"].append(timed(client, f"/streamwarden/api/jobs/{names[index % len(names)]}"))
+                figures["job page"].append(
+                    timed(client, f"/streamwarden/api/jobs/{names[index % len(names)]}")
+                )
             jobs_on_board = len(client.get("/streamwarden/api/board").json()["jobs"])
     floor = statistics.median(figures["version"])
     print(f"{jobs_on_board} jobs, {args.requests} requests each, in-process Airflow api-server app")

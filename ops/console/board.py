@@ -13,7 +13,6 @@ at once) and reads job files only when they changed (`SpecCache`).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -22,7 +21,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from ops.console.diagnosis import Diagnosis, diagnose
+from ops.console.diagnosis import Diagnosis, diagnose, master_cores
 from ops.control.policy import FAILURE, Lifecycle
 from ops.driver.history import ProgressHistory, history_path, rates_since, read_history
 from ops.driver.preview import load_preview_file, preview_path, preview_rows
@@ -48,18 +47,6 @@ NOTICE_KEY_PREFIX = "notice/"
 SAVEPOINT_COMPLETE = "complete"
 RESTARTS_WINDOW = timedelta(hours=24)
 SPARKLINE_WINDOW = timedelta(hours=1)
-LOCAL_MASTER = re.compile(r"^local\[(\d+|\*)(?:,\s*\d+)?\]$")
-
-
-def master_cores(master: str) -> int | None:
-    """The cores a Spark master URL gives the driver: N for `local[N]`, 1 for `local`; None when
-    the cluster decides (standalone, YARN, Kubernetes) or for `local[*]` (the host's cores)."""
-    if master == "local":
-        return 1
-    match = LOCAL_MASTER.match(master)
-    if match is None or match.group(1) == "*":
-        return None
-    return int(match.group(1))
 
 
 class SpecCache:
@@ -256,7 +243,7 @@ class Console:
             savepoints=[SavepointSummary.of(savepoint, now) for savepoint in savepoints],
             previews=previews,
             missing_previews=missing,
-            diagnosis=diagnose(history.batches, spec if isinstance(spec, JobSpec) else None),
+            diagnosis=diagnose(history.batches, spec if isinstance(spec, JobSpec) else None, row.cores),
             batches=list(history.batches),
         )
 

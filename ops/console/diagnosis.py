@@ -17,22 +17,23 @@ The verdict is one bottleneck, checked in this order, each with the lever an ope
 `idle` (no batches), `keeping_up` (batches end well within the trigger interval), `skewed_key`
 (state work filled the batches' execution but ran on about one task at a time although the job
 has more cores: one key holds most rows), `state` (state dominates, spread over the tasks: more
-cores or state partitions), `batch_size` (a rate limit caps every batch at a few rows: the per-batch fixed costs
-of listing, planning, scheduling and committing dominate), then the largest phase (`listing`,
-`planning`, `execution`, `commit`).
+cores or state partitions), `batch_size` (a rate limit caps every batch at a few rows: the
+per-batch fixed costs of listing, planning, scheduling and committing dominate), then the largest
+phase (`listing`, `planning`, `execution`, `commit`).
 """
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from ops.spec.job import JobSpec
-from ops.spec.platform import PlatformConfig
 
+LOCAL_MASTER = re.compile(r"^local\[(\d+|\*)(?:,\s*\d+)?\]$")
 PHASES = ("listing", "planning", "execution", "state", "commit", "other")
 # The share of the batch time state must take to be the bottleneck.
 STATE_DOMINANT_SHARE = 0.4
@@ -120,26 +121,29 @@ def busy_share(records: Sequence[Mapping[str, Any]]) -> float | None:
     return min(1.0, busy / span)
 
 
-def job_cores(spec: JobSpec | None, platform: PlatformConfig | None = None) -> int:
-    """The cores the job's driver runs tasks on (`local[N]`); 1 when the master does not say."""
-    from ops.console.board import master_cores  # the board imports this module
-
-    master = (spec.operations.resources.master if spec else None) or (
-        platform.spark.master if platform else None
-    )
-    return (master_cores(master) if master else None) or 1
+def master_cores(master: str) -> int | None:
+    """The cores a Spark master URL gives the driver: N for `local[N]`, 1 for `local`; None when
+    the cluster decides (standalone, YARN, Kubernetes) or for `local[*]` (the host's cores)."""
+    if master == "local":
+        return 1
+    match = LOCAL_MASTER.match(master)
+    if match is None or match.group(1) == "*":
+        return None
+    return int(match.group(1))
 
 
 def diagnose(
     records: Sequence[Mapping[str, Any]], spec: JobSpec | None, cores: int | None = None
 ) -> Diagnosis:
-    """The bottleneck of the job's recent batches (`records`, oldest first) and its lever."""
+    """The bottleneck of the job's recent batches (`records`, oldest first) and its lever; `cores`
+    defaults to the spec's master's (1 when it does not say)."""
     records = [record for record in records if int(record.get("numInputRows") or 0) > 0]
     # The first batch of a driver carries its start-up (JVM, code paths compiled): not a pattern.
     records = records[1:] if len(records) > 2 else records
     if not records:
         return Diagnosis("idle", "No batch with input in the recent history: nothing to diagnose.", "")
-    cores = cores or job_cores(spec)
+    master = spec.operations.resources.master if spec else None
+    cores = cores or (master_cores(master) if master else None) or 1
     batches = [batch_time(record, cores) for record in records]
     shares = _shares(batches)
     half = len(batches) // 2
@@ -232,10 +236,3 @@ def diagnose(
         f"{largest}.",
         levers[largest],
     )
-
-
-def recent_window(
-    records: Sequence[Mapping[str, Any]], since: timedelta, now: datetime
-) -> list[Mapping[str, Any]]:
-    """The records of batches that started within `since` before `now`."""
-    return [record for record in records if now - _started(record) <= since]

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from ops.console.board import Console, as_json, master_cores
-from ops.console.diagnosis import diagnose
+from ops.console.board import Console, as_json
+from ops.console.diagnosis import diagnose, master_cores
 from ops.driver.history import HISTORY_BATCHES, ProgressHistory, history_path, read_history, write_history
 from ops.driver.telemetry import BatchSample, Heartbeat, write_heartbeat
 from ops.ledger.store import Ledger, RunRecord, SavepointRecord
