@@ -34,9 +34,9 @@ from pathlib import Path
 import yaml
 
 from ops.clock import utcnow
-from ops.driver.history import ProgressHistory, history_path, write_history
+from ops.driver.history import ProgressHistory, write_history
 from ops.driver.telemetry import BatchSample, Heartbeat, write_heartbeat
-from ops.ledger.store import Ledger, RunRecord, SavepointRecord
+from ops.ledger.store import Ledger, alerts_table, decisions_table, runs_table, savepoints_table
 from ops.spec.platform import CONF_DIR_ENV, DEFAULT_CONF_DIR, load_platform
 
 REPO = Path(__file__).resolve().parents[1]
@@ -69,36 +69,72 @@ def build_platform(root: Path, jobs: int) -> list[str]:
     ledger = Ledger.open(platform.resolved_ledger_url)
     now = utcnow()
     records = json.loads(PROGRESS.read_text())
+    runs, decisions, alerts, savepoints = [], [], [], []
     for name in names:
         ledger.ensure_job(name, desired_state="running", state="RUNNING", config_version="v1")
         ledger.update_job(name, backlog=4, last_batch_id=1000)
         for run in range(RUNS_PER_JOB):
-            run_id = f"{name}-{run}"
-            started = now - timedelta(minutes=30 * (RUNS_PER_JOB - run))
-            ledger.start_run(RunRecord(run_id, name, "local", 1, None, None, None, "v1", started, None, None))
-            if run < RUNS_PER_JOB - 1:
-                ledger.finish_run(run_id, "failed: exit 137" if run % 20 == 0 else "stopped")
-        for decision in range(DECISIONS_PER_JOB):
-            ledger.record_decision(
-                name, "restart" if decision % 3 else "launch", "driver dead", {"n": decision}
+            last = run == RUNS_PER_JOB - 1
+            runs.append(
+                {
+                    "run_id": f"{name}-{run}",
+                    "job": name,
+                    "backend": "local",
+                    "pid": 1,
+                    "config_version": "v1",
+                    "started_at": now - timedelta(minutes=30 * (RUNS_PER_JOB - run)),
+                    "stopped_at": None if last else now - timedelta(minutes=30 * (RUNS_PER_JOB - run) - 29),
+                    "exit_reason": None if last else ("failed: exit 137" if run % 20 == 0 else "stopped"),
+                }
             )
-        for alert in range(ALERTS_PER_JOB):
-            kind = "resolved" if alert % 2 and alert != ALERTS_PER_JOB - 1 else "driver_dead"
-            ledger.enqueue_alert(name, kind, f"{name}/driver_dead", "critical", {})
-        for savepoint in range(SAVEPOINTS_PER_JOB):
-            ledger.add_savepoint(
-                SavepointRecord(
-                    f"{name}-sp{savepoint}",
-                    name,
-                    100 * savepoint,
-                    now - timedelta(hours=SAVEPOINTS_PER_JOB - savepoint),
-                    "k",
-                    10**6,
-                    10**5,
-                    "complete",
-                    "v1",
-                )
-            )
+        decisions += [
+            {
+                "job": name,
+                "at": now - timedelta(seconds=DECISIONS_PER_JOB - index),
+                "action": "restart" if index % 3 else "launch",
+                "reason": "driver dead",
+                "inputs": {"n": index},
+            }
+            for index in range(DECISIONS_PER_JOB)
+        ]
+        alerts += [
+            {
+                "job": name,
+                "kind": "resolved" if index % 2 and index != ALERTS_PER_JOB - 1 else "driver_dead",
+                "dedup_key": f"{name}/driver_dead",
+                "severity": "critical",
+                "payload": {},
+                "status": "sent",
+                "created_at": now,
+                "attempts": 1,
+                "next_attempt_at": now,
+            }
+            for index in range(ALERTS_PER_JOB)
+        ]
+        savepoints += [
+            {
+                "id": f"{name}-sp{index}",
+                "job": name,
+                "batch_id": 100 * index,
+                "created_at": now - timedelta(hours=SAVEPOINTS_PER_JOB - index),
+                "manifest_key": "k",
+                "total_bytes": 10**6,
+                "uploaded_bytes": 10**5,
+                "status": "complete",
+                "config_version": "v1",
+            }
+            for index in range(SAVEPOINTS_PER_JOB)
+        ]
+    # One insert per table: the ledger's own methods take a transaction per row.
+    with ledger.engine.begin() as connection:
+        for table, rows in (
+            (runs_table, runs),
+            (decisions_table, decisions),
+            (alerts_table, alerts),
+            (savepoints_table, savepoints),
+        ):
+            connection.execute(table.insert(), rows)
+    for name in names:
         heartbeat = platform.job_runtime_dir(name) / "heartbeat.json"
         sample = BatchSample(1000, 100, 50.0, 80.0, 1200)
         write_heartbeat(
@@ -113,7 +149,7 @@ def build_platform(root: Path, jobs: int) -> list[str]:
                 at = now - timedelta(minutes=60 - minute, seconds=-15 * batch)
                 record = records[(minute + batch) % len(records)]
                 history = history.with_batch({**record, "timestamp": at.isoformat()}, at.timestamp())
-        write_history(history_path(heartbeat), history)
+        write_history(heartbeat, history)
     return names
 
 

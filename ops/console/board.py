@@ -13,9 +13,9 @@ at once) and reads job files only when they changed (`SpecCache`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ import sqlalchemy as sa
 
 from ops.console.diagnosis import Diagnosis, diagnose, master_cores
 from ops.control.policy import FAILURE, Lifecycle
-from ops.driver.history import ProgressHistory, history_path, rates_since, read_history
+from ops.driver.history import MinuteRates, ProgressHistory, rates_since, read_history, read_rates
 from ops.driver.preview import load_preview_file, preview_path, preview_rows
 from ops.driver.telemetry import Heartbeat, read_heartbeat
 from ops.exceptions import ConfigError
@@ -34,6 +34,7 @@ from ops.ledger.store import (
     SavepointRecord,
     alerts_table,
     runs_table,
+    savepoints_table,
 )
 from ops.spec.job import JobSpec, job_file, job_files, load_job
 from ops.spec.paths import HEARTBEAT_FILE, JobPaths
@@ -111,12 +112,13 @@ class SavepointSummary:
 
 
 @dataclass(frozen=True)
-class RatePoint:
-    """One minute of the sparkline: mean input and processing rates (rows/s) of its batches."""
+class Sparkline:
+    """The last hour's minutes (epoch seconds of each start) and their batches' mean input and
+    processing rates (rows/s), as three columns: the board sends 50 jobs' worth every refresh."""
 
-    minute: str
-    input_rate: float
-    processed_rate: float
+    minutes: list[int]
+    input_rates: list[float]
+    processed_rates: list[float]
 
 
 @dataclass(frozen=True)
@@ -136,7 +138,7 @@ class BoardRow:
     last_batch_age_seconds: float | None
     input_rate: float | None
     processed_rate: float | None
-    rates: list[RatePoint]
+    rates: Sparkline
     backlog_files: int | None
     watermark_lag_seconds: float | None
     state_rows: int | None
@@ -234,7 +236,7 @@ class Console:
             job, spec, record, now, restarts=restarts, open_alerts=alerts, newest_savepoint=newest
         )
         decisions = [DecisionEntry.of(decision) for decision in self.ledger.decisions(job, decision_limit)]
-        history = read_history(history_path(self._runtime(job) / HEARTBEAT_FILE))
+        history = read_history(self._runtime(job) / HEARTBEAT_FILE)
         previews, missing = _previews(self.platform, spec) if isinstance(spec, JobSpec) else ([], [])
         return JobPage(
             row=row,
@@ -263,7 +265,7 @@ class Console:
     ) -> BoardRow:
         heartbeat_file = self._runtime(name) / HEARTBEAT_FILE
         heartbeat = read_heartbeat(heartbeat_file)
-        history = read_history(history_path(heartbeat_file))
+        history = read_rates(heartbeat_file)
         if isinstance(spec, ConfigError) or spec is None:
             state = "INVALID" if isinstance(spec, ConfigError) else (record.state if record else "NEW")
             config_error = str(spec) if isinstance(spec, ConfigError) else None
@@ -289,14 +291,7 @@ class Console:
             processed_rate=(
                 sample.processed_rows_per_second if sample else (record.processed_rate if record else None)
             ),
-            rates=[
-                RatePoint(
-                    minute=datetime.fromtimestamp(bucket.minute, tz=now.tzinfo).isoformat(),
-                    input_rate=round(bucket.input_rate, 3),
-                    processed_rate=round(bucket.processed_rate, 3),
-                )
-                for bucket in rates_since(history, now - SPARKLINE_WINDOW)
-            ],
+            rates=_sparkline(rates_since(history, now - SPARKLINE_WINDOW)),
             backlog_files=record.backlog if record else None,
             watermark_lag_seconds=_watermark_lag(heartbeat, now),
             state_rows=heartbeat.state_rows if heartbeat else None,
@@ -342,10 +337,31 @@ class Console:
 
     def _newest_savepoints(self) -> dict[str, SavepointRecord]:
         """Each job's newest complete savepoint."""
-        found: dict[str, SavepointRecord] = {}
-        for savepoint in self.ledger.all_savepoints(status=SAVEPOINT_COMPLETE):
-            found.setdefault(savepoint.job, savepoint)
-        return found
+        newest = (
+            sa.select(
+                savepoints_table,
+                sa.func.row_number()
+                .over(
+                    partition_by=savepoints_table.c.job,
+                    order_by=(savepoints_table.c.created_at.desc(), savepoints_table.c.id.desc()),
+                )
+                .label("rank"),
+            )
+            .where(savepoints_table.c.status == SAVEPOINT_COMPLETE)
+            .subquery()
+        )
+        columns = [newest.c[column.name] for column in savepoints_table.columns]
+        with self.ledger.engine.connect() as connection:
+            rows = connection.execute(sa.select(*columns).where(newest.c.rank == 1)).all()
+        return {row.job: SavepointRecord(**_utc(row._asdict())) for row in rows}
+
+
+def _utc(values: dict[str, Any]) -> dict[str, Any]:
+    # SQLite drops the zone on the way back; every stored time is UTC.
+    return {
+        key: value.replace(tzinfo=UTC) if isinstance(value, datetime) and value.tzinfo is None else value
+        for key, value in values.items()
+    }
 
 
 def _describe(state: str) -> str:
@@ -359,6 +375,14 @@ def _describe(state: str) -> str:
         return ""
 
 
+def _sparkline(buckets: Sequence[MinuteRates]) -> Sparkline:
+    return Sparkline(
+        minutes=[bucket.minute for bucket in buckets],
+        input_rates=[round(bucket.input_rate, 3) for bucket in buckets],
+        processed_rates=[round(bucket.processed_rate, 3) for bucket in buckets],
+    )
+
+
 def _last_batch_id(heartbeat: Heartbeat | None, record: JobRecord | None) -> int | None:
     if heartbeat is not None and heartbeat.batch_id is not None:
         return heartbeat.batch_id
@@ -368,11 +392,8 @@ def _last_batch_id(heartbeat: Heartbeat | None, record: JobRecord | None) -> int
 def _last_batch_age(history: ProgressHistory, heartbeat: Heartbeat | None, now: datetime) -> float | None:
     """Seconds since the newest batch ended: from the history (it outlives drivers), else from the
     heartbeat's last progress event."""
-    if history.batches:
-        newest = history.batches[-1]
-        started = datetime.fromisoformat(str(newest["timestamp"]).replace("Z", "+00:00"))
-        ended = started + timedelta(milliseconds=int(newest.get("batchDuration") or 0))
-        return max(0.0, (now - ended).total_seconds())
+    if history.last_batch_end is not None:
+        return max(0.0, now.timestamp() - history.last_batch_end)
     if heartbeat is not None and heartbeat.event == "progress":
         return max(0.0, now.timestamp() - heartbeat.at)
     return None
@@ -404,11 +425,15 @@ def _previews(platform: PlatformConfig, spec: JobSpec) -> tuple[list[PreviewTabl
 
 
 def as_json(value: Any) -> Any:
-    """A board row or job page as plain JSON values (dataclasses, lists and dicts, recursively)."""
+    """A board row or job page as plain JSON values (dataclasses, lists and dicts, recursively).
+    Concrete types only: the board converts some 15,000 values per refresh, and abstract-class
+    checks cost more than the rest of the conversion."""
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, (list, tuple)):
+        return [as_json(item) for item in value]
+    if isinstance(value, dict):
+        return {str(key): as_json(item) for key, item in value.items()}
     if hasattr(value, "__dataclass_fields__"):
         return {name: as_json(getattr(value, name)) for name in value.__dataclass_fields__}
-    if isinstance(value, Mapping):
-        return {str(key): as_json(item) for key, item in value.items()}
-    if isinstance(value, Sequence) and not isinstance(value, str):
-        return [as_json(item) for item in value]
     return value

@@ -2,18 +2,18 @@
 
 The heartbeat holds the newest driver's last few batches; the board also needs an hour of rates
 for its sparklines and the time breakdown of the recent batches for its bottleneck diagnosis. The
-driver's listener sees every batch, so it keeps them, in `<runtime>/jobs/<job>/history.json`,
-rewritten atomically after each batch:
+driver's listener sees every batch, so it keeps them beside the heartbeat in `<runtime>/jobs/<job>/`,
+both files rewritten atomically after each batch:
 
-- `minutes`: one bucket per wall-clock minute of the last `HISTORY_MINUTES` (input rows, batches,
-  summed input and processing rates), the sparkline's points;
-- `batches`: the last `HISTORY_BATCHES` progress records, trimmed to what the diagnosis reads
-  (`TRIMMED_KEYS`; the same shape as Spark's `StreamingQueryProgress.json`).
+- `rates.json`: one bucket per wall-clock minute of the last `HISTORY_MINUTES` (input rows,
+  batches, summed input and processing rates), the sparkline's points, and when the newest batch
+  ended; the board reads it for every job on each refresh, so it stays a few kB;
+- `batches.json`: the last `HISTORY_BATCHES` progress records, trimmed to what the diagnosis reads
+  (`TRIMMED_KEYS`; the same shape as Spark's `StreamingQueryProgress.json`), for the job's page.
 
 A new driver starts from the file its predecessor left, so a restart shows as a gap, not as lost
 history. The supervisor's passes could not keep it: a healthy job's pass runs only when something
-changes, so it would miss the batches in between. The file is small (a few tens of kB) so the board
-can read it for every job on each refresh.
+changes, so it would miss the batches in between.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from typing import Any
 
 from ops.atomic import write_atomically
 
-HISTORY_FILE = "history.json"
+RATES_FILE = "rates.json"
+BATCHES_FILE = "batches.json"
 HISTORY_MINUTES = 60
 HISTORY_BATCHES = 30
 # The parts of a progress record the diagnosis reads; sources keep only their row counts and
@@ -69,6 +70,8 @@ class MinuteRates:
 class ProgressHistory:
     minutes: tuple[MinuteRates, ...] = ()
     batches: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+    # When the newest batch ended (epoch seconds); kept with the rates, so the board reads no batches.
+    last_batch_end: float | None = None
 
     def with_batch(self, progress: Mapping[str, Any], at: float) -> ProgressHistory:
         """This history with one more batch that ended at `at` (epoch seconds)."""
@@ -89,18 +92,15 @@ class ProgressHistory:
         else:
             minutes.append(MinuteRates(minute, 1, rows, input_rate, processed_rate))
         trimmed = trim_progress(progress)
-        return ProgressHistory(tuple(minutes), (*self.batches, trimmed)[-HISTORY_BATCHES:])
+        return ProgressHistory(tuple(minutes), (*self.batches, trimmed)[-HISTORY_BATCHES:], at)
 
-    def to_json(self) -> str:
-        return json.dumps({"minutes": [asdict(bucket) for bucket in self.minutes], "batches": self.batches})
-
-    @classmethod
-    def from_json(cls, text: str) -> ProgressHistory:
-        document = json.loads(text)
-        return cls(
-            tuple(MinuteRates(**bucket) for bucket in document.get("minutes", ())),
-            tuple(document.get("batches", ())),
+    def rates_json(self) -> str:
+        return json.dumps(
+            {"minutes": [asdict(bucket) for bucket in self.minutes], "last_batch_end": self.last_batch_end}
         )
+
+    def batches_json(self) -> str:
+        return json.dumps(self.batches)
 
 
 def _finite(value: Any) -> float:
@@ -118,22 +118,38 @@ def trim_progress(progress: Mapping[str, Any]) -> dict[str, Any]:
     return trimmed
 
 
-def history_path(heartbeat: Path) -> Path:
-    """The history file beside a job's heartbeat."""
-    return heartbeat.with_name(HISTORY_FILE)
-
-
-def read_history(path: Path) -> ProgressHistory:
-    """The job's history; empty when no driver has written one, or the file is not readable JSON
-    (a history is a convenience: a bad one never stops a driver or the board)."""
+def _read_json(path: Path) -> Any:
+    """A history file's content; None when no driver has written it or it is not readable JSON (a
+    history is a convenience: a bad one never stops a driver or the board)."""
     try:
-        return ProgressHistory.from_json(path.read_text())
-    except (FileNotFoundError, ValueError, TypeError):
+        return json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def read_rates(heartbeat: Path) -> ProgressHistory:
+    """The job's minute rates and newest batch end (no batches), from beside its heartbeat."""
+    document = _read_json(heartbeat.with_name(RATES_FILE))
+    if not isinstance(document, dict):
         return ProgressHistory()
+    try:
+        minutes = tuple(MinuteRates(**bucket) for bucket in document.get("minutes", ()))
+    except TypeError:
+        return ProgressHistory()
+    return ProgressHistory(minutes, (), document.get("last_batch_end"))
 
 
-def write_history(path: Path, history: ProgressHistory) -> None:
-    write_atomically(path, history.to_json())
+def read_history(heartbeat: Path) -> ProgressHistory:
+    """The job's whole history, rates and batches, from beside its heartbeat."""
+    rates = read_rates(heartbeat)
+    batches = _read_json(heartbeat.with_name(BATCHES_FILE))
+    return replace(rates, batches=tuple(batches) if isinstance(batches, list) else ())
+
+
+def write_history(heartbeat: Path, history: ProgressHistory) -> None:
+    """Rewrite both history files beside the job's heartbeat."""
+    write_atomically(heartbeat.with_name(BATCHES_FILE), history.batches_json())
+    write_atomically(heartbeat.with_name(RATES_FILE), history.rates_json())
 
 
 def rates_since(history: ProgressHistory, since: datetime) -> Sequence[MinuteRates]:

@@ -36,7 +36,7 @@ from pyspark.sql.streaming.listener import (
     QueryTerminatedEvent,
 )
 
-from ops.driver.history import history_path, read_history, write_history
+from ops.driver.history import read_history, write_history
 from ops.driver.preview import is_tap_query
 from ops.driver.telemetry import (
     RECENT_BATCHES,
@@ -197,8 +197,7 @@ class TelemetryListener(StreamingQueryListener):
         self.run_id = run_id
         self.path = heartbeat
         # The job's rate and batch history outlives this driver (`ops.driver.history`).
-        self._history_path = history_path(heartbeat)
-        self._history = read_history(self._history_path)
+        self._history = read_history(heartbeat)
         self.registry = CollectorRegistry()
         self._metrics = _Metrics(self.registry, job)
         self._recent: deque[BatchSample] = deque(maxlen=RECENT_BATCHES)
@@ -233,7 +232,7 @@ class TelemetryListener(StreamingQueryListener):
             self._state_memory_bytes = state_memory_bytes(progress)
             self._watermark = (progress.get("eventTime") or {}).get("watermark")
             self._history = self._history.with_batch(progress, time.time())
-            write_history(self._history_path, self._history)
+            write_history(self.path, self._history)
         self._metrics.last_batch_id.set(sample.batch_id)
         self._metrics.input_rows.inc(sample.num_input_rows)
         self._metrics.dropped_by_watermark.inc(_state_total(progress, "numRowsDroppedByWatermark") or 0)

@@ -14,7 +14,7 @@ import yaml
 
 from ops.console.board import Console, as_json
 from ops.console.diagnosis import diagnose, master_cores
-from ops.driver.history import HISTORY_BATCHES, ProgressHistory, history_path, read_history, write_history
+from ops.driver.history import HISTORY_BATCHES, ProgressHistory, read_history, read_rates, write_history
 from ops.driver.telemetry import BatchSample, Heartbeat, write_heartbeat
 from ops.ledger.store import Ledger, RunRecord, SavepointRecord
 from ops.spec.job import JobSpec, find_job
@@ -140,18 +140,21 @@ def test_history_keeps_an_hour_of_minutes_and_the_newest_batches(tmp_path: Path)
     for minute in range(70):
         history = history.with_batch(records[minute % len(records)], start + 60 * minute)
         history = history.with_batch(records[(minute + 1) % len(records)], start + 60 * minute + 10)
-    path = history_path(tmp_path / "heartbeat.json")
-    write_history(path, history)
+    heartbeat = tmp_path / "heartbeat.json"
+    write_history(heartbeat, history)
 
-    read = read_history(path)
+    read = read_history(heartbeat)
 
     assert len(read.minutes) == 60, "an hour of minutes, the oldest dropped"
     assert read.minutes[-1].batches == 2
     assert len(read.batches) == HISTORY_BATCHES
     assert "sources" in read.batches[-1] and "description" not in read.batches[-1]["sources"][0]
     assert set(read.batches[-1]) >= {"durationMs", "stateOperators", "timestamp", "numInputRows"}
-    path.write_text("{not json")
-    assert read_history(path) == ProgressHistory(), "a broken history is an empty one"
+    assert read_rates(heartbeat).minutes == read.minutes and read_rates(heartbeat).batches == ()
+    assert read.last_batch_end == start + 60 * 69 + 10
+    (tmp_path / "rates.json").write_text("{not json")
+    (tmp_path / "batches.json").write_text('{"a": 1}')
+    assert read_history(heartbeat) == ProgressHistory(), "a broken history is an empty one"
 
 
 # --- the board ---------------------------------------------------------------------------------------
@@ -181,7 +184,7 @@ def seed_job(platform: PlatformConfig, ledger: Ledger, job: str, state: str, *, 
     for index, record in enumerate(recorded("tiny_batches")[:5]):
         at = NOW - timedelta(minutes=90 - 20 * index)
         history = history.with_batch({**record, "timestamp": at.isoformat()}, at.timestamp())
-    write_history(history_path(paths.heartbeat), history)
+    write_history(paths.heartbeat, history)
 
 
 def test_the_board_has_a_row_per_job_with_its_figures(platform_conf: PlatformConfig, ledger: Ledger) -> None:
@@ -236,7 +239,7 @@ def test_the_board_has_a_row_per_job_with_its_figures(platform_conf: PlatformCon
     assert sessionizer.open_alerts == ["driver_dead"] and router.open_alerts == []
     assert router.newest_savepoint is not None and router.newest_savepoint.id == "sp-new"
     assert router.newest_savepoint.age_seconds == pytest.approx(1200)
-    assert len(router.rates) == 3, "the sparkline holds the last hour's minutes only"
+    assert len(router.rates.minutes) == len(router.rates.input_rates) == 3, "the last hour's minutes only"
     assert (
         router.last_batch_age_seconds is not None
         and 10 * 60 - 5 < router.last_batch_age_seconds < 10 * 60 + 5
