@@ -14,7 +14,7 @@ at once) and reads job files only when they changed (`SpecCache`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -190,7 +190,6 @@ class JobPage:
     previews: list[PreviewTable]
     missing_previews: list[str]
     diagnosis: Diagnosis
-    batches: list[dict[str, Any]] = field(default_factory=list)
 
 
 class Console:
@@ -246,7 +245,6 @@ class Console:
             previews=previews,
             missing_previews=missing,
             diagnosis=diagnose(history.batches, spec if isinstance(spec, JobSpec) else None, row.cores),
-            batches=list(history.batches),
         )
 
     def _runtime(self, job: str) -> Path:

@@ -216,8 +216,9 @@ def diagnose(
         return verdict(
             "batch_size",
             f"Batches are too small: {described}, {rows_per_core_second:.0f} rows/s per core, because "
-            f"max_files_per_trigger = {limit} caps each batch; its fixed costs (listing, planning, "
-            f"scheduling, commits; {fixed * 100:.0f} % outside the write itself) dominate.",
+            f"max_files_per_trigger = {limit} caps each batch, so the fixed costs every batch pays "
+            f"(listing, planning, a Spark job to schedule, commits; {fixed * 100:.0f} % of the time is "
+            "spent outside addBatch) dominate.",
             f"batch size: raise operations.trigger.max_files_per_trigger (now {limit}) or remove it",
         )
 
