@@ -2,8 +2,10 @@
 
 Spark has no REST endpoint for Structured Streaming, so every driver installs a
 `TelemetryListener`. On query start, every progress event, every idle event and on termination it
-rewrites the job's heartbeat (`ops.driver.telemetry`), keeping the last `RECENT_BATCHES` batches, and it
-updates gauges on a registry of its own that `serve_metrics` exposes on 127.0.0.1.
+rewrites the job's heartbeat (`ops.driver.telemetry`), keeping the last `RECENT_BATCHES` batches;
+after each batch it also rewrites the job's progress history for the job board
+(`ops.driver.history`); and it updates gauges on a registry of its own that `serve_metrics`
+exposes on 127.0.0.1.
 
 The progress record is read from its JSON form, which is the same in classic PySpark and Spark
 Connect. `backlog_files` is filled from a source's `numFilesOutstanding` metric when one reports
@@ -35,6 +37,7 @@ from pyspark.sql.streaming.listener import (
     QueryTerminatedEvent,
 )
 
+from ops.driver.history import read_history, write_history
 from ops.driver.preview import is_tap_query
 from ops.driver.telemetry import (
     JOB_LABEL,
@@ -221,6 +224,8 @@ class TelemetryListener(StreamingQueryListener):
         self.job = job
         self.run_id = run_id
         self.path = heartbeat
+        # The job's rate and batch history outlives this driver (`ops.driver.history`).
+        self._history = read_history(heartbeat)
         self.registry = CollectorRegistry()
         self._metrics = _Metrics(self.registry, job)
         self._recent: deque[BatchSample] = deque(maxlen=RECENT_BATCHES)
@@ -278,6 +283,8 @@ class TelemetryListener(StreamingQueryListener):
             self._state_rows = state_rows(progress)
             self._state_memory_bytes = state_memory_bytes(progress)
             self._watermark = (progress.get("eventTime") or {}).get("watermark")
+            self._history = self._history.with_batch(progress, time.time())
+            write_history(self.path, self._history)
         self._metrics.last_batch_id.set(sample.batch_id)
         self._metrics.input_rows.inc(sample.num_input_rows)
         self._metrics.dropped_by_watermark.inc(_state_total(progress, "numRowsDroppedByWatermark") or 0)

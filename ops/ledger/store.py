@@ -622,6 +622,17 @@ class Ledger:
             ).all()
         return [_record(SavepointRecord, row) for row in rows]
 
+    def all_savepoints(self, status: str | None = None) -> list[SavepointRecord]:
+        """Every job's catalogued savepoints (of one status), newest first: the job board's one query."""
+        query = sa.select(savepoints_table)
+        if status is not None:
+            query = query.where(savepoints_table.c.status == status)
+        with self._tx() as tx:
+            rows = tx.execute(
+                query.order_by(savepoints_table.c.created_at.desc(), savepoints_table.c.id.desc())
+            ).all()
+        return [_record(SavepointRecord, row) for row in rows]
+
     def set_savepoint_status(self, savepoint_ids: list[str], status: str) -> None:
         with self._tx() as tx:
             tx.execute(

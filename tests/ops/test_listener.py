@@ -15,6 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from pyspark.sql import SparkSession
 
+from ops.driver.history import read_history
 from ops.driver.listener import (
     TelemetryListener,
     batch_sample,
@@ -124,6 +125,12 @@ def test_listener_writes_heartbeats_and_serves_metrics(
         assert [sample.batch_id for sample in second.recent] == [0, 1]
         assert second.state_rows == 3
         assert second.state_memory_bytes is not None and second.state_memory_bytes > 0
+        # The job board's history beside the heartbeat: the batches with their time breakdown.
+        history = read_history(listener.path)
+        assert [batch["batchId"] for batch in history.batches] == [0, 1]
+        assert {"addBatch", "triggerExecution"} <= set(history.batches[-1]["durationMs"])
+        assert sum(minute.input_rows for minute in history.minutes) == 4
+        assert history.last_batch_end is not None
         wait_for(listener, lambda hb: hb.event == "idle")
         with (
             serve_metrics(listener.registry, port),
