@@ -136,3 +136,107 @@ run "two_subnets_are_required" {
 
   expect_failures = [var.private_subnet_ids]
 }
+
+run "every_bucket_refuses_requests_without_tls" {
+  command = plan
+
+  module {
+    source = "./modules/storage"
+  }
+
+  variables {
+    name                             = "streamwarden-test"
+    account_id                       = "123456789012"
+    savepoint_max_age_days           = 7
+    archive_retention_days           = 30
+    warehouse_version_retention_days = 30
+  }
+
+  assert {
+    condition = alltrue([
+      for document in data.aws_iam_policy_document.tls_only : (
+        one(document.statement).effect == "Deny"
+        && one(document.statement).actions == toset(["s3:*"])
+        && one(one(document.statement).condition).variable == "aws:SecureTransport"
+        && one(one(document.statement).condition).values == tolist(["false"])
+      )
+    ])
+    error_message = "each data bucket's policy denies every request that is not TLS"
+  }
+  assert {
+    condition     = length(data.aws_iam_policy_document.tls_only) == 4 && length(aws_s3_bucket_policy.tls_only) == 4
+    error_message = "all four data buckets carry the TLS-only policy"
+  }
+  assert {
+    condition     = aws_kms_key.platform.enable_key_rotation
+    error_message = "the platform key rotates"
+  }
+}
+
+run "roles_hold_only_what_their_holder_does" {
+  command = plan
+
+  module {
+    source = "./modules/iam"
+  }
+
+  variables {
+    name       = "streamwarden-test"
+    account_id = "123456789012"
+    region     = "us-east-1"
+    bucket_arns = {
+      checkpoints = "arn:aws:s3:::streamwarden-test-checkpoints"
+      savepoints  = "arn:aws:s3:::streamwarden-test-savepoints"
+      archive     = "arn:aws:s3:::streamwarden-test-archive"
+      warehouse   = "arn:aws:s3:::streamwarden-test-warehouse"
+    }
+    kms_key_arn          = "arn:aws:kms:us-east-1:123456789012:key/00000000-0000-0000-0000-000000000000"
+    glue_database_name   = "streamwarden_test_warehouse"
+    slack_secret_arn     = "arn:aws:secretsmanager:us-east-1:123456789012:secret:streamwarden-test/slack-webhook-url"
+    cluster_name         = "streamwarden-test"
+    cluster_arn          = "arn:aws:eks:us-east-1:123456789012:cluster/streamwarden-test"
+    ecr_repository_arn   = "arn:aws:ecr:us-east-1:123456789012:repository/streamwarden-test"
+    ci_repository        = "example/streamwarden"
+    kubernetes_namespace = "streamwarden"
+  }
+
+  # A driver writes only its checkpoints and the warehouse; savepoints and the archive it reads.
+  assert {
+    condition = alltrue(flatten([
+      for statement in data.aws_iam_policy_document.driver.statement : [
+        for resource in statement.resources : !(startswith(resource, "arn:aws:s3:::streamwarden-test-savepoints/") || startswith(resource, "arn:aws:s3:::streamwarden-test-archive/"))
+        || length(setintersection(statement.actions, toset(["s3:PutObject", "s3:DeleteObject"]))) == 0
+      ]
+    ]))
+    error_message = "the driver role cannot write savepoints or the archive"
+  }
+  assert {
+    condition = alltrue([
+      for statement in data.aws_iam_policy_document.driver.statement : alltrue([
+        for action in statement.actions : !startswith(action, "secretsmanager:") && !startswith(action, "glue:Create") && !startswith(action, "glue:Update")
+      ])
+    ])
+    error_message = "the driver role neither reads the Slack secret nor publishes catalog partitions"
+  }
+  assert {
+    condition = anytrue([
+      for statement in data.aws_iam_policy_document.orchestrator.statement :
+      contains(tolist(statement.actions), "secretsmanager:GetSecretValue") && statement.resources == toset([var.slack_secret_arn])
+    ])
+    error_message = "the orchestrator reads exactly the Slack secret"
+  }
+  assert {
+    condition = alltrue([
+      for statement in data.aws_iam_policy_document.ci.statement : alltrue([for action in statement.actions : startswith(action, "ecr:")])
+    ])
+    error_message = "CI may only push the image"
+  }
+  assert {
+    condition = alltrue([
+      for statement in data.aws_iam_policy_document.ci_trust.statement : anytrue([
+        for condition in statement.condition : condition.variable == "token.actions.githubusercontent.com:sub" && condition.values == tolist(["repo:example/streamwarden:ref:refs/heads/main"])
+      ])
+    ])
+    error_message = "only the main branch of the CI repository assumes the CI role"
+  }
+}
