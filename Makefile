@@ -84,6 +84,9 @@ bench-flink: install
 # checkov pins libraries Airflow also pins, differently, so it lives in a venv of its own, installed
 # once from the pinned requirements file (again when that file changes). tests/deploy runs it.
 CHECKOV_VENV := .tools/checkov
+# Offline (--skip-download); terraform test files are not configuration and are not scanned.
+CHECKOV_OUTPUT ?= --quiet --compact
+CHECKOV_ARGS := --directory terraform --framework terraform --skip-download --skip-path 'tests/.*\.tftest\.hcl'
 $(CHECKOV_VENV)/.installed: terraform/checkov-requirements.txt
 	python3 -m venv --clear $(CHECKOV_VENV)
 	$(CHECKOV_VENV)/bin/pip install --quiet --disable-pip-version-check -r terraform/checkov-requirements.txt
@@ -92,4 +95,4 @@ $(CHECKOV_VENV)/.installed: terraform/checkov-requirements.txt
 checkov-tool: $(CHECKOV_VENV)/.installed
 
 checkov: checkov-tool
-	$(CHECKOV_VENV)/bin/checkov --directory terraform --framework terraform --skip-download --quiet --compact
+	$(CHECKOV_VENV)/bin/checkov $(CHECKOV_ARGS) $(CHECKOV_OUTPUT)
