@@ -80,6 +80,7 @@ from ops.exceptions import (
     WardenError,
 )
 from ops.ledger.store import Ledger, OperationRecord, RunRecord, SavepointRecord
+from ops.pushgateway import BatchTask, push_savepoint, push_task_outcome
 from ops.recovery.orphans import (
     count_rows,
     find_orphaned_output,
@@ -626,9 +627,11 @@ class Supervisor:
         and retention runs again after the next one and in the platform DAG."""
         from ops.savepoints.store import take_savepoint
 
+        started = time.monotonic()
         try:
             record = take_savepoint(self.platform, self.ledger, spec)
         except SavepointError as error:
+            push_task_outcome(self.platform.monitoring, BatchTask.SAVEPOINT, spec.name, succeeded=False)
             job = self.ledger.job(spec.name)
             self.alerts.raise_alert(
                 Alert(
@@ -648,6 +651,7 @@ class Supervisor:
         self.alerts.resolve(
             spec.name, "savepoint_failed", f"savepoint {record.id} taken at batch {record.batch_id}"
         )
+        push_savepoint(self.platform.monitoring, spec, record, time.monotonic() - started)
         try:
             return SavepointOutcome(record, self.prune_savepoints(spec))
         except SavepointError as error:

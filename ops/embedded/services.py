@@ -355,8 +355,8 @@ class SeaweedS3:
         env = {
             **os.environ,
             # weed mini makes these its admin identity, the same keys `s3_client()` signs with.
-            "AWS_ACCESS_KEY_ID": credentials.access_key_id,
-            "AWS_SECRET_ACCESS_KEY": credentials.secret_access_key,
+            "AWS_ACCESS_KEY_ID": credentials.access_key_id.reveal(),
+            "AWS_SECRET_ACCESS_KEY": credentials.secret_access_key.reveal(),
             "S3_BUCKET": self.platform.s3.bucket,
         }
         argv = seaweed_argv(

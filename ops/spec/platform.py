@@ -8,16 +8,32 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import Field, ValidationError
+from pydantic import BeforeValidator, Field, ValidationError
+from pydantic_core import PydanticCustomError
 
 from ops.exceptions import ConfigError
-from ops.spec.model import Model, describe_error, read_yaml
+from ops.secrets import check_reference
+from ops.spec.model import SECRET_REFERENCE_ERROR, Model, describe_error, read_yaml
 
 CONF_DIR_ENV = "STREAMWARDEN_CONF_DIR"
 DEFAULT_CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 # Each job's supervision DAG is `<prefix><job>`; the DAG factory and `warden platform up` agree here.
 SUPERVISE_DAG_PREFIX = "warden_supervise_"
+
+
+def _secret_reference(value: object) -> str:
+    try:
+        return check_reference(value)
+    except ValueError as error:
+        # Its own error type, so describe_error never echoes the input: it may be a pasted secret.
+        raise PydanticCustomError(SECRET_REFERENCE_ERROR, "{problem}", {"problem": str(error)}) from None
+
+
+# Where a secret comes from, never the secret itself: `env:NAME`, `file:/PATH` or
+# `airflow:CONN_ID[#FIELD]` (ops.secrets); null for none.
+SecretRef = Annotated[str, BeforeValidator(_secret_reference)]
 
 
 class StorageConfig(Model):
@@ -31,19 +47,26 @@ class S3Config(Model):
     endpoint_url: str | None = "http://127.0.0.1:8333"
     bucket: str = "streamwarden"
     region: str = "us-east-1"
-    access_key_id_env: str = "AWS_ACCESS_KEY_ID"
-    secret_access_key_env: str = "AWS_SECRET_ACCESS_KEY"
+    access_key_id: SecretRef | None = "env:AWS_ACCESS_KEY_ID"
+    secret_access_key: SecretRef | None = "env:AWS_SECRET_ACCESS_KEY"
     savepoint_prefix: str = "savepoints"
 
 
+class ArchiveConfig(Model):
+    """The archive of landing input in the object store (`ops.archive`), by arrival hour."""
+
+    prefix: str = "archive"
+    seal_after_minutes: float = Field(
+        10.0, ge=0, description="How long after an arrival hour ends it is archived (late writers)."
+    )
+    retention_days: float = Field(30.0, gt=0, description="Older arrival hours are deleted.")
+
+
 class SlackConfig(Model):
-    webhook_url_env: str = "STREAMWARDEN_SLACK_WEBHOOK_URL"
+    # An `env:` reference whose variable is unset, or null, means console + ledger only.
+    webhook_url: SecretRef | None = "env:STREAMWARDEN_SLACK_WEBHOOK_URL"
     dedup_window_seconds: int = Field(600, ge=0)
     max_attempts: int = Field(50, ge=1)
-
-    def webhook_url(self) -> str | None:
-        """The webhook URL from the environment; None means console + ledger only."""
-        return os.environ.get(self.webhook_url_env) or None
 
 
 class AirflowConfig(Model):
@@ -55,14 +78,41 @@ class AirflowConfig(Model):
         return f"http://{self.host}:{self.port}"
 
 
+class EmbeddedClusterConfig(Model):
+    """The Spark standalone cluster `warden platform up` starts when `spark.master` is `embedded`.
+
+    Worker `i` (from 0) listens on `worker_port_base + i` and its web UI on `worker_ui_port_base + i`.
+    """
+
+    workers: int = Field(2, ge=1)
+    cores_per_worker: int = Field(1, ge=1)
+    memory_per_worker: str = Field("2g", pattern=r"^[0-9]+[mg]$")
+    executor_memory: str = Field("1g", pattern=r"^[0-9]+[mg]$")
+    master_port: int = Field(7077, ge=1024, le=65535)
+    master_ui_port: int = Field(8090, ge=1024, le=65535)
+    worker_port_base: int = Field(7078, ge=1024, le=65535)
+    worker_ui_port_base: int = Field(8091, ge=1024, le=65535)
+
+
 class SparkDefaults(Model):
+    # `local[N]`, `embedded` (the standalone cluster below, on loopback), or a `spark://` URL.
     master: str = "local[2]"
+    cluster: EmbeddedClusterConfig = Field(default_factory=EmbeddedClusterConfig)
     ui_enabled: bool = False
     # The address every driver binds its ports to (RPC, block manager, UI) and advertises. Spark's
     # default is the machine's external address; loopback keeps an embedded platform off the
     # network. A driver with executors on other hosts needs an address they reach (null: Spark's).
     bind_address: str | None = "127.0.0.1"
     extra_conf: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def uses_embedded_cluster(self) -> bool:
+        return self.master == "embedded"
+
+    @property
+    def master_url(self) -> str:
+        """The URL drivers connect to: `master`, with `embedded` resolved to the cluster's master."""
+        return f"spark://127.0.0.1:{self.cluster.master_port}" if self.uses_embedded_cluster else self.master
 
     def network_conf(self) -> dict[str, str]:
         """The driver confs that bind its RPC and block-manager ports to `bind_address`."""
@@ -76,6 +126,13 @@ class SparkDefaults(Model):
         return {} if self.bind_address is None else {"SPARK_LOCAL_IP": self.bind_address}
 
 
+class MonitoringConfig(Model):
+    # Where batch tasks (savepoints today; compaction and backfill) push their figures
+    # (`ops.pushgateway`), e.g. http://pushgateway:9091 in the team stack; null pushes nothing.
+    pushgateway_url: str | None = None
+    push_timeout_seconds: float = Field(5.0, gt=0)
+
+
 class PlatformConfig(Model):
     """The platform-wide settings of `conf/platform.yaml`."""
 
@@ -83,8 +140,10 @@ class PlatformConfig(Model):
     ledger_url: str = "sqlite:///.runtime/ledger.db"
     s3: S3Config = Field(default_factory=S3Config)
     slack: SlackConfig = Field(default_factory=SlackConfig)
+    archive: ArchiveConfig = Field(default_factory=ArchiveConfig)
     airflow: AirflowConfig = Field(default_factory=AirflowConfig)
     spark: SparkDefaults = Field(default_factory=SparkDefaults)
+    monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)
     # The jobs whose supervision DAGs `warden platform up` unpauses (and so launches); the others'
     # DAGs are registered paused, to be unpaused from the UI. 2 cores run one or two drivers well.
     autostart_jobs: tuple[str, ...] = ("router",)

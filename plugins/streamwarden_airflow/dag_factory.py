@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, Param, task
 
+from ops.clock import utcnow
 from ops.control.supervisor import Supervisor
 from ops.exceptions import ConfigError
 from ops.spec.analysis import with_verdicts
@@ -166,7 +167,7 @@ def platform_dag() -> DAG:
         dag_id="warden_platform",
         description=(
             "Validates job files, delivers alerts left in the outbox, prunes old savepoints, "
-            "removes orphaned sink output"
+            "removes orphaned sink output, archives landing input by arrival hour"
         ),
         schedule=timedelta(minutes=1),
         start_date=START,
@@ -193,9 +194,17 @@ def platform_dag() -> DAG:
         def remove_orphaned_output() -> list[str]:
             return Supervisor.for_platform(load_platform()).remove_all_orphaned_output()
 
+        @task
+        def archive_landing() -> list[str]:
+            # Imported here: boto3 must not load when the DAG file is parsed.
+            from ops.archive import archive_all
+
+            return archive_all(load_platform(), utcnow())
+
         analyse_job_files() >> check_job_files()
         prune_savepoints()
         remove_orphaned_output()
+        archive_landing()
     return dag
 
 

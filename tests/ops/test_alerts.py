@@ -15,7 +15,7 @@ from ops.control.alerts import CLAIM_LEASE, Alert, AlertCenter
 from ops.ledger.store import Ledger
 from ops.spec.platform import PlatformConfig, SlackConfig
 from tests.support.ports import free_test_port
-from tests.support.slack import SlackReceiver, use_webhook
+from tests.support.slack import WEBHOOK_ENV, SlackReceiver, use_webhook
 
 RUN_URL = "http://127.0.0.1:8080/dags/warden_router/runs/scheduled__2031-05-04T12:00:00+00:00"
 
@@ -234,7 +234,7 @@ def test_slack_rejecting_a_request_fails_it_at_once_and_the_queue_moves_on(
 def test_without_a_webhook_alerts_are_written_to_the_console(
     center: AlertCenter, ledger: Ledger, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.delenv(center.slack.webhook_url_env, raising=False)
+    monkeypatch.delenv(WEBHOOK_ENV, raising=False)
     alert_id = center.raise_alert(page())
 
     report = center.deliver_due()
@@ -357,7 +357,7 @@ def test_reminders_resends_and_the_resolution_name_their_incident_and_sequence(
 def test_the_console_line_names_the_incident_and_sequence(
     center: AlertCenter, clock: FakeClock, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.delenv(center.slack.webhook_url_env, raising=False)
+    monkeypatch.delenv(WEBHOOK_ENV, raising=False)
     first = center.raise_alert(page())
     center.deliver_due()
     clock.advance(center.slack.dedup_window_seconds)
