@@ -271,54 +271,6 @@ class SeaweedPorts:
         ]
 
 
-SPARK_MASTER_CLASS = "org.apache.spark.deploy.master.Master"
-SPARK_WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
-
-
-def spark_master_argv(spark_class: str, *, host: str, port: int, webui_port: int) -> list[str]:
-    """A Spark standalone master from pyspark's own classes (the wheel has no start scripts), as
-    the team stack's `spark-master` service runs it; it binds its RPC and UI ports to `host`."""
-    return [
-        spark_class,
-        SPARK_MASTER_CLASS,
-        "--host",
-        host,
-        "--port",
-        str(port),
-        "--webui-port",
-        str(webui_port),
-    ]
-
-
-def spark_worker_argv(
-    spark_class: str,
-    master_url: str,
-    *,
-    host: str,
-    webui_port: int,
-    cores: int,
-    memory: str,
-    work_dir: Path | str,
-) -> list[str]:
-    """A Spark standalone worker offering `cores` and `memory` to `master_url`, bound to `host`,
-    with its executors' scratch space in `work_dir` (the default is inside the installed wheel)."""
-    return [
-        spark_class,
-        SPARK_WORKER_CLASS,
-        master_url,
-        "--host",
-        host,
-        "--webui-port",
-        str(webui_port),
-        "--cores",
-        str(cores),
-        "--memory",
-        memory,
-        "--work-dir",
-        str(work_dir),
-    ]
-
-
 def seaweed_argv(
     weed: str, data_dir: Path | str, *, address: str, ports: SeaweedPorts, bind_address: str | None = None
 ) -> list[str]:

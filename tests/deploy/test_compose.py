@@ -20,14 +20,16 @@ import pytest
 import yaml
 
 from ops.cli import build_parser
+from ops.embedded.cluster import DAEMON_JAVA_OPTS, master_argv, worker_argv
 from ops.embedded.platform import AIRFLOW_COMMANDS, AIRFLOW_MIGRATE_COMMAND
-from ops.embedded.services import SeaweedPorts, seaweed_argv, spark_master_argv, spark_worker_argv
+from ops.embedded.services import SeaweedPorts, seaweed_argv
 from ops.spec.platform import load_platform
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"
 EXAMPLE_ENV = REPO / ".env.example"
 ALERTMANAGER_CONFIG = REPO / "conf" / "alertmanager" / "alertmanager.yml"
+PROMETHEUS_RULES = REPO / "conf" / "prometheus" / "rules" / "streamwarden.yml"
 STREAMWARDEN_IMAGE = "streamwarden:local"
 APP_DIR = "/opt/streamwarden"
 
@@ -68,18 +70,28 @@ def test_compose_config_validates_with_the_example_env_file() -> None:
     assert result.returncode == 0, result.stderr
 
 
-def test_a_secret_missing_from_the_env_file_is_refused_by_name(tmp_path: Path) -> None:
+def _required_variables() -> list[str]:
+    """The variables the compose file requires (`${NAME:?...}`)."""
+    return sorted(set(re.findall(r"\$\{([A-Z0-9_]+):\?", COMPOSE_FILE.read_text())))
+
+
+@pytest.mark.parametrize("variable", _required_variables())
+def test_a_secret_missing_from_the_env_file_is_refused_by_name(variable: str, tmp_path: Path) -> None:
     env_file = tmp_path / ".env"
     env_file.write_text(
         "\n".join(
-            line
-            for line in EXAMPLE_ENV.read_text().splitlines()
-            if not line.startswith("LEDGER_DB_PASSWORD=")
+            line for line in EXAMPLE_ENV.read_text().splitlines() if not line.startswith(f"{variable}=")
         )
     )
     result = run_compose("config", "-q", env_file=env_file)
     assert result.returncode != 0
-    assert "LEDGER_DB_PASSWORD" in result.stderr
+    assert f"set {variable} in .env" in result.stderr
+
+
+def test_every_compose_secret_is_required(stack: dict[str, Any]) -> None:
+    """A secret's variable missing from .env would otherwise mount as an empty file."""
+    secret_variables = {secret["environment"] for secret in stack["secrets"].values()}
+    assert secret_variables <= set(_required_variables())
 
 
 def test_an_invalid_compose_file_fails_the_check(tmp_path: Path) -> None:
@@ -106,10 +118,11 @@ def _embedded_commands() -> dict[str, list[str]]:
     airflow = {name: ["airflow", *command] for name, command in AIRFLOW_COMMANDS.items()}
 
     def worker(host: str) -> list[str]:
-        return spark_worker_argv(
+        return worker_argv(
             "spark-class",
             "spark://spark-master:7077",
             host=host,
+            port=7078,
             webui_port=8081,
             cores=2,
             memory="4g",
@@ -127,7 +140,7 @@ def _embedded_commands() -> dict[str, list[str]]:
         "seaweedfs": seaweed_argv(
             "weed", "/data", address="seaweedfs", bind_address="0.0.0.0", ports=SeaweedPorts.for_s3(8333)
         ),
-        "spark-master": spark_master_argv("spark-class", host="spark-master", port=7077, webui_port=8080),
+        "spark-master": master_argv("spark-class", host="spark-master", port=7077, webui_port=8080),
         "spark-worker-1": worker("spark-worker-1"),
         "spark-worker-2": worker("spark-worker-2"),
     }
@@ -146,6 +159,9 @@ def test_every_streamwarden_service_runs_a_command_of_the_embedded_platform(stac
     for name, service in ours.items():
         assert service["command"] == expected[name], name
         assert service.get("entrypoint") is None, name
+    # The Spark daemons run with the embedded cluster's JVM options.
+    for name in ("spark-master", "spark-worker-1", "spark-worker-2"):
+        assert ours[name]["environment"]["SPARK_DAEMON_JAVA_OPTS"] == DAEMON_JAVA_OPTS, name
     # `warden migrate` is a real subcommand (tests/ops/test_cli.py runs it).
     assert build_parser().parse_args(expected["ledger-migrate"][1:]).command == "migrate"
 
@@ -276,6 +292,13 @@ def test_the_stacks_platform_config_loads_and_points_at_the_stacks_services(
     # Executors on the workers must reach the driver: not bound to loopback.
     assert platform.spark.bind_address is None
     assert platform.airflow.host in services
+    assert platform.monitoring.pushgateway_url == "http://pushgateway:9091" and "pushgateway" in services
+    # Its secrets are files the Airflow containers mount from .env, by reference.
+    mounted = {f"file:/run/secrets/{secret['source']}" for secret in services["airflow-scheduler"]["secrets"]}
+    references = {platform.s3.access_key_id, platform.s3.secret_access_key, platform.slack.webhook_url}
+    assert references <= mounted
+    for name in ("airflow-scheduler", "airflow-triggerer", "airflow-api-server"):
+        assert not {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} & set(services[name]["environment"]), name
     assert "--port" in services["spark-master"]["command"] and "7077" in services["spark-master"]["command"]
 
 
@@ -295,7 +318,14 @@ def test_alertmanager_config_is_valid_and_routes_pages_and_warnings_to_slack(tmp
         assert routed.returncode == 0, routed.stderr
         return routed.stdout.strip()
 
-    assert receiver("severity=page", "job_name=router") == "slack-oncall"
+    severities = {
+        rule["labels"]["severity"]
+        for group in yaml.safe_load(PROMETHEUS_RULES.read_text())["groups"]
+        for rule in group["rules"]
+        if "alert" in rule
+    }
+    assert severities == {"critical", "warning"}, "the rules' severities are what the routes match"
+    assert receiver("severity=critical", "job_name=router") == "slack-oncall"
     assert receiver("severity=warning", "job_name=router") == "slack-warnings"
     assert receiver("alertname=Unlabelled") == "slack-oncall"
     for receiver_config in yaml.safe_load(ALERTMANAGER_CONFIG.read_text())["receivers"]:
@@ -355,11 +385,18 @@ def test_grafana_provisions_prometheus_and_the_repos_dashboards(stack: dict[str,
     }
     assert Path(mounts["/etc/grafana/provisioning"]) == provisioning
     assert Path(mounts[providers[0]["options"]["path"]]) == REPO / "conf" / "grafana" / "dashboards"
-    # Every dashboard of the repo reads the provisioned data source (by uid, or Grafana's default).
+    # Every dashboard of the repo selects its data source by a variable of Prometheus sources (the
+    # provisioned one is the default) or by the provisioned uid.
+    dashboards = sorted((REPO / "conf" / "grafana" / "dashboards").glob("*.json"))
+    assert dashboards
     provisioned = {source["uid"] for source in datasources}
-    for dashboard_file in sorted((REPO / "conf" / "grafana" / "dashboards").glob("*.json")):
+    for dashboard_file in dashboards:
+        dashboard = json.loads(dashboard_file.read_text())
+        variables = [v for v in dashboard["templating"]["list"] if v["type"] == "datasource"]
+        assert all(variable["query"] == "prometheus" for variable in variables), dashboard_file.name
         used = set(re.findall(r'"datasource":\s*\{[^}]*"uid":\s*"([^"$]+)"', dashboard_file.read_text()))
         assert used <= provisioned, (dashboard_file.name, used - provisioned)
+    assert [source["type"] for source in datasources] == ["prometheus"]
 
 
 def test_the_image_installs_from_the_lock_with_the_tools_the_repo_pins() -> None:

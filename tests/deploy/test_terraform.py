@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ops.spec.platform import load_platform
+
 REPO = Path(__file__).resolve().parents[2]
 TERRAFORM_DIR = REPO / "terraform"
 TERRAFORM = "/usr/local/bin/terraform"
@@ -100,9 +102,21 @@ def test_savepoint_retention_default_matches_the_job_files() -> None:
         if (spec["operations"].get("savepoints") or {}).get("max_age_hours")
     ]
     assert ages, "no job sets savepoints.max_age_hours"
+    assert terraform_default("savepoint_max_age_days") == math.ceil(max(ages) / 24)
+
+
+def test_archive_retention_default_matches_the_platform() -> None:
+    """S3 expires archived input after the platform's own retention has deleted it (a backstop)."""
+    assert terraform_default("archive_retention_days") == math.ceil(
+        load_platform(REPO / "conf").archive.retention_days
+    )
+
+
+def terraform_default(variable: str) -> int:
     variables = (TERRAFORM_DIR / "variables.tf").read_text()
-    default = re.search(r'variable "savepoint_max_age_days" \{.*?default\s*=\s*(\d+)', variables, re.S)
-    assert default and int(default[1]) == math.ceil(max(ages) / 24)
+    default = re.search(rf'variable "{variable}" \{{.*?default\s*=\s*(\d+)', variables, re.S)
+    assert default, f"no default for {variable}"
+    return int(default[1])
 
 
 def test_every_checkov_suppression_is_justified() -> None:
