@@ -3,6 +3,7 @@
 warden validate [--no-analysis] check platform.yaml and every job file, their Spark SQL through
                                 Spark's analyzer (exit 1 if any is invalid)
 warden status                   one row per job: state, last batch, rates, backlog, restarts, last alert
+warden migrate                  create or upgrade the ledger's schema (the team stack runs it first)
 warden decisions JOB            the supervisor's recent decisions for a job, newest first
 warden start JOB / stop JOB     resume or suspend a job and reconcile it now
 warden reconcile JOB            run one supervisor pass now
@@ -48,7 +49,7 @@ from ops.control.launcher import LocalProcessBackend
 from ops.control.policy import FAILURE
 from ops.driver.preview import read_preview
 from ops.exceptions import WardenError
-from ops.ledger.store import Ledger
+from ops.ledger.store import SCHEMA_REVISION, Ledger
 from ops.spec.analysis import read_verdict, run_analysis, with_verdicts
 from ops.spec.job import find_job, job_file, load_jobs
 from ops.spec.platform import load_platform
@@ -182,6 +183,16 @@ def cmd_status(_: argparse.Namespace) -> int:
     _print_table(headers, rows)
     for error in loaded.errors.values():
         print(f"INVALID  {error}")
+    return 0
+
+
+def cmd_migrate(_: argparse.Namespace) -> int:
+    """Create or upgrade the ledger's schema, as `warden platform up` does before Airflow starts;
+    the team stack runs it once before its schedulers, so they never race to migrate."""
+    url = load_platform().resolved_ledger_url
+    ledger = Ledger.open(url)
+    # The URL may carry a password (PostgreSQL): it never goes to a terminal or a log.
+    print(f"ledger at {ledger.engine.url.render_as_string(hide_password=True)}: schema {SCHEMA_REVISION}")
     return 0
 
 
@@ -420,6 +431,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     validate.set_defaults(run=cmd_validate)
     commands.add_parser("status", help="a table of every job's health").set_defaults(run=cmd_status)
+    commands.add_parser("migrate", help="create or upgrade the ledger's schema").set_defaults(run=cmd_migrate)
     decisions = commands.add_parser("decisions", help="the supervisor's decisions for a job")
     decisions.add_argument("job")
     decisions.add_argument("--limit", type=int, default=30)

@@ -36,6 +36,50 @@ MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 
 
+# Spark tries the next 16 ports when one is taken; the configured ports are the cluster's address
+# (drivers, the compose file, firewalls), so a taken one is an error. The master's REST submission
+# server (a fixed port, 6066) serves only cluster deploy mode, which Python apps cannot use.
+DAEMON_JAVA_OPTS = "-Dspark.port.maxRetries=0 -Dspark.master.rest.enabled=false"
+
+
+def master_argv(spark_class: str, *, host: str, port: int, webui_port: int) -> list[str]:
+    """The master's command line, bound to `host`; the team stack's `spark-master` service runs
+    the same one (tests/deploy checks docker-compose.yml against it)."""
+    return [spark_class, MASTER_CLASS, "--host", host, "--port", str(port), "--webui-port", str(webui_port)]
+
+
+def worker_argv(
+    spark_class: str,
+    master_url: str,
+    *,
+    host: str,
+    port: int,
+    webui_port: int,
+    cores: int,
+    memory: str,
+    work_dir: Path | str,
+) -> list[str]:
+    """A worker's command line, offering `cores` and `memory` to `master_url` from `host`, its
+    executors' scratch space in `work_dir`; the team stack's `spark-worker-N` services run it too."""
+    return [
+        spark_class,
+        WORKER_CLASS,
+        master_url,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--webui-port",
+        str(webui_port),
+        "--cores",
+        str(cores),
+        "--memory",
+        memory,
+        "--work-dir",
+        str(work_dir),
+    ]
+
+
 def spark_home() -> Path:
     """The pyspark package directory: it holds `bin/spark-class` and the jars (found without
     importing pyspark, which the control plane never loads)."""
@@ -83,14 +127,11 @@ class SparkCluster:
         master = ManagedProcess.under(
             runtime,
             "spark-master",
-            self._spark_class(
-                MASTER_CLASS,
-                "--host",
-                LOOPBACK,
-                "--port",
-                str(self.config.master_port),
-                "--webui-port",
-                str(self.config.master_ui_port),
+            master_argv(
+                self._spark_class(),
+                host=LOOPBACK,
+                port=self.config.master_port,
+                webui_port=self.config.master_ui_port,
             ),
             self._env(),
         )
@@ -98,21 +139,15 @@ class SparkCluster:
             ManagedProcess.under(
                 runtime,
                 f"spark-worker-{index + 1}",
-                self._spark_class(
-                    WORKER_CLASS,
+                worker_argv(
+                    self._spark_class(),
                     self.master_url,
-                    "--host",
-                    LOOPBACK,
-                    "--port",
-                    str(self.config.worker_port_base + index),
-                    "--webui-port",
-                    str(self.config.worker_ui_port_base + index),
-                    "--cores",
-                    str(self.config.cores_per_worker),
-                    "--memory",
-                    self.config.memory_per_worker,
-                    "--work-dir",
-                    str(runtime / "spark" / f"worker-{index + 1}"),
+                    host=LOOPBACK,
+                    port=self.config.worker_port_base + index,
+                    webui_port=self.config.worker_ui_port_base + index,
+                    cores=self.config.cores_per_worker,
+                    memory=self.config.memory_per_worker,
+                    work_dir=runtime / "spark" / f"worker-{index + 1}",
                 ),
                 self._env(),
             )
@@ -170,8 +205,8 @@ class SparkCluster:
                     )
                 time.sleep(0.5)
 
-    def _spark_class(self, main_class: str, *arguments: str) -> list[str]:
-        return [str(spark_home() / "bin" / "spark-class"), main_class, *arguments]
+    def _spark_class(self) -> str:
+        return str(spark_home() / "bin" / "spark-class")
 
     def _env(self) -> dict[str, str]:
         return {
@@ -182,9 +217,5 @@ class SparkCluster:
             # Executors start Python workers with this interpreter: the venv's, with pandas.
             "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
             "SPARK_LOG_DIR": str(self.platform.runtime_root / "logs"),
-            # Spark tries the next 16 ports when one is taken; the configured ports are the
-            # cluster's address (drivers, the compose file, firewalls), so a taken one is an error.
-            # The master's REST submission server (a fixed port, 6066) serves only cluster deploy
-            # mode, which Python apps cannot use.
-            "SPARK_DAEMON_JAVA_OPTS": "-Dspark.port.maxRetries=0 -Dspark.master.rest.enabled=false",
+            "SPARK_DAEMON_JAVA_OPTS": DAEMON_JAVA_OPTS,
         }

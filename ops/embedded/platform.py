@@ -46,13 +46,16 @@ from ops.spec.platform import CONF_DIR_ENV, SUPERVISE_DAG_PREFIX, PlatformConfig
 
 # Where the code lives (dags/, plugins/, the ops and jobs packages); the conf dir may be elsewhere.
 CODE_ROOT = Path(__file__).resolve().parents[2]
-# Each component with the flags that keep it off the network beyond its own job.
+# Each component with the flags that keep it off the network beyond its own job. The team stack's
+# docker-compose.yml runs the same commands (tests/deploy checks it).
 AIRFLOW_COMMANDS = {
     "airflow-scheduler": ["scheduler", "--skip-serve-logs"],
     "airflow-dag-processor": ["dag-processor"],
     "airflow-triggerer": ["triggerer", "--skip-serve-logs"],
     "airflow-api-server": ["api-server"],
 }
+# Creates or upgrades Airflow's metadata database; the team stack's `airflow-db-migrate` runs it too.
+AIRFLOW_MIGRATE_COMMAND = ["db", "migrate"]
 GENERATOR_RATE = 200
 AIRFLOW_COMPONENTS = ("scheduler", "dag_processor", "triggerer")
 AIRFLOW_STOP_TIMEOUT = 60.0
@@ -128,7 +131,7 @@ def airflow_processes(platform: PlatformConfig) -> list[ManagedProcess]:
 def migrate_airflow_db(platform: PlatformConfig) -> None:
     """Create or upgrade Airflow's metadata database (SQLite in AIRFLOW_HOME)."""
     migration = subprocess.run(
-        [str(venv_bin_dir() / "airflow"), "db", "migrate"],
+        [str(venv_bin_dir() / "airflow"), *AIRFLOW_MIGRATE_COMMAND],
         env=airflow_env(platform),
         cwd=CODE_ROOT,
         stdin=subprocess.DEVNULL,

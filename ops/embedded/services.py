@@ -298,6 +298,28 @@ class SeaweedPorts:
         ]
 
 
+def seaweed_argv(
+    weed: str, data_dir: Path | str, *, address: str, ports: SeaweedPorts, bind_address: str | None = None
+) -> list[str]:
+    """The `weed mini` command line of the S3 server, shared by the embedded platform and the team
+    stack's `seaweedfs` service (tests/deploy checks docker-compose.yml against it).
+
+    `address` is the one the server advertises to its own parts; it listens on `bind_address`
+    (default: `address`): 127.0.0.1 embedded, every interface of its own container in compose.
+    """
+    return [
+        weed,
+        "mini",
+        f"-dir={data_dir}",
+        f"-ip={address}",
+        # -ip alone would still listen on every interface; -ip.bind says where it listens.
+        f"-ip.bind={bind_address or address}",
+        # The default reports cluster statistics to seaweedfs.com.
+        "-master.telemetry=false",
+        *ports.flags(),
+    ]
+
+
 @dataclass(frozen=True)
 class SeaweedS3:
     """The embedded S3 server: `weed mini` on 127.0.0.1, data under `<runtime_root>/seaweedfs`."""
@@ -316,17 +338,9 @@ class SeaweedS3:
             "AWS_SECRET_ACCESS_KEY": credentials.secret_access_key.reveal(),
             "S3_BUCKET": self.platform.s3.bucket,
         }
-        argv = [
-            str(venv_bin_dir() / "weed"),
-            "mini",
-            f"-dir={self.data_dir}",
-            # -ip alone would still listen on every interface; -ip.bind keeps it on loopback.
-            "-ip=127.0.0.1",
-            "-ip.bind=127.0.0.1",
-            # The default reports cluster statistics to seaweedfs.com.
-            "-master.telemetry=false",
-            *self.ports.flags(),
-        ]
+        argv = seaweed_argv(
+            str(venv_bin_dir() / "weed"), self.data_dir, address="127.0.0.1", ports=self.ports
+        )
         process = ManagedProcess.under(self.platform.runtime_root, "seaweedfs", argv, env)
         object.__setattr__(self, "process", process)
 
