@@ -278,7 +278,10 @@ def _serve_job_metrics(
     """Serve the job's metrics until `metrics` closes; a taken port is a `ConfigError` naming the
     job, the port and the field, so the supervisor holds the job instead of restarting it."""
     try:
-        metrics.enter_context(serve_metrics(listener.registry, spec.operations.metrics_port))
+        # The driver's bind address: loopback in the embedded platform; with none (the team
+        # stack) every interface, so Prometheus in another container can scrape it.
+        address = platform.spark.bind_address or "0.0.0.0"
+        metrics.enter_context(serve_metrics(listener.registry, spec.operations.metrics_port, address))
     except OSError as exc:
         if exc.errno != errno.EADDRINUSE:
             raise

@@ -202,9 +202,9 @@ class _Metrics:
 
 
 @contextmanager
-def serve_metrics(registry: CollectorRegistry, port: int) -> Iterator[WSGIServer]:
-    """Serve `registry` on 127.0.0.1:`port` from a daemon thread while the context is open."""
-    server, thread = start_http_server(port, addr="127.0.0.1", registry=registry)
+def serve_metrics(registry: CollectorRegistry, port: int, address: str) -> Iterator[WSGIServer]:
+    """Serve `registry` on `address`:`port` from a daemon thread while the context is open."""
+    server, thread = start_http_server(port, addr=address, registry=registry)
     try:
         yield server
     finally:

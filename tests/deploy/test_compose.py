@@ -288,6 +288,7 @@ def test_the_stacks_platform_config_loads_and_points_at_the_stacks_services(
     (tmp_path / "platform.yaml").write_text(source.read_text())
     platform = load_platform(tmp_path)
     assert platform.s3.endpoint_url == "http://seaweedfs:8333"
+    assert platform.postgres is None  # the stack's own postgres service, not an embedded one
     assert platform.spark.master == "spark://spark-master:7077"
     # Executors on the workers must reach the driver: not bound to loopback.
     assert platform.spark.bind_address is None

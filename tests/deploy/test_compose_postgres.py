@@ -155,7 +155,7 @@ def test_ledger_migrate_creates_the_ledger_in_its_database(initialised: Server, 
     conf_dir = tmp_path / "conf"
     (conf_dir / "jobs").mkdir(parents=True)
     url = initialised.url("ledger", "ledger", driver="postgresql+psycopg")
-    (conf_dir / "platform.yaml").write_text(f"ledger_url: '{url}'\n")
+    (conf_dir / "platform.yaml").write_text(f"ledger:\n  url: '{url}'\n")
     env = {**os.environ, "STREAMWARDEN_CONF_DIR": str(conf_dir)}
     env.pop("STREAMWARDEN_LEDGER_URL", None)
     result = subprocess.run(

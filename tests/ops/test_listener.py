@@ -133,7 +133,7 @@ def test_listener_writes_heartbeats_and_serves_metrics(
         assert history.last_batch_end is not None
         wait_for(listener, lambda hb: hb.event == "idle")
         with (
-            serve_metrics(listener.registry, port),
+            serve_metrics(listener.registry, port, "127.0.0.1"),
             urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response,
         ):
             metrics = response.read().decode()
@@ -172,7 +172,7 @@ def test_listener_exports_thresholds_backlog_and_watermark_for_the_alert_rules(
 
     def scrape(listener: TelemetryListener) -> dict[str, float]:
         with (
-            serve_metrics(listener.registry, port),
+            serve_metrics(listener.registry, port, "127.0.0.1"),
             urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response,
         ):
             return {
