@@ -41,6 +41,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from jobs.parsing import LANDING_GLOB
+from ops.driver.checkpoint import landing_backlog
 from ops.driver.listener import TelemetryListener, describe_failure, serve_metrics
 from ops.driver.replay import finish_replay_batch, pending_replay, stage_replay_batch
 from ops.driver.takeover import (
@@ -98,9 +99,10 @@ def build_session(platform: PlatformConfig, spec: JobSpec) -> SparkSession:
     # The JVM starts in getOrCreate below and inherits this process's environment.
     os.environ.update(platform.spark.network_env())
     resources = spec.operations.resources
+    master, sizing = resources.spark_master(platform.spark)
     builder = (
         SparkSession.builder.appName(f"streamwarden-{spec.name}")
-        .master(resources.master or platform.spark.master)
+        .master(master)
         .config("spark.driver.memory", resources.driver_memory)
         .config("spark.sql.shuffle.partitions", str(resources.shuffle_partitions))
         .config("spark.sql.session.timeZone", "UTC")
@@ -108,7 +110,7 @@ def build_session(platform: PlatformConfig, spec: JobSpec) -> SparkSession:
         # Stage progress bars would interleave with the JSON log lines on stderr.
         .config("spark.ui.showConsoleProgress", "false")
     )
-    for key, value in {**platform.spark.network_conf(), **state_conf(spec)}.items():
+    for key, value in {**platform.spark.network_conf(), **sizing, **state_conf(spec)}.items():
         builder = builder.config(key, value)
     for key, value in platform.spark.extra_conf.items():
         builder = builder.config(key, value)
@@ -267,6 +269,9 @@ def run_streaming_job(
     """
     paths = JobPaths.of(platform, spec)
     listener = TelemetryListener(paths.heartbeat, spec.name, run_id)
+    listener.export_operations(
+        spec.operations, lambda: landing_backlog(list(paths.landing.values()), paths.sources)
+    )
     if standby is not None:
         return _stand_by(platform, spec, run_id, plan, standby, shutdown, listener, taps)
     try:
@@ -366,7 +371,10 @@ def _serve_job_metrics(
     """Serve the job's metrics until `metrics` closes; a taken port is a `ConfigError` naming the
     job, the port and the field, so the supervisor holds the job instead of restarting it."""
     try:
-        metrics.enter_context(serve_metrics(listener.registry, spec.operations.metrics_port))
+        # The driver's bind address: loopback in the embedded platform; with none (the team
+        # stack) every interface, so Prometheus in another container can scrape it.
+        address = platform.spark.bind_address or "0.0.0.0"
+        metrics.enter_context(serve_metrics(listener.registry, spec.operations.metrics_port, address))
     except OSError as exc:
         if exc.errno != errno.EADDRINUSE:
             raise
