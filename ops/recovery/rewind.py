@@ -461,7 +461,8 @@ def preflight(
     recorded `operation`, in the pass that would stop the driver and in the pass that rewinds, so
     what changed since the request (input removed, a driver started) is refused with the driver
     untouched. The caller holds the job's lock. Reads only, but for the savepoint's download into
-    the staging area, kept for the rewind that follows and dropped on a refusal. Another open
+    the staging area, verified, kept for the rewind that follows (the pass after the stop finds it
+    there) and dropped on a refusal. Another open
     operation, or a running driver for a rewind, is refused without looking further.
     """
     platform, ledger = supervisor.platform, supervisor.ledger
@@ -562,6 +563,9 @@ def request_operation(
     asked = {"savepoint": savepoint_id, "before": before.isoformat() if before else None}
     with job_lock(supervisor.platform, job, f"{kind} check"):
         checked = preflight(supervisor, job, kind, savepoint_id=savepoint_id, before=before)
+        # The passes that carry the operation out may run on another machine (an Airflow worker)
+        # and check it again there: the request keeps no download.
+        discard_rewind(supervisor.platform, job)
     if checked.plan is None:
         raise RewindError(record_refusal(supervisor.ledger, job, kind, reason, checked.refusals, asked))
     plan = checked.plan
