@@ -511,6 +511,7 @@ def rewind_job(
     which the reconcile loop carries out and finishes even if the caller dies.
     """
     platform, ledger = supervisor.platform, supervisor.ledger
+    find_job(job, platform.conf_dir)  # an unknown job or invalid file: a ConfigError
     with job_lock(platform, job, "rewind"):
         checked = preflight(supervisor, job, kind, savepoint_id=savepoint_id, before=before, s3=s3)
         if checked.plan is None:
@@ -560,6 +561,7 @@ def request_operation(
     A refusal is a `refused` decision row and a RewindError naming every cause; nothing is
     recorded as an operation and the job is left exactly as it was.
     """
+    find_job(job, supervisor.platform.conf_dir)  # an unknown job or invalid file: a ConfigError
     asked = {"savepoint": savepoint_id, "before": before.isoformat() if before else None}
     with job_lock(supervisor.platform, job, f"{kind} check"):
         checked = preflight(supervisor, job, kind, savepoint_id=savepoint_id, before=before)

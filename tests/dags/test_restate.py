@@ -133,15 +133,17 @@ def test_a_restate_whose_replay_input_is_gone_is_refused_and_the_running_driver_
 
     refused = warden(platform, "restate", "router", "--savepoint", savepoint.id, "--reason", "bad filter")
     assert refused.returncode == 2, refused.stdout + refused.stderr
-    assert "[input_gone]" in refused.stderr and str(later[0].path) in refused.stderr
+    assert str(later[0].path) in refused.stderr
 
     form = {"job": "router", "savepoint": savepoint.id, "reason": "bad filter", "dry_run": False}
     capfd.readouterr()
     dag_run = DagBag(dag_folder=str(DAGS)).get_dag("warden_restate").test(run_conf=form)
     assert dag_run.state == "failed"
     task_output = "".join(capfd.readouterr())
-    assert "RewindError" in task_output and "[input_gone]" in task_output
 
+    os.kill(run.pid, 0)  # the driver is alive
+    current = ledger.current_run("router")
+    assert current is not None and current.run_id == run.run_id
     decisions = warden(platform, "decisions", "router")
     refusals = [line for line in decisions.stdout.splitlines() if "refused: restate of 'router'" in line]
     assert len(refusals) == 2 and all("[input_gone]" in line for line in refusals), decisions.stdout
@@ -149,9 +151,8 @@ def test_a_restate_whose_replay_input_is_gone_is_refused_and_the_running_driver_
     assert ledger.operation("router") is None
     job = ledger.job("router")
     assert job is not None and job.desired_state == "running"
-    os.kill(run.pid, 0)  # the driver is alive
-    current = ledger.current_run("router")
-    assert current is not None and current.run_id == run.run_id
+    assert "[input_gone]" in refused.stderr
+    assert "RewindError" in task_output and "[input_gone]" in task_output
 
     # It goes on reading new input, on the same run.
     before = read_heartbeat(job_paths(platform, "router").heartbeat)

@@ -24,7 +24,7 @@ from pyspark.sql import SparkSession
 import ops.ledger.store as ledger_module
 from ops.control.alerts import AlertCenter
 from ops.control.supervisor import Supervisor
-from ops.exceptions import RewindError
+from ops.exceptions import RewindError, WardenError
 from ops.ledger.store import Ledger, SavepointRecord
 from ops.recovery.restate import restate
 from ops.recovery.rewind import rewind
@@ -258,12 +258,14 @@ def test_a_restate_that_cannot_be_exact_is_refused_before_the_driver_is_stopped(
     breaks, cause, says = BROKEN[case]
     breaks(job)
     files = job.files()
-    with pytest.raises(RewindError, match=f"\\[{cause}\\]") as refused:
-        restate(job.supervisor, JOB, reason=f"test: {case}", savepoint_id=job.savepoint.id)
-    assert says in str(refused.value)
+    with pytest.raises(WardenError) as refused:
+        restate(job.supervisor, JOB, reason=f"test: {case}", savepoint_id=job.savepoint.id, timeout=30)
+    assert (job.backend.stops, job.backend.kills) == (0, 0), "the driver was stopped"
     assert job.files() == files, "nothing of the checkpoint or the sink was touched"
-    assert not (job.platform.checkpoint_root / f".rewind-{JOB}").exists(), "no download is left behind"
     job.assert_refused("restate", cause, run.run_id)
+    assert isinstance(refused.value, RewindError) and f"[{cause}]" in str(refused.value)
+    assert says in str(refused.value)
+    assert not (job.platform.checkpoint_root / f".rewind-{JOB}").exists(), "no download is left behind"
 
 
 def test_a_recorded_restate_whose_input_went_since_is_refused_by_the_loop_with_the_driver_untouched(
@@ -281,6 +283,8 @@ def test_a_recorded_restate_whose_input_went_since_is_refused_by_the_loop_with_t
     _input_gone(job)
     files = job.files()
     ended = job.supervisor.await_operation(operation.id, timeout=60, poll_seconds=0)
+    assert (job.backend.stops, job.backend.kills) == (0, 0), "the driver was stopped"
+    assert job.backend.driver(JOB).alive
     assert ended.finished_at is not None and ended.failure is not None
     assert "[input_gone]" in ended.failure and "events-002.json" in ended.failure
     assert ended.outcome is not None and ended.outcome.startswith("refused: ")
