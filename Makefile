@@ -1,6 +1,6 @@
 # Streamwarden: one machine, no Docker. `make demo` to try it, `make test` for what CI runs.
 .DEFAULT_GOAL := help
-.PHONY: help install system-deps demo stop test test-fast check bench bench-flink
+.PHONY: help install system-deps demo stop test test-fast check bench bench-flink checkov-tool checkov
 
 UV_VERSION := 0.13.9
 VENV := .venv
@@ -27,6 +27,7 @@ help:
 	@echo "make check    ruff format --check, ruff check (the import walls too), mypy --strict"
 	@echo "make bench    print benchmark figures"
 	@echo "make bench-flink  the jobs against PyFlink SQL (installs .tools/flink-venv on first use)"
+	@echo "make checkov  scan terraform/ with checkov, offline (installs .tools/checkov on first use)"
 
 $(UV):
 	python3 -m venv .tools
@@ -79,3 +80,19 @@ bench: install
 
 bench-flink: install
 	$(VENV)/bin/python -m benchmarks.run --only flink
+
+# checkov pins libraries Airflow also pins, differently, so it lives in a venv of its own, installed
+# once from the pinned requirements file (again when that file changes). tests/deploy runs it.
+CHECKOV_VENV := .tools/checkov
+# Offline (--skip-download); terraform test files are not configuration and are not scanned.
+CHECKOV_OUTPUT ?= --quiet --compact
+CHECKOV_ARGS := --directory terraform --framework terraform --skip-download --skip-path 'tests/.*\.tftest\.hcl'
+$(CHECKOV_VENV)/.installed: terraform/checkov-requirements.txt
+	python3 -m venv --clear $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/pip install --quiet --disable-pip-version-check -r terraform/checkov-requirements.txt
+	@touch $@
+
+checkov-tool: $(CHECKOV_VENV)/.installed
+
+checkov: checkov-tool
+	$(CHECKOV_VENV)/bin/checkov $(CHECKOV_ARGS) $(CHECKOV_OUTPUT)

@@ -87,7 +87,7 @@ def build_platform(root: Path, landing_files: int) -> PlatformConfig:
             "lake_root": str(runtime / "lake"),
             "checkpoint_root": str(runtime / "checkpoints"),
         },
-        "ledger_url": f"sqlite:///{runtime / 'ledger.db'}",
+        "ledger": {"url": f"sqlite:///{runtime / 'ledger.db'}"},
     }
     (conf / "platform.yaml").write_text(yaml.safe_dump(settings))
     for job_file in (DEFAULT_CONF_DIR / "jobs").glob("*.yaml"):

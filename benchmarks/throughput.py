@@ -49,7 +49,7 @@ def rooted_platform(workdir: Path) -> dict:
         "lake_root": str(workdir / "lake"),
         "checkpoint_root": str(workdir / "checkpoints"),
     }
-    platform["ledger_url"] = f"sqlite:///{workdir / 'ledger.db'}"
+    platform["ledger"] = {"url": f"sqlite:///{workdir / 'ledger.db'}"}
     return platform
 
 

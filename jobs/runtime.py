@@ -36,6 +36,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
 from jobs.parsing import LANDING_GLOB
+from ops.driver.checkpoint import landing_backlog
 from ops.driver.listener import TelemetryListener, describe_failure, serve_metrics
 from ops.driver.replay import finish_replay_batch, pending_replay, stage_replay_batch
 from ops.exceptions import ConfigError
@@ -84,9 +85,10 @@ def build_session(platform: PlatformConfig, spec: JobSpec) -> SparkSession:
     # The JVM starts in getOrCreate below and inherits this process's environment.
     os.environ.update(platform.spark.network_env())
     resources = spec.operations.resources
+    master, sizing = resources.spark_master(platform.spark)
     builder = (
         SparkSession.builder.appName(f"streamwarden-{spec.name}")
-        .master(resources.master or platform.spark.master)
+        .master(master)
         .config("spark.driver.memory", resources.driver_memory)
         .config("spark.sql.shuffle.partitions", str(resources.shuffle_partitions))
         .config("spark.sql.session.timeZone", "UTC")
@@ -94,7 +96,7 @@ def build_session(platform: PlatformConfig, spec: JobSpec) -> SparkSession:
         # Stage progress bars would interleave with the JSON log lines on stderr.
         .config("spark.ui.showConsoleProgress", "false")
     )
-    for key, value in {**platform.spark.network_conf(), **state_conf(spec)}.items():
+    for key, value in {**platform.spark.network_conf(), **sizing, **state_conf(spec)}.items():
         builder = builder.config(key, value)
     for key, value in platform.spark.extra_conf.items():
         builder = builder.config(key, value)
@@ -249,7 +251,11 @@ def run_streaming_job(
     recorded in a terminated heartbeat (class and message) and the driver exits 1. `taps` starts
     the job's preview taps once its query runs; they are stopped when it ends.
     """
-    listener = TelemetryListener(JobPaths.of(platform, spec).heartbeat, spec.name, run_id)
+    paths = JobPaths.of(platform, spec)
+    listener = TelemetryListener(paths.heartbeat, spec.name, run_id)
+    listener.export_operations(
+        spec.operations, lambda: landing_backlog(list(paths.landing.values()), paths.sources)
+    )
     try:
         with ExitStack() as metrics:
             _serve_job_metrics(metrics, platform, spec, listener)
@@ -272,7 +278,10 @@ def _serve_job_metrics(
     """Serve the job's metrics until `metrics` closes; a taken port is a `ConfigError` naming the
     job, the port and the field, so the supervisor holds the job instead of restarting it."""
     try:
-        metrics.enter_context(serve_metrics(listener.registry, spec.operations.metrics_port))
+        # The driver's bind address: loopback in the embedded platform; with none (the team
+        # stack) every interface, so Prometheus in another container can scrape it.
+        address = platform.spark.bind_address or "0.0.0.0"
+        metrics.enter_context(serve_metrics(listener.registry, spec.operations.metrics_port, address))
     except OSError as exc:
         if exc.errno != errno.EADDRINUSE:
             raise

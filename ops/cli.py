@@ -3,6 +3,7 @@
 warden validate [--no-analysis] check platform.yaml and every job file, their Spark SQL through
                                 Spark's analyzer (exit 1 if any is invalid)
 warden status                   one row per job: state, last batch, rates, backlog, restarts, last alert
+warden migrate                  create or upgrade the ledger's schema (the team stack runs it first)
 warden decisions JOB            the supervisor's recent decisions for a job, newest first
 warden start JOB / stop JOB     resume or suspend a job and reconcile it now
 warden reconcile JOB            run one supervisor pass now
@@ -15,10 +16,17 @@ warden restate JOB --savepoint ID|--before T --reason R [--dry-run]
                                 suspend, rewind, replay with the current code, resume, Slack summary
 warden upgrade JOB --spec FILE --reason R
                                 deploy a new spec from a fresh savepoint; roll back if not ready
-warden platform up|down|status  the embedded platform (S3 server, Airflow, generator, drivers)
+warden platform up|down|status  the embedded platform (S3, PostgreSQL, Airflow, generator, drivers)
 warden state JOB [--key K]      a stateful job's latest committed state (per key), e.g. device health
+warden archive [--list SOURCE | --verify SOURCE --hour T]
+                                archive the sealed arrival hours of every landing directory now,
+                                list a source's archived hours, or check one against its manifest
 warden preview JOB STAGE [--limit N]
                                 the newest records a running job's preview tap captured at STAGE
+warden scrape-targets FILE      write the Prometheus file_sd targets of the jobs meant to run
+
+Every command uses the ledger at `ledger.url` of conf/platform.yaml, or at $STREAMWARDEN_LEDGER_URL
+when that is set (sqlite:///PATH or postgresql+psycopg://USER@HOST:PORT/DATABASE).
 
 rewind, restate and upgrade record the operation in the ledger and then run reconcile passes
 until the supervisor's loop has finished it, with a progress line on stderr per change. If the
@@ -44,7 +52,7 @@ from ops.control.launcher import LocalProcessBackend
 from ops.control.policy import FAILURE
 from ops.driver.preview import read_preview
 from ops.exceptions import WardenError
-from ops.ledger.store import Ledger
+from ops.ledger.store import SCHEMA_REVISION, Ledger
 from ops.spec.analysis import read_verdict, run_analysis, with_verdicts
 from ops.spec.job import find_job, job_file, load_jobs
 from ops.spec.platform import load_platform
@@ -178,6 +186,16 @@ def cmd_status(_: argparse.Namespace) -> int:
     _print_table(headers, rows)
     for error in loaded.errors.values():
         print(f"INVALID  {error}")
+    return 0
+
+
+def cmd_migrate(_: argparse.Namespace) -> int:
+    """Create or upgrade the ledger's schema, as `warden platform up` does before Airflow starts;
+    the team stack runs it once before its schedulers, so they never race to migrate."""
+    url = load_platform().resolved_ledger_url
+    ledger = Ledger.open(url)
+    # The URL may carry a password (PostgreSQL): it never goes to a terminal or a log.
+    print(f"ledger at {ledger.engine.url.render_as_string(hide_password=True)}: schema {SCHEMA_REVISION}")
     return 0
 
 
@@ -378,6 +396,38 @@ def cmd_preview(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_archive(args: argparse.Namespace) -> int:
+    from ops import archive
+
+    platform = load_platform()
+    if args.list:
+        for partition in archive.partitions(platform, args.list):
+            entries = archive.read_manifest(platform, partition) or []
+            print(f"{partition}  {len(entries)} files  {sum(entry.size for entry in entries) / 1e6:.1f} MB")
+        return 0
+    if args.verify:
+        if args.hour is None:
+            print("warden: --verify needs --hour (e.g. 2026-11-24T10)", file=sys.stderr)
+            return 2
+        hour = args.hour.replace(minute=0, second=0, microsecond=0)
+        scratch = platform.runtime_root / "archive-verify" / args.verify
+        problems = archive.verify(platform, archive.Partition(args.verify, hour), scratch)
+        print("\n".join(problems) if problems else f"{args.verify} {hour:%Y-%m-%d %H}:00: every file matches")
+        return 1 if problems else 0
+    lines = archive.archive_all(platform, utcnow())
+    print("\n".join(lines) if lines else "nothing to archive: every closed hour is sealed")
+    return 0
+
+
+def cmd_scrape_targets(args: argparse.Namespace) -> int:
+    from ops.prometheus_targets import write_driver_targets
+
+    platform = load_platform()
+    targets = write_driver_targets(platform, Ledger.open(platform.resolved_ledger_url), args.file)
+    print(f"{args.file}: {len(targets)} driver targets")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="warden", description="Operate Streamwarden's streaming jobs.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -392,6 +442,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     validate.set_defaults(run=cmd_validate)
     commands.add_parser("status", help="a table of every job's health").set_defaults(run=cmd_status)
+    commands.add_parser("migrate", help="create or upgrade the ledger's schema").set_defaults(run=cmd_migrate)
     decisions = commands.add_parser("decisions", help="the supervisor's decisions for a job")
     decisions.add_argument("job")
     decisions.add_argument("--limit", type=int, default=30)
@@ -442,11 +493,21 @@ def build_parser() -> argparse.ArgumentParser:
     platform = commands.add_parser("platform", help="the embedded platform")
     platform.add_argument("action", choices=["up", "down", "status"])
     platform.set_defaults(run=cmd_platform)
+    archive = commands.add_parser("archive", help="archive landing input to S3 by arrival hour")
+    archive.add_argument("--list", metavar="SOURCE", help="a source's archived hours (e.g. events)")
+    archive.add_argument("--verify", metavar="SOURCE", help="download one archived hour and check it")
+    archive.add_argument("--hour", type=_moment_argument, help="the arrival hour --verify checks")
+    archive.set_defaults(run=cmd_archive)
     preview = commands.add_parser("preview", help="the newest records a job's preview tap captured")
     preview.add_argument("job")
     preview.add_argument("stage", help="a tapped stage (operations.preview.stages), e.g. parsed, output")
     preview.add_argument("--limit", type=int, default=None, help="show only the newest N records")
     preview.set_defaults(run=cmd_preview)
+    targets = commands.add_parser(
+        "scrape-targets", help="write the Prometheus file_sd targets of the jobs meant to run"
+    )
+    targets.add_argument("file", type=Path, help="e.g. conf/prometheus/targets/drivers.json")
+    targets.set_defaults(run=cmd_scrape_targets)
     return parser
 
 

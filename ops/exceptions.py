@@ -4,11 +4,13 @@ Hierarchy::
 
     WardenError                 base of everything raised on purpose by ops/
     ├── ConfigError             a config file is missing, unreadable or invalid (names file and field)
+    ├── SecretNotFoundError     a secret reference names nothing (names the reference, never a value)
     ├── LedgerError             the ledger database cannot be reached or migrated
     ├── LaunchError             a driver process could not be started or stopped
     ├── ServiceError            an embedded service (S3 server, Airflow) failed to start or answer
     ├── AlertDeliveryError      Slack refused or could not take an alert (it stays in the outbox)
     ├── SavepointError          a savepoint could not be taken, verified or pruned (nothing catalogued)
+    ├── ArchiveError            landing input could not be archived, verified or read back
     ├── RewindError             a rewind was refused (nothing touched) or a replay went wrong
     ├── SinkCleanupError        orphaned sink files cannot be told apart or removed (nothing removed)
     ├── UpgradeError            an upgrade was refused before the running version was touched
@@ -37,6 +39,15 @@ class ConfigError(WardenError):
         super().__init__(f"{self.path}: {problem}")
 
 
+class SecretNotFoundError(WardenError):
+    """A secret reference (`env:NAME`, `file:/PATH`, `airflow:CONN_ID`) does not give a value."""
+
+    def __init__(self, reference: str, problem: str) -> None:
+        self.reference = reference
+        self.problem = problem
+        super().__init__(f"secret {reference}: {problem}")
+
+
 class LedgerError(WardenError):
     """The ledger database cannot be reached or brought to the current schema."""
 
@@ -47,6 +58,10 @@ class LaunchError(WardenError):
 
 class ServiceError(WardenError):
     """An embedded service did not start or stopped answering."""
+
+
+class ArchiveError(WardenError):
+    """Landing input could not be archived (the partition stays unsealed), verified or read back."""
 
 
 class AlertDeliveryError(WardenError):

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ops.atomic import write_atomically
+from synthetic.profiles import RateProfile
 
 MalformedKind = Literal["bad_json", "wrong_type", "missing_field"]
 MALFORMED_KINDS: tuple[MalformedKind, ...] = ("bad_json", "wrong_type", "missing_field")
@@ -153,7 +154,7 @@ def write_batch(
 
 def run(
     landing_dir: Path,
-    events_per_second: float,
+    events_per_second: float | RateProfile,
     files_per_second: float = 1.0,
     *,
     malformed_fraction: float = 0.01,
@@ -164,19 +165,33 @@ def run(
 ) -> RunTotals:
     """Write files continuously at the given rates until `stop_event` is set or `duration` passes.
 
-    Event times are "now", so watermark lag and per-hour partitions look like production. File
-    `i` uses seed `seed + i`; names carry the start time, so a second run never reuses a name the
-    file source has already seen. `on_file(batch, totals)` is called after every file.
+    Event times are "now", so watermark lag and per-hour partitions look like production. A
+    `RateProfile` varies the rate over time (a slot that owes less than one event writes no
+    file). File `i` uses seed `seed + i`; names carry the start time, so a second run never reuses
+    a name the file source has already seen. `on_file(batch, totals)` is called after every file.
     """
-    if events_per_second <= 0 or files_per_second <= 0:
+    profile = (
+        events_per_second
+        if isinstance(events_per_second, RateProfile)
+        else RateProfile.constant(events_per_second)
+    )
+    if files_per_second <= 0 or (isinstance(events_per_second, float | int) and events_per_second <= 0):
         raise ValueError("events_per_second and files_per_second must be positive")
     stop_event = stop_event or threading.Event()
     interval = 1.0 / files_per_second
-    per_file = max(1, round(events_per_second / files_per_second))
     run_tag = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     started = time.monotonic()
     totals = RunTotals()
+    slots, owed = 0, 0.0
     while not stop_event.is_set() and (duration is None or time.monotonic() - started < duration):
+        # Fractions of an event carry over to the next slot, so any rate is met on average.
+        owed += profile.rate_at(slots * interval) * interval
+        per_file = int(owed)
+        owed -= per_file
+        slots += 1
+        if per_file == 0:
+            stop_event.wait(max(0.0, started + slots * interval - time.monotonic()))
+            continue
         batch = write_batch(
             landing_dir,
             per_file,
@@ -193,8 +208,7 @@ def run(
         if on_file is not None:
             on_file(batch, totals)
         # Sleep to the next slot of the schedule, so writing time does not slow the rate down.
-        next_slot = started + totals.files * interval
-        stop_event.wait(max(0.0, next_slot - time.monotonic()))
+        stop_event.wait(max(0.0, started + slots * interval - time.monotonic()))
     return totals
 
 
@@ -204,7 +218,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m synthetic.generator", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--landing", type=Path, required=True, help="landing directory of the job's source")
-    parser.add_argument("--rate", type=float, required=True, help="events per second")
+    rate = parser.add_mutually_exclusive_group(required=True)
+    rate.add_argument("--rate", type=float, help="events per second")
+    rate.add_argument(
+        "--profile",
+        help="events per second over time, e.g. 'step 200 60, ramp 200 800 30, noisy 800 0.15 600' "
+        "(see synthetic/profiles.py)",
+    )
     parser.add_argument("--files-per-second", type=float, default=1.0)
     parser.add_argument("--malformed-fraction", type=float, default=0.01)
     parser.add_argument("--seed", type=int, default=0)
@@ -219,9 +239,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
 
     try:
+        load = RateProfile.parse(args.profile, args.seed) if args.profile else args.rate
+    except ValueError as error:
+        parser.error(str(error))
+    try:
         run(
             args.landing,
-            args.rate,
+            load,
             args.files_per_second,
             malformed_fraction=args.malformed_fraction,
             seed=args.seed,

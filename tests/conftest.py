@@ -17,8 +17,10 @@ pytest_plugins = [
     "tests.support.platform",
     "tests.support.drivers",
     "tests.support.fake_backend",
+    "tests.support.postgres",
     "tests.support.slack",
     "tests.support.s3",
+    "tests.support.secrets",
     "tests.support.spark",
 ]
 
@@ -27,6 +29,7 @@ FIXTURE_MARKERS = {
     "spark": "spark",
     "start_driver": "spark",
     "s3_server": "s3",
+    "keyed_s3": "s3",
     "airflow_db": "airflow",
 }
 

@@ -47,8 +47,9 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from ops.clock import utcnow
-from ops.exceptions import AlertDeliveryError
+from ops.exceptions import AlertDeliveryError, SecretNotFoundError
 from ops.ledger.store import AlertRecord, Ledger
+from ops.secrets import MASK, lookup_secret
 from ops.spec.job import AlertRouting
 from ops.spec.platform import SlackConfig
 
@@ -366,16 +367,18 @@ class AlertCenter:
 
     @cached_property
     def webhook(self) -> WebhookClient | None:
-        """The Slack webhook client, or None when no webhook URL is configured."""
+        """The client of the webhook `slack.webhook_url` refers to; None when none is configured
+        (console + ledger). SecretNotFoundError (not cached) when a `file:` or `airflow:`
+        reference gives nothing."""
         from slack_sdk.webhook import WebhookClient
 
-        url = self.slack.webhook_url()
+        url = lookup_secret(self.slack.webhook_url)
         if url is None:
             return None
         # The outbox is the only retry layer. slack_sdk's default handler resends a POST after a
         # connection reset, which Slack may already have accepted, and any retry inside send()
         # would deliver twice alongside the outbox's own retry and hide attempts from the ledger.
-        return WebhookClient(url, timeout=SEND_TIMEOUT_SECONDS, retry_handlers=[])
+        return WebhookClient(url.reveal(), timeout=SEND_TIMEOUT_SECONDS, retry_handlers=[])
 
     # incidents ----------------------------------------------------------------------------------
 
@@ -479,12 +482,18 @@ class AlertCenter:
         failed: list[int] = []
         retry_at: datetime | None = None
         now = self.clock()
-        for record in self.ledger.due_alerts(now):
+        due = self.ledger.due_alerts(now)
+        try:
+            webhook = self.webhook if due else None
+        except SecretNotFoundError as missing:
+            # Not Slack's refusal: no attempt is counted, and the alerts wait until it resolves.
+            log.error("ALERTS WAIT IN THE OUTBOX: the Slack webhook cannot be read", error=str(missing))
+            return DeliveryReport((), (), (), None)
+        for record in due:
             if not self.ledger.claim_alert(record.id, now, lease_until=now + CLAIM_LEASE):
                 # Another process is working through the queue; it keeps the order.
                 break
             message = slack_message(record)
-            webhook = self.webhook
             if webhook is None:
                 self._to_console(record, message)
                 self.ledger.update_alert(
@@ -517,8 +526,12 @@ class AlertCenter:
 
         try:
             response = webhook.send_dict(message)
-        except (OSError, HTTPException, SlackRequestError) as error:
-            raise AlertDeliveryError(None, f"Slack unreachable: {error}") from error
+        # ValueError: urllib's refusal of a URL without a scheme.
+        except (OSError, HTTPException, SlackRequestError, ValueError) as error:
+            # The errors about a bad URL quote it ("Invalid URL detected: ..."): the ledger and the
+            # logs get them without it.
+            problem = str(error).replace(webhook.url, MASK)
+            raise AlertDeliveryError(None, f"Slack unreachable: {problem}") from error
         if not 200 <= response.status_code < 300:
             raise AlertDeliveryError(
                 response.status_code, response.body or "", _retry_after(response.headers or {})
@@ -565,7 +578,7 @@ class AlertCenter:
     def _to_console(self, record: AlertRecord, message: dict[str, Any]) -> None:
         # With no webhook the console is the delivery channel, so the whole text goes there as is.
         print(
-            f"[streamwarden alert #{record.id}, no Slack webhook in ${self.slack.webhook_url_env}] "
+            f"[streamwarden alert #{record.id}, no Slack webhook in {self.slack.webhook_url or 'null'}] "
             f"{message['text']}",
             file=sys.stderr,
             flush=True,

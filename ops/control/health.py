@@ -3,20 +3,19 @@
 `Observation` is what one read-only look at a job found; `assess` turns it into signals with
 pure code, so every threshold is testable without a driver.
 
-Spark's file source reports no backlog metric, so `landing_backlog` measures it from outside:
-landing files that the checkpoint's file-source log has not yet recorded as read.
+Spark's file source reports no backlog metric, so `ops.driver.checkpoint.landing_backlog` measures
+it from outside: landing files that the checkpoint's file-source log has not yet recorded as read.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 
 from ops.control.launcher import LaunchBackend
-from ops.driver.checkpoint import source_files
+from ops.driver.checkpoint import landing_backlog
 from ops.driver.telemetry import Heartbeat, read_heartbeat
 from ops.ledger.store import Ledger, RunRecord
 from ops.ports import port_is_free
@@ -148,18 +147,6 @@ def assess(observation: Observation, operations: Operations) -> Assessment:
     if reasons:
         return Assessment(frozenset({Signal.HEALTHY, *reasons}), "; ".join(reasons.values()), reasons)
     return Assessment(frozenset({Signal.HEALTHY}), f"{heartbeat.event} at batch {heartbeat.batch_id}")
-
-
-def landing_backlog(landing_dirs: Iterable[Path], sources_dir: Path) -> int | None:
-    """Landing files (`*.json`) the query has not read yet, over all its sources; None before its
-    first batch.
-
-    What was read comes from the query's file-source logs (Spark's file source reports no backlog).
-    """
-    if not sources_dir.is_dir():
-        return None
-    read = {path for source_log in sources_dir.iterdir() for path in source_files(source_log)}
-    return sum(1 for landing in landing_dirs for path in landing.glob("*.json") if path not in read)
 
 
 def _falling_behind(heartbeat: Heartbeat, operations: Operations) -> str | None:

@@ -101,6 +101,8 @@ class LocalProcessBackend:
     """Drivers as detached local processes (`local[N]` Spark), one process group each."""
 
     name = "local"
+    # What each driver process runs (`python -m`); tests put a Spark-free stand-in here.
+    driver_module = "jobs.runner"
 
     def __init__(self, platform: PlatformConfig) -> None:
         self.platform = platform
@@ -111,8 +113,9 @@ class LocalProcessBackend:
     def launch_replay_only(self, spec: JobSpec, run_id: str, conf_dir: Path) -> LaunchedDriver:
         return self._spawn(load_platform(conf_dir), spec, run_id, ["--replay-only"])
 
-    @staticmethod
-    def _spawn(platform: PlatformConfig, spec: JobSpec, run_id: str, extra_args: list[str]) -> LaunchedDriver:
+    def _spawn(
+        self, platform: PlatformConfig, spec: JobSpec, run_id: str, extra_args: list[str]
+    ) -> LaunchedDriver:
         runtime_dir = JobPaths.of(platform, spec).runtime
         runtime_dir.mkdir(parents=True, exist_ok=True)
         log_path = runtime_dir / f"driver-{run_id}.log"
@@ -127,7 +130,7 @@ class LocalProcessBackend:
         argv = [
             sys.executable,
             "-m",
-            "jobs.runner",
+            self.driver_module,
             "--job",
             spec.name,
             "--run-id",

@@ -1,27 +1,166 @@
 """The per-job operation lock: one of reconcile, savepoint, rewind, restate, upgrade at a time.
 
-An exclusive `fcntl` lock on `<runtime>/jobs/<job>/.operation.lock`, taken by whichever process
-operates on the job (an Airflow task, the triggerer, the CLI). The holder writes what it is doing
-into the file, so a waiter can say what it waits for. The kernel drops the lock when the holder
-dies, kill -9 included, so a crashed operation never leaves the job locked. The lock is per host,
-like the local launch backend.
+Whichever process operates on a job (an Airflow task, the triggerer, the CLI) takes the job's lock
+first. Where the lock lives follows the ledger, because the ledger is what the processes share:
+
+- SQLite ledger (one host): an exclusive `fcntl` lock on `<runtime>/jobs/<job>/.operation.lock`.
+  The holder writes what it is doing into the file, so a waiter can say what it waits for.
+- PostgreSQL ledger (supervisors on several hosts): a session-level advisory lock
+  (`pg_try_advisory_lock`) on a key derived from the job name, held on a connection of its own
+  for the whole operation. The holder names itself in that session's `application_name`, which a
+  waiter reads from `pg_stat_activity`.
+
+Either way the lock goes with its holder: the kernel drops a dead process's file lock and the
+server ends a dead client's session, kill -9 included, so a crashed operation never leaves the job
+locked. A PostgreSQL restart ends every session too, so a holder that outlives one has lost its
+lock; it finds out when it next writes to the ledger, which fails until the server is back.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
+import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from typing import Protocol
 
+import sqlalchemy as sa
 import structlog
 
-from ops.exceptions import JobBusyError
-from ops.spec.platform import PlatformConfig
+from ops.exceptions import JobBusyError, LedgerError
+from ops.spec.platform import PlatformConfig, url_without_password
 
 log = structlog.get_logger("streamwarden.locks")
 _POLL_SECONDS = 0.2
+# PostgreSQL truncates application_name to 63 bytes.
+_APPLICATION_NAME_BYTES = 63
+_CONNECT_TIMEOUT_SECONDS = 10
+
+
+class _Lock(Protocol):
+    def try_acquire(self) -> bool:
+        """Take the lock if it is free; never waits."""
+        ...
+
+    def holder(self) -> str:
+        """Who holds the lock, for the waiter's log line and `JobBusyError`."""
+        ...
+
+    def release(self) -> None: ...
+
+    def close(self) -> None:
+        """Let go of the file or connection (and so of the lock, if still held)."""
+        ...
+
+
+class _FileLock:
+    """An `fcntl` lock on a file the holder writes its operation into (one host)."""
+
+    def __init__(self, path: Path, note: str) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.note = note
+        self.file = path.open("a+")
+
+    def try_acquire(self) -> bool:
+        try:
+            fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        self._write(self.note)
+        return True
+
+    def holder(self) -> str:
+        self.file.seek(0)
+        return self.file.read().strip() or "another operation"
+
+    def release(self) -> None:
+        self._write("")
+        fcntl.flock(self.file, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        self.file.close()
+
+    def _write(self, text: str) -> None:
+        self.file.seek(0)
+        self.file.truncate()
+        self.file.write(text)
+        self.file.flush()
+
+
+def advisory_key(job: str) -> int:
+    """The job's advisory lock key: 64 bits of a hash of its name, signed as PostgreSQL's bigint."""
+    digest = hashlib.sha256(f"streamwarden job lock:{job}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def libpq_url(ledger_url: str) -> str:
+    """The ledger's SQLAlchemy URL as psycopg takes it (no `+driver` in the scheme)."""
+    return sa.make_url(ledger_url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+class _AdvisoryLock:
+    """A session-level PostgreSQL advisory lock on a connection of its own (any number of hosts)."""
+
+    def __init__(self, ledger_url: str, job: str, note: str) -> None:
+        # Imported here: a SQLite ledger never needs the PostgreSQL driver (a tenth of a second).
+        import psycopg
+
+        self.job = job
+        self.key = advisory_key(job)
+        self.where = url_without_password(ledger_url)
+        application_name = note.encode()[:_APPLICATION_NAME_BYTES].decode(errors="ignore")
+        try:
+            self.connection = psycopg.connect(
+                libpq_url(ledger_url),
+                autocommit=True,
+                application_name=application_name,
+                connect_timeout=_CONNECT_TIMEOUT_SECONDS,
+            )
+        except psycopg.Error as exc:
+            raise LedgerError(f"cannot take the lock of job {job!r}: ledger at {self.where}: {exc}") from exc
+
+    def try_acquire(self) -> bool:
+        return bool(self._query("SELECT pg_try_advisory_lock(%s)", (self.key,)))
+
+    def holder(self) -> str:
+        # A bigint key shows in pg_locks as its high and low 32 bits (objsubid 1 marks the form).
+        holder = self._query(
+            "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+            " WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1"
+            " AND l.classid = %s AND l.objid = %s",
+            ((self.key >> 32) & 0xFFFFFFFF, self.key & 0xFFFFFFFF),
+        )
+        return str(holder or "another operation")
+
+    def release(self) -> None:
+        try:
+            held = self._query("SELECT pg_advisory_unlock(%s)", (self.key,))
+        except LedgerError as error:
+            # The session is gone, and the lock went with it.
+            log.warning("job lock lost with the ledger connection", job=self.job, error=str(error))
+            return
+        if not held:
+            log.warning("job lock was lost while held (the ledger session ended)", job=self.job)
+
+    def close(self) -> None:
+        self.connection.close()
+
+    def _query(self, query: str, params: tuple[int, ...]) -> object:
+        import psycopg
+
+        try:
+            row = self.connection.execute(query, params).fetchone()
+        except psycopg.Error as exc:
+            raise LedgerError(f"job {self.job!r} lock: ledger at {self.where}: {exc}") from exc
+        return None if row is None else row[0]
+
+
+def _holder_note(operation: str) -> str:
+    return f"{operation} (pid {os.getpid()} on {socket.gethostname()})"
 
 
 @contextmanager
@@ -31,35 +170,31 @@ def job_lock(
     """Hold the job's operation lock while the block runs.
 
     Waits for the current holder (forever with `timeout=None`, logging once what it waits for);
-    raises `JobBusyError` naming the holder when `timeout` runs out. Not re-entrant: an operation
-    must not take the lock again inside its own block.
+    raises `JobBusyError` naming the holder when `timeout` runs out, and `LedgerError` when a
+    PostgreSQL ledger cannot be reached. Not re-entrant: an operation must not take the lock
+    again inside its own block.
     """
-    path = platform.job_runtime_dir(job) / ".operation.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    ledger_url = platform.resolved_ledger_url
+    note = _holder_note(operation)
+    lock: _Lock
+    if sa.make_url(ledger_url).get_backend_name() == "postgresql":
+        lock = _AdvisoryLock(ledger_url, job, note)
+    else:
+        lock = _FileLock(platform.job_runtime_dir(job) / ".operation.lock", note)
     deadline = None if timeout is None else time.monotonic() + timeout
-    with path.open("a+") as lock_file:
+    try:
         waiting_logged = False
-        while True:
-            try:
-                fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                lock_file.seek(0)
-                holder = lock_file.read().strip() or "another operation"
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise JobBusyError(job, holder) from None
-                if not waiting_logged:
-                    log.info("waiting for job lock", job=job, operation=operation, holder=holder)
-                    waiting_logged = True
-                time.sleep(_POLL_SECONDS)
+        while not lock.try_acquire():
+            holder = lock.holder()
+            if deadline is not None and time.monotonic() >= deadline:
+                raise JobBusyError(job, holder)
+            if not waiting_logged:
+                log.info("waiting for job lock", job=job, operation=operation, holder=holder)
+                waiting_logged = True
+            time.sleep(_POLL_SECONDS)
         try:
-            lock_file.seek(0)
-            lock_file.truncate()
-            lock_file.write(f"{operation} (pid {os.getpid()})")
-            lock_file.flush()
             yield
         finally:
-            lock_file.seek(0)
-            lock_file.truncate()
-            lock_file.flush()
-            fcntl.flock(lock_file, fcntl.LOCK_UN)
+            lock.release()
+    finally:
+        lock.close()

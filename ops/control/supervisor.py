@@ -76,6 +76,7 @@ from ops.exceptions import (
     ConfigError,
     JobBusyError,
     LaunchError,
+    LedgerError,
     OperationInProgressError,
     SavepointError,
     SinkCleanupError,
@@ -83,6 +84,7 @@ from ops.exceptions import (
     WardenError,
 )
 from ops.ledger.store import Ledger, OperationRecord, RunRecord, SavepointRecord
+from ops.pushgateway import BatchTask, push_savepoint, push_task_outcome
 from ops.recovery.orphans import (
     count_rows,
     find_orphaned_output,
@@ -664,9 +666,11 @@ class Supervisor:
         and retention runs again after the next one and in the platform DAG."""
         from ops.savepoints.store import take_savepoint
 
+        started = time.monotonic()
         try:
             record = take_savepoint(self.platform, self.ledger, spec)
         except SavepointError as error:
+            push_task_outcome(self.platform.monitoring, BatchTask.SAVEPOINT, spec.name, succeeded=False)
             job = self.ledger.job(spec.name)
             self.alerts.raise_alert(
                 Alert(
@@ -686,6 +690,7 @@ class Supervisor:
         self.alerts.resolve(
             spec.name, "savepoint_failed", f"savepoint {record.id} taken at batch {record.batch_id}"
         )
+        push_savepoint(self.platform.monitoring, spec, record, time.monotonic() - started)
         try:
             return SavepointOutcome(record, self.prune_savepoints(spec))
         except SavepointError as error:
@@ -746,9 +751,13 @@ class Supervisor:
             exit_reason = f"{FAILURE}launch: {error}"
             self.ledger.start_run(replace(run, stopped_at=self.clock(), exit_reason=exit_reason))
             return exit_reason
-        self.ledger.start_run(
-            replace(run, pid=driver.pid, app_id=driver.app_id, log_path=str(driver.log_path))
-        )
+        launched = replace(run, pid=driver.pid, app_id=driver.app_id, log_path=str(driver.log_path))
+        try:
+            self.ledger.start_run(launched)
+        except LedgerError:
+            # A driver the ledger does not know of would be launched again once it is back.
+            self.backend.kill(launched)
+            raise
         return f"run {run_id} pid {driver.pid}"
 
     # watching and requests --------------------------------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -81,6 +82,18 @@ def source_files(source_log: Path, after: int = -1, upto: int | None = None) -> 
         for record in _log_view(source_log, upto)
         if after < int(record["batchId"]) and (upto is None or int(record["batchId"]) <= upto)
     ]
+
+
+def landing_backlog(landing_dirs: Iterable[Path], sources_dir: Path) -> int | None:
+    """Landing files (`*.json`) the query has not read yet, over all its sources; None before its
+    first batch.
+
+    What was read comes from the query's file-source logs (Spark's file source reports no backlog).
+    """
+    if not sources_dir.is_dir():
+        return None
+    read = {path for source_log in sources_dir.iterdir() for path in source_files(source_log)}
+    return sum(1 for landing in landing_dirs for path in landing.glob("*.json") if path not in read)
 
 
 def read_offsets(content: bytes) -> tuple[dict[str, Any], list[Any]]:

@@ -2,8 +2,10 @@
 
 Spark has no REST endpoint for Structured Streaming, so every driver installs a
 `TelemetryListener`. On query start, every progress event, every idle event and on termination it
-rewrites the job's heartbeat (`ops.driver.telemetry`), keeping the last `RECENT_BATCHES` batches, and it
-updates gauges on a registry of its own that `serve_metrics` exposes on 127.0.0.1.
+rewrites the job's heartbeat (`ops.driver.telemetry`), keeping the last `RECENT_BATCHES` batches;
+after each batch it also rewrites the job's progress history for the job board
+(`ops.driver.history`); and it updates gauges on a registry of its own that `serve_metrics`
+exposes on 127.0.0.1.
 
 The progress record is read from its JSON form, which is the same in classic PySpark and Spark
 Connect. `backlog_files` is filled from a source's `numFilesOutstanding` metric when one reports
@@ -18,8 +20,9 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from wsgiref.simple_server import WSGIServer
@@ -34,14 +37,17 @@ from pyspark.sql.streaming.listener import (
     QueryTerminatedEvent,
 )
 
+from ops.driver.history import read_history, write_history
 from ops.driver.preview import is_tap_query
 from ops.driver.telemetry import (
+    JOB_LABEL,
     RECENT_BATCHES,
     BatchSample,
     Heartbeat,
     HeartbeatEvent,
     write_heartbeat,
 )
+from ops.spec.job import Operations
 
 # Long stack traces stay in the driver log; the heartbeat keeps enough to page on.
 MAX_ERROR_MESSAGE = 2000
@@ -125,11 +131,6 @@ def describe_failure(exception_text: str, error_condition: str | None) -> tuple[
     return error_class, message[:MAX_ERROR_MESSAGE]
 
 
-# Every series carries the job it measures, so one Prometheus query or dashboard covers all drivers.
-# Not `job`: Prometheus sets that label to the scrape job's name and would rename ours.
-JOB_LABEL = "job_name"
-
-
 class _Metrics:
     """The driver's Prometheus metrics, on a registry of their own (one driver per process), each
     labelled with the job's name."""
@@ -168,12 +169,42 @@ class _Metrics:
         self.heartbeat = gauge(
             "streamwarden_heartbeat_timestamp_seconds", "When the driver last wrote its heartbeat"
         )
+        self.watermark = gauge(
+            "streamwarden_watermark_timestamp_seconds",
+            "The query's event-time watermark (0 until a batch with event times sets one)",
+        )
+        self.started = gauge("streamwarden_driver_start_time_seconds", "When this driver process started")
+        self.started.set(time.time())
+        # The job file's settings the alert rules compare against, so Prometheus judges each job
+        # by its own thresholds, as the supervisor does. The optional limits are only exported
+        # when set: no series, no alert.
+        self.backlog = gauge(
+            "streamwarden_backlog_files", "Landing files the query has not read yet (measured at scrape time)"
+        )
+        self.trigger_interval = gauge(
+            "streamwarden_trigger_interval_seconds", "The job's operations.trigger.interval_seconds"
+        )
+        self.stuck_grace = gauge(
+            "streamwarden_stuck_grace_seconds", "The job's operations.health.stuck_grace_seconds"
+        )
+        self.max_state_memory = Gauge(
+            "streamwarden_max_state_memory_bytes",
+            "The job's operations.health.max_state_memory_mb in bytes (absent when unset)",
+            [JOB_LABEL],
+            registry=registry,
+        )
+        self.max_watermark_lag = Gauge(
+            "streamwarden_max_watermark_lag_seconds",
+            "The job's operations.health.max_watermark_lag_seconds (absent when unset)",
+            [JOB_LABEL],
+            registry=registry,
+        )
 
 
 @contextmanager
-def serve_metrics(registry: CollectorRegistry, port: int) -> Iterator[WSGIServer]:
-    """Serve `registry` on 127.0.0.1:`port` from a daemon thread while the context is open."""
-    server, thread = start_http_server(port, addr="127.0.0.1", registry=registry)
+def serve_metrics(registry: CollectorRegistry, port: int, address: str) -> Iterator[WSGIServer]:
+    """Serve `registry` on `address`:`port` from a daemon thread while the context is open."""
+    server, thread = start_http_server(port, addr=address, registry=registry)
     try:
         yield server
     finally:
@@ -193,6 +224,8 @@ class TelemetryListener(StreamingQueryListener):
         self.job = job
         self.run_id = run_id
         self.path = heartbeat
+        # The job's rate and batch history outlives this driver (`ops.driver.history`).
+        self._history = read_history(heartbeat)
         self.registry = CollectorRegistry()
         self._metrics = _Metrics(self.registry, job)
         self._recent: deque[BatchSample] = deque(maxlen=RECENT_BATCHES)
@@ -208,6 +241,30 @@ class TelemetryListener(StreamingQueryListener):
         self.replay_runs: set[str] = set()
         # Ids of preview tap queries (`ops.driver.preview`): their events say nothing about the job.
         self._taps: set[str] = set()
+
+    def export_operations(self, operations: Operations, backlog: Callable[[], int | None]) -> None:
+        """Export the job's trigger and health thresholds, and its landing backlog as measured by
+        `backlog` whenever Prometheus scrapes (not per batch: listing the landing directories costs
+        as much as the supervisor's look, and nobody may be scraping)."""
+        health = operations.health
+        self._metrics.trigger_interval.set(operations.trigger.interval_seconds)
+        self._metrics.stuck_grace.set(health.stuck_grace_seconds)
+        if health.max_state_memory_mb is not None:
+            self._metrics.max_state_memory.labels(self.job).set(health.max_state_memory_mb * 1e6)
+        if health.max_watermark_lag_seconds is not None:
+            self._metrics.max_watermark_lag.labels(self.job).set(health.max_watermark_lag_seconds)
+
+        def backlog_files() -> float:
+            # A scrape that fails reads as a dead driver (StreamwardenJobDown), so a listing that
+            # races Spark compacting or purging its source log reports no figure instead.
+            try:
+                files = backlog()
+            except (OSError, ValueError) as error:
+                log.warning("landing backlog not measured", error=str(error))
+                return math.nan
+            return math.nan if files is None else float(files)
+
+        self._metrics.backlog.set_function(backlog_files)
 
     def onQueryStarted(self, event: QueryStartedEvent) -> None:
         if is_tap_query(event.name):
@@ -226,6 +283,8 @@ class TelemetryListener(StreamingQueryListener):
             self._state_rows = state_rows(progress)
             self._state_memory_bytes = state_memory_bytes(progress)
             self._watermark = (progress.get("eventTime") or {}).get("watermark")
+            self._history = self._history.with_batch(progress, time.time())
+            write_history(self.path, self._history)
         self._metrics.last_batch_id.set(sample.batch_id)
         self._metrics.input_rows.inc(sample.num_input_rows)
         self._metrics.dropped_by_watermark.inc(_state_total(progress, "numRowsDroppedByWatermark") or 0)
@@ -238,6 +297,8 @@ class TelemetryListener(StreamingQueryListener):
             self._metrics.state_rows.set(self._state_rows)
         if self._state_memory_bytes is not None:
             self._metrics.state_memory.set(self._state_memory_bytes)
+        if self._watermark is not None:
+            self._metrics.watermark.set(datetime.fromisoformat(self._watermark).timestamp())
         log.info(
             "batch",
             batch=sample.batch_id,

@@ -17,6 +17,10 @@ from ops.atomic import write_atomically
 
 HeartbeatEvent = Literal["started", "progress", "idle", "terminated"]
 RECENT_BATCHES = 10
+# The label every driver metric (and every batch task's pushed one) carries the job it measures in,
+# so one Prometheus query or dashboard covers all drivers. Not `job`: Prometheus sets that label to
+# the scrape job's name and would rename ours.
+JOB_LABEL = "job_name"
 
 
 @dataclass(frozen=True)

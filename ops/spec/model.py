@@ -9,6 +9,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ops.exceptions import ConfigError
 
+# The error type of a field that takes a secret reference (ops.spec.platform.SecretRef).
+SECRET_REFERENCE_ERROR = "secret_reference"
+
 
 class Model(BaseModel):
     """Base for every config model: immutable, unknown keys rejected."""
@@ -40,7 +43,8 @@ def describe_error(error: ValidationError) -> str:
     problem = first["msg"]
     if first["type"] == "extra_forbidden":
         problem = "unknown key"
-    elif "input" in first and first["type"] != "missing":
+    elif "input" in first and first["type"] not in ("missing", SECRET_REFERENCE_ERROR):
+        # A bad secret reference is not quoted: it may be the secret, pasted in by mistake.
         problem = f"{problem} (got {first['input']!r})"
     more = len(error.errors()) - 1
     suffix = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""

@@ -8,16 +8,39 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Annotated
+from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import Field, ValidationError
+from pydantic import BeforeValidator, Field, ValidationError
+from pydantic_core import PydanticCustomError
 
 from ops.exceptions import ConfigError
-from ops.spec.model import Model, describe_error, read_yaml
+from ops.secrets import check_reference
+from ops.spec.model import SECRET_REFERENCE_ERROR, Model, describe_error, read_yaml
 
 CONF_DIR_ENV = "STREAMWARDEN_CONF_DIR"
+# Overrides `ledger.url` of platform.yaml for every process that loads it (warden, Airflow, drivers).
+LEDGER_URL_ENV = "STREAMWARDEN_LEDGER_URL"
+# The ledger databases Streamwarden runs on; a URL of any other database is refused at load.
+SQLITE_PREFIX = "sqlite:///"
+POSTGRES_DRIVER = "postgresql+psycopg"
+LEDGER_URL_FORMS = "sqlite:///PATH or postgresql+psycopg://USER[:PASSWORD]@HOST:PORT/DATABASE"
 DEFAULT_CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 # Each job's supervision DAG is `<prefix><job>`; the DAG factory and `warden platform up` agree here.
 SUPERVISE_DAG_PREFIX = "warden_supervise_"
+
+
+def _secret_reference(value: object) -> str:
+    try:
+        return check_reference(value)
+    except ValueError as error:
+        # Its own error type, so describe_error never echoes the input: it may be a pasted secret.
+        raise PydanticCustomError(SECRET_REFERENCE_ERROR, "{problem}", {"problem": str(error)}) from None
+
+
+# Where a secret comes from, never the secret itself: `env:NAME`, `file:/PATH` or
+# `airflow:CONN_ID[#FIELD]` (ops.secrets); null for none.
+SecretRef = Annotated[str, BeforeValidator(_secret_reference)]
 
 
 class StorageConfig(Model):
@@ -27,23 +50,76 @@ class StorageConfig(Model):
     checkpoint_root: Path = Path(".runtime/checkpoints")
 
 
+class LedgerConfig(Model):
+    """Where the ledger lives: a SQLAlchemy URL, `sqlite:///PATH` or `postgresql+psycopg://...`
+    (`postgresql://` means the same: psycopg 3 is the driver installed). Checked at load by
+    `ledger_url_problem`, outside pydantic, whose errors would quote the URL, password and all."""
+
+    url: str = "sqlite:///.runtime/ledger.db"
+
+
+def normalized_ledger_url(url: str) -> str:
+    """`url` with a PostgreSQL URL of no or the generic driver made psycopg 3's; unchanged otherwise."""
+    for generic in ("postgresql://", "postgres://"):
+        if url.startswith(generic):
+            return f"{POSTGRES_DRIVER}://{url[len(generic) :]}"
+    return url
+
+
+def url_without_password(url: str) -> str:
+    """`url` with its password, if any, replaced by `***`: what messages and logs may show."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def ledger_url_problem(url: str) -> str | None:
+    """Why `url` cannot hold the ledger (naming it without its password), or None if it can."""
+    scheme, separator, _ = normalized_ledger_url(url).partition("://")
+    if not separator:
+        return f"not a database URL ({len(url)} characters); use {LEDGER_URL_FORMS}"
+    if scheme not in ("sqlite", POSTGRES_DRIVER):
+        return (
+            f"the ledger runs on SQLite or PostgreSQL with psycopg 3, not {scheme!r} "
+            f"({url_without_password(url)}); use {LEDGER_URL_FORMS}"
+        )
+    return None
+
+
+class EmbeddedPostgresConfig(Model):
+    """The PostgreSQL server `warden platform up` starts on 127.0.0.1 (databases `ledger` and
+    `metastore`); the ledger uses it when `ledger.url` points at it."""
+
+    port: int = Field(5433, ge=1, le=65535)
+    data_dir: Path = Path(".runtime/postgres")
+
+
 class S3Config(Model):
     endpoint_url: str | None = "http://127.0.0.1:8333"
     bucket: str = "streamwarden"
     region: str = "us-east-1"
-    access_key_id_env: str = "AWS_ACCESS_KEY_ID"
-    secret_access_key_env: str = "AWS_SECRET_ACCESS_KEY"
+    access_key_id: SecretRef | None = "env:AWS_ACCESS_KEY_ID"
+    secret_access_key: SecretRef | None = "env:AWS_SECRET_ACCESS_KEY"
     savepoint_prefix: str = "savepoints"
 
 
+class ArchiveConfig(Model):
+    """The archive of landing input in the object store (`ops.archive`), by arrival hour."""
+
+    prefix: str = "archive"
+    seal_after_minutes: float = Field(
+        10.0, ge=0, description="How long after an arrival hour ends it is archived (late writers)."
+    )
+    retention_days: float = Field(30.0, gt=0, description="Older arrival hours are deleted.")
+
+
 class SlackConfig(Model):
-    webhook_url_env: str = "STREAMWARDEN_SLACK_WEBHOOK_URL"
+    # An `env:` reference whose variable is unset, or null, means console + ledger only.
+    webhook_url: SecretRef | None = "env:STREAMWARDEN_SLACK_WEBHOOK_URL"
     dedup_window_seconds: int = Field(600, ge=0)
     max_attempts: int = Field(50, ge=1)
-
-    def webhook_url(self) -> str | None:
-        """The webhook URL from the environment; None means console + ledger only."""
-        return os.environ.get(self.webhook_url_env) or None
 
 
 class AirflowConfig(Model):
@@ -55,14 +131,41 @@ class AirflowConfig(Model):
         return f"http://{self.host}:{self.port}"
 
 
+class EmbeddedClusterConfig(Model):
+    """The Spark standalone cluster `warden platform up` starts when `spark.master` is `embedded`.
+
+    Worker `i` (from 0) listens on `worker_port_base + i` and its web UI on `worker_ui_port_base + i`.
+    """
+
+    workers: int = Field(2, ge=1)
+    cores_per_worker: int = Field(1, ge=1)
+    memory_per_worker: str = Field("2g", pattern=r"^[0-9]+[mg]$")
+    executor_memory: str = Field("1g", pattern=r"^[0-9]+[mg]$")
+    master_port: int = Field(7077, ge=1024, le=65535)
+    master_ui_port: int = Field(8090, ge=1024, le=65535)
+    worker_port_base: int = Field(7078, ge=1024, le=65535)
+    worker_ui_port_base: int = Field(8091, ge=1024, le=65535)
+
+
 class SparkDefaults(Model):
+    # `local[N]`, `embedded` (the standalone cluster below, on loopback), or a `spark://` URL.
     master: str = "local[2]"
+    cluster: EmbeddedClusterConfig = Field(default_factory=EmbeddedClusterConfig)
     ui_enabled: bool = False
     # The address every driver binds its ports to (RPC, block manager, UI) and advertises. Spark's
     # default is the machine's external address; loopback keeps an embedded platform off the
     # network. A driver with executors on other hosts needs an address they reach (null: Spark's).
     bind_address: str | None = "127.0.0.1"
     extra_conf: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def uses_embedded_cluster(self) -> bool:
+        return self.master == "embedded"
+
+    @property
+    def master_url(self) -> str:
+        """The URL drivers connect to: `master`, with `embedded` resolved to the cluster's master."""
+        return f"spark://127.0.0.1:{self.cluster.master_port}" if self.uses_embedded_cluster else self.master
 
     def network_conf(self) -> dict[str, str]:
         """The driver confs that bind its RPC and block-manager ports to `bind_address`."""
@@ -76,15 +179,26 @@ class SparkDefaults(Model):
         return {} if self.bind_address is None else {"SPARK_LOCAL_IP": self.bind_address}
 
 
+class MonitoringConfig(Model):
+    # Where batch tasks (savepoints today; compaction and backfill) push their figures
+    # (`ops.pushgateway`), e.g. http://pushgateway:9091 in the team stack; null pushes nothing.
+    pushgateway_url: str | None = None
+    push_timeout_seconds: float = Field(5.0, gt=0)
+
+
 class PlatformConfig(Model):
     """The platform-wide settings of `conf/platform.yaml`."""
 
     storage: StorageConfig = Field(default_factory=StorageConfig)
-    ledger_url: str = "sqlite:///.runtime/ledger.db"
+    ledger: LedgerConfig = Field(default_factory=LedgerConfig)
+    # null: no embedded PostgreSQL server (the ledger is SQLite or a PostgreSQL run elsewhere).
+    postgres: EmbeddedPostgresConfig | None = Field(default_factory=EmbeddedPostgresConfig)
     s3: S3Config = Field(default_factory=S3Config)
     slack: SlackConfig = Field(default_factory=SlackConfig)
+    archive: ArchiveConfig = Field(default_factory=ArchiveConfig)
     airflow: AirflowConfig = Field(default_factory=AirflowConfig)
     spark: SparkDefaults = Field(default_factory=SparkDefaults)
+    monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)
     # The jobs whose supervision DAGs `warden platform up` unpauses (and so launches); the others'
     # DAGs are registered paused, to be unpaused from the UI. 2 cores run one or two drivers well.
     autostart_jobs: tuple[str, ...] = ("router",)
@@ -118,10 +232,15 @@ class PlatformConfig(Model):
     @property
     def resolved_ledger_url(self) -> str:
         """The ledger URL with a relative SQLite path made absolute."""
-        prefix = "sqlite:///"
-        if self.ledger_url.startswith(prefix) and not self.ledger_url.startswith(prefix + "/"):
-            return prefix + str(self.resolve(Path(self.ledger_url[len(prefix) :])))
-        return self.ledger_url
+        url = normalized_ledger_url(self.ledger.url)
+        if url.startswith(SQLITE_PREFIX) and not url.startswith(SQLITE_PREFIX + "/"):
+            return SQLITE_PREFIX + str(self.resolve(Path(url[len(SQLITE_PREFIX) :])))
+        return url
+
+    @property
+    def postgres_data_dir(self) -> Path | None:
+        """The embedded PostgreSQL server's data directory, or None when there is none."""
+        return None if self.postgres is None else self.resolve(self.postgres.data_dir)
 
     def job_runtime_dir(self, job: str) -> Path:
         """Where a job's driver logs and heartbeat live."""
@@ -134,11 +253,22 @@ def conf_dir() -> Path:
 
 
 def load_platform(directory: Path | None = None) -> PlatformConfig:
-    """Load and validate `platform.yaml` from the conf directory."""
+    """Load and validate `platform.yaml` from the conf directory; `$STREAMWARDEN_LEDGER_URL`,
+    when set, replaces its `ledger.url`."""
     directory = (directory or conf_dir()).resolve()
     path = directory / "platform.yaml"
     document, _ = read_yaml(path)
     try:
-        return PlatformConfig.model_validate({**document, "conf_dir": directory})
+        platform = PlatformConfig.model_validate({**document, "conf_dir": directory})
     except ValidationError as exc:
         raise ConfigError(path, describe_error(exc)) from exc
+    ledger_url = os.environ.get(LEDGER_URL_ENV)
+    if ledger_url:
+        problem = ledger_url_problem(ledger_url)
+        if problem is not None:
+            raise ConfigError(f"${LEDGER_URL_ENV}", problem)
+        return platform.model_copy(update={"ledger": LedgerConfig(url=ledger_url)})
+    problem = ledger_url_problem(platform.ledger.url)
+    if problem is not None:
+        raise ConfigError(path, f"field 'ledger.url': {problem}")
+    return platform

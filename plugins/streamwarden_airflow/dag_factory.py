@@ -12,11 +12,14 @@ keeps its DAG until a verdict says otherwise; its driver runs the same check bef
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from pathlib import Path
 
 from airflow.sdk import DAG, Param, task
 
+from ops.clock import utcnow
 from ops.control.supervisor import Supervisor
-from ops.exceptions import ConfigError
+from ops.exceptions import ConfigError, LedgerError
+from ops.ledger.store import SCHEMA_REVISION, Ledger, schema_revision
 from ops.spec.analysis import with_verdicts
 from ops.spec.job import JobLoadResult, RestatementSchedule, load_jobs
 from ops.spec.platform import SUPERVISE_DAG_PREFIX, load_platform
@@ -53,13 +56,41 @@ def supervision_dag(job: str, description: str) -> DAG:
     return dag
 
 
+def _job_param(jobs: list[str], description: str) -> Param:
+    """A required choice of job with nothing preselected: a default would be the first name
+    alphabetically, which the person triggering the form has not chosen."""
+    return Param(type="string", description=description, **({"enum": jobs} if jobs else {}))
+
+
 def _job_and_reason(jobs: list[str]) -> dict[str, Param]:
     """The trigger-form fields every operator DAG asks for."""
     return {
-        "job": Param(
-            jobs[0] if jobs else "", type="string", enum=jobs or [""], description="The job to act on."
-        ),
+        "job": _job_param(jobs, "The job to act on."),
         "reason": Param(type="string", minLength=3, description="Why; quoted in the ledger and in alerts."),
+    }
+
+
+def _savepoint_choices(jobs: list[str]) -> dict[str, str]:
+    """The jobs' complete savepoints, newest first, id -> how the form shows it ("router: batch 42,
+    2026-11-24 10:03 UTC"), read from the ledger at parse time (one query). Empty when the ledger
+    does not exist yet or is at another schema revision: parsing never creates or migrates it."""
+    try:
+        platform = load_platform()
+        url = platform.resolved_ledger_url
+        if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
+            return {}
+        ledger = Ledger.open(url, upgrade=False)
+        if schema_revision(ledger.engine) != SCHEMA_REVISION:
+            return {}
+        savepoints = ledger.all_savepoints(status="complete")
+    except (ConfigError, LedgerError):
+        return {}
+    return {
+        savepoint.id: (
+            f"{savepoint.job}: batch {savepoint.batch_id}, {savepoint.created_at:%Y-%m-%d %H:%M} UTC"
+        )
+        for savepoint in savepoints
+        if savepoint.job in jobs
     }
 
 
@@ -106,6 +137,7 @@ def restate_dag(jobs: list[str], schedule: RestatementSchedule | None = None) ->
     `lookback_hours` before, and its form still allows a manual run with other values.
     """
     scheduled = schedule is not None
+    savepoints = _savepoint_choices(jobs)
     with DAG(
         dag_id=f"warden_restate_{jobs[0]}" if scheduled else "warden_restate",
         description=(
@@ -122,16 +154,28 @@ def restate_dag(jobs: list[str], schedule: RestatementSchedule | None = None) ->
         max_active_runs=1,
         tags=["streamwarden", "operator", "restate"],
         params={
-            "job": Param(
-                jobs[0] if jobs else "", type="string", enum=jobs or [""], description="The job to restate."
-            ),
+            # A scheduled restatement's one job is its default: the cron run has no form.
+            "job": Param(jobs[0], type="string", enum=jobs, description="The job to restate.")
+            if scheduled
+            else _job_param(jobs, "The job to restate."),
+            # Either a savepoint or a time, so neither is required; null is "left empty".
             "savepoint": Param(
-                "", type="string", description="A savepoint id (`warden savepoints JOB`); or leave empty."
+                None,
+                type=["null", "string"],
+                examples=list(savepoints),
+                values_display=savepoints,
+                description=(
+                    "A savepoint of the job, from its catalogue (newest first; the job board's "
+                    "'restate from here' fills it in); or leave empty and give `before`."
+                ),
             ),
             "before": Param(
-                "",
-                type="string",
-                description="Or: restate from the newest savepoint taken before this ISO 8601 time (UTC).",
+                None,
+                type=["null", "string"],
+                description=(
+                    "Or leave `savepoint` empty: restate from the newest savepoint taken before this "
+                    "ISO 8601 time (UTC), e.g. 2026-11-24T10:00."
+                ),
             ),
             "reason": Param(
                 "scheduled restatement" if scheduled else None,
@@ -149,8 +193,8 @@ def restate_dag(jobs: list[str], schedule: RestatementSchedule | None = None) ->
         RestateOperator(
             task_id="restate",
             job="{{ params.job }}",
-            savepoint="{{ params.savepoint }}",
-            before="{{ params.before }}",
+            savepoint="{{ params.savepoint or '' }}",
+            before="{{ params.before or '' }}",
             reason="{{ params.reason }}",
             dry_run="{{ params.dry_run }}",
             lookback_hours=schedule.lookback_hours if schedule is not None else None,
@@ -166,7 +210,7 @@ def platform_dag() -> DAG:
         dag_id="warden_platform",
         description=(
             "Validates job files, delivers alerts left in the outbox, prunes old savepoints, "
-            "removes orphaned sink output"
+            "removes orphaned sink output, archives landing input by arrival hour"
         ),
         schedule=timedelta(minutes=1),
         start_date=START,
@@ -193,9 +237,17 @@ def platform_dag() -> DAG:
         def remove_orphaned_output() -> list[str]:
             return Supervisor.for_platform(load_platform()).remove_all_orphaned_output()
 
+        @task
+        def archive_landing() -> list[str]:
+            # Imported here: boto3 must not load when the DAG file is parsed.
+            from ops.archive import archive_all
+
+            return archive_all(load_platform(), utcnow())
+
         analyse_job_files() >> check_job_files()
         prune_savepoints()
         remove_orphaned_output()
+        archive_landing()
     return dag
 
 

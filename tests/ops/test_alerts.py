@@ -1,6 +1,7 @@
-"""The alert outbox against a real SQLite ledger and a real Slack stand-in on loopback.
+"""The alert outbox against a real ledger (each test on SQLite and on PostgreSQL) and a real Slack
+stand-in on loopback.
 
-Time moves through a fake clock; only the HTTP exchanges are real.
+Time moves through a fake clock; only the HTTP exchanges and the database are real.
 """
 
 from __future__ import annotations
@@ -14,8 +15,11 @@ import pytest
 from ops.control.alerts import CLAIM_LEASE, Alert, AlertCenter
 from ops.ledger.store import Ledger
 from ops.spec.platform import PlatformConfig, SlackConfig
+from tests.support.platform import on_both_ledgers
 from tests.support.ports import free_test_port
-from tests.support.slack import SlackReceiver, use_webhook
+from tests.support.slack import WEBHOOK_ENV, SlackReceiver, use_webhook
+
+pytestmark = on_both_ledgers
 
 RUN_URL = "http://127.0.0.1:8080/dags/warden_router/runs/scheduled__2031-05-04T12:00:00+00:00"
 
@@ -234,7 +238,7 @@ def test_slack_rejecting_a_request_fails_it_at_once_and_the_queue_moves_on(
 def test_without_a_webhook_alerts_are_written_to_the_console(
     center: AlertCenter, ledger: Ledger, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.delenv(center.slack.webhook_url_env, raising=False)
+    monkeypatch.delenv(WEBHOOK_ENV, raising=False)
     alert_id = center.raise_alert(page())
 
     report = center.deliver_due()
@@ -290,7 +294,7 @@ def test_a_claimed_alert_is_left_alone_until_its_lease_runs_out(
 def test_two_deliverers_send_each_alert_once_in_order(
     ledger: Ledger, platform_conf: PlatformConfig, clock: FakeClock, slack_webhook: SlackReceiver
 ) -> None:
-    # Separate engines on the same SQLite file, as two processes would have.
+    # Separate engines on the same database, as two processes would have.
     centers = [
         AlertCenter(Ledger.open(platform_conf.resolved_ledger_url), platform_conf.slack, clock)
         for _ in range(2)
@@ -357,7 +361,7 @@ def test_reminders_resends_and_the_resolution_name_their_incident_and_sequence(
 def test_the_console_line_names_the_incident_and_sequence(
     center: AlertCenter, clock: FakeClock, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.delenv(center.slack.webhook_url_env, raising=False)
+    monkeypatch.delenv(WEBHOOK_ENV, raising=False)
     first = center.raise_alert(page())
     center.deliver_due()
     clock.advance(center.slack.dedup_window_seconds)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+import sqlalchemy as sa
 
 from ops.cli import main
+from ops.ledger.store import SCHEMA_REVISION, schema_revision
 from ops.spec.platform import PlatformConfig
 
 
@@ -34,3 +36,15 @@ def test_unknown_job_is_a_clear_error(
 ) -> None:
     assert main(["start", "nosuchjob"]) == 2
     assert "no job named 'nosuchjob'" in capsys.readouterr().err
+
+
+def test_migrate_creates_the_ledger_schema(
+    platform_conf: PlatformConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ledger_file = platform_conf.runtime_root / "ledger.db"
+    assert not ledger_file.exists()
+    assert main(["migrate"]) == 0
+    assert capsys.readouterr().out.strip() == f"ledger at sqlite:///{ledger_file}: schema {SCHEMA_REVISION}"
+    assert schema_revision(sa.create_engine(f"sqlite:///{ledger_file}")) == SCHEMA_REVISION
+    # A second run finds it current and changes nothing.
+    assert main(["migrate"]) == 0

@@ -217,7 +217,7 @@ def test_config_is_frozen() -> None:
 
 
 def test_platform_rejects_unknown_keys(tmp_path: Path) -> None:
-    (tmp_path / "platform.yaml").write_text("ledger_url: sqlite:///x.db\nslak: {}\n")
+    (tmp_path / "platform.yaml").write_text("ledger: {url: sqlite:///x.db}\nslak: {}\n")
     with pytest.raises(ConfigError, match=r"platform.yaml: field 'slak': unknown key"):
         load_platform(tmp_path)
     assert isinstance(load_platform(DEFAULT_CONF_DIR), PlatformConfig)

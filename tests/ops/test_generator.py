@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from synthetic.generator import REQUIRED_FIELDS, TYPED_FIELDS, run, write_batch
+from synthetic.profiles import RateProfile
 
 
 def test_same_seed_writes_the_same_file(tmp_path: Path) -> None:
@@ -90,3 +91,45 @@ def test_command_line_prints_progress(tmp_path: Path) -> None:
     written = list(tmp_path.glob("*.json"))
     assert 3 <= len(written) <= 5
     assert result.stdout.count("wrote events-") == len(written)
+
+
+def test_rate_profiles_step_ramp_and_hold_a_noisy_plateau() -> None:
+    profile = RateProfile.parse("step 200 60, ramp 200 800 120, noisy 300 0.15 600", seed=3)
+    assert profile.seconds == 780
+    assert [profile.rate_at(t) for t in (0, 59.9, 60, 120, 179.4)] == pytest.approx([200, 200, 200, 500, 797])
+    plateau = [profile.rate_at(t) for t in range(180, 780)]
+    assert all(255 <= rate <= 345 for rate in plateau)
+    assert len(set(plateau)) > 100  # it is noisy
+    assert 255 <= profile.rate_at(10_000) <= 345  # after the end, the last segment holds
+    again = RateProfile.parse("step 200 60, ramp 200 800 120, noisy 300 0.15 600", seed=3)
+    assert [again.rate_at(t) for t in range(180, 780)] == plateau  # seeded
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "has no segment"),
+        ("jump 200 60", "kind must be one of step, ramp, noisy"),
+        ("ramp 200 60", "ramp takes 3 numbers"),
+        ("step fast 60", "are not all numbers"),
+        ("step 200 0", "the duration > 0"),
+        ("noisy 300 1.5 60", "noise is a fraction below 1"),
+    ],
+)
+def test_a_bad_rate_profile_is_refused_with_the_segment_quoted(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        RateProfile.parse(text)
+
+
+def test_run_follows_a_profile(tmp_path: Path) -> None:
+    # 20 files per second: 100 events/s for 0.5 s (5 a file), then 400 events/s (20 a file).
+    totals = run(tmp_path, RateProfile.parse("step 100 0.5, step 400 1"), files_per_second=20, duration=0.9)
+    sizes = [len(path.read_text().splitlines()) for path in totals.paths]
+    assert sizes[:10] == [5] * 10
+    assert set(sizes[10:]) == {20}
+
+
+def test_a_rate_below_one_event_per_file_carries_over(tmp_path: Path) -> None:
+    totals = run(tmp_path, events_per_second=5, files_per_second=20, duration=0.95)
+    # 5 events/s in 19 slots of 50 ms: an event every 4th slot.
+    assert totals.events + totals.malformed == 4

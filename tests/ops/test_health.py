@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ops.control.health import landing_backlog
+from ops.driver.checkpoint import landing_backlog
 
 
 def write_log(log_dir: Path, name: str, paths: list[Path], batch: int) -> None:

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import math
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from pyspark.sql import SparkSession
 
+from ops.driver.history import read_history
 from ops.driver.listener import (
     TelemetryListener,
     batch_sample,
@@ -20,6 +26,7 @@ from ops.driver.listener import (
     state_rows,
 )
 from ops.driver.telemetry import Heartbeat, read_heartbeat
+from ops.spec.job import find_job
 from ops.spec.platform import PlatformConfig
 from tests.support.platform import job_paths
 from tests.support.ports import free_test_port
@@ -118,9 +125,15 @@ def test_listener_writes_heartbeats_and_serves_metrics(
         assert [sample.batch_id for sample in second.recent] == [0, 1]
         assert second.state_rows == 3
         assert second.state_memory_bytes is not None and second.state_memory_bytes > 0
+        # The job board's history beside the heartbeat: the batches with their time breakdown.
+        history = read_history(listener.path)
+        assert [batch["batchId"] for batch in history.batches] == [0, 1]
+        assert {"addBatch", "triggerExecution"} <= set(history.batches[-1]["durationMs"])
+        assert sum(minute.input_rows for minute in history.minutes) == 4
+        assert history.last_batch_end is not None
         wait_for(listener, lambda hb: hb.event == "idle")
         with (
-            serve_metrics(listener.registry, port),
+            serve_metrics(listener.registry, port, "127.0.0.1"),
             urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response,
         ):
             metrics = response.read().decode()
@@ -139,3 +152,64 @@ def test_listener_writes_heartbeats_and_serves_metrics(
     final = read_heartbeat(listener.path)
     assert final is not None and final.event == "terminated" and final.error_class is None
     assert (final.job, final.run_id, final.batch_id) == ("router", "run-7", 1)
+
+
+def test_listener_exports_thresholds_backlog_and_watermark_for_the_alert_rules(
+    platform_conf: PlatformConfig,
+) -> None:
+    """What conf/prometheus/rules compare against: the job's own thresholds (the optional limits
+    only when set), the landing backlog measured at scrape time, and the watermark in seconds."""
+    spec = find_job("router", platform_conf.conf_dir)
+    limited = spec.operations.model_copy(
+        update={
+            "health": spec.operations.health.model_copy(
+                update={"max_state_memory_mb": 256.0, "max_watermark_lag_seconds": 600.0}
+            )
+        }
+    )
+    backlog: list[int | None] = [None]
+    port = free_test_port()
+
+    def scrape(listener: TelemetryListener) -> dict[str, float]:
+        with (
+            serve_metrics(listener.registry, port, "127.0.0.1"),
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response,
+        ):
+            return {
+                sample.name: sample.value
+                for family in text_string_to_metric_families(response.read().decode())
+                for sample in family.samples
+            }
+
+    unlimited = TelemetryListener(job_paths(platform_conf, "router").heartbeat, "router", "run-1")
+    unlimited.export_operations(spec.operations, lambda: backlog[0])
+    metrics = scrape(unlimited)
+    assert metrics["streamwarden_trigger_interval_seconds"] == spec.operations.trigger.interval_seconds
+    assert metrics["streamwarden_stuck_grace_seconds"] == spec.operations.health.stuck_grace_seconds
+    assert "streamwarden_max_state_memory_bytes" not in metrics
+    assert "streamwarden_max_watermark_lag_seconds" not in metrics
+    assert math.isnan(metrics["streamwarden_backlog_files"]), "no backlog before the first batch"
+    assert metrics["streamwarden_watermark_timestamp_seconds"] == 0.0
+    assert 0 < time.time() - metrics["streamwarden_driver_start_time_seconds"] < 60
+
+    listener = TelemetryListener(job_paths(platform_conf, "router").heartbeat, "router", "run-2")
+    listener.export_operations(limited, lambda: backlog[0])
+    progress = {"batchId": 3, "numInputRows": 5, "eventTime": {"watermark": "2026-11-24T10:00:00.000Z"}}
+    # The listener reads an event's progress as JSON, as in classic PySpark and Spark Connect.
+    listener.onQueryProgress(SimpleNamespace(progress=SimpleNamespace(json=json.dumps(progress))))  # type: ignore[arg-type]
+    backlog[0] = 7
+    metrics = scrape(listener)
+    assert metrics["streamwarden_max_state_memory_bytes"] == 256e6
+    assert metrics["streamwarden_max_watermark_lag_seconds"] == 600.0
+    assert metrics["streamwarden_backlog_files"] == 7.0, "measured when scraped"
+    assert (
+        metrics["streamwarden_watermark_timestamp_seconds"]
+        == datetime(2026, 11, 24, 10, tzinfo=UTC).timestamp()
+    )
+
+    def purged_under_the_listing() -> int | None:
+        raise FileNotFoundError("sources/0/9.compact")
+
+    racing = TelemetryListener(job_paths(platform_conf, "router").heartbeat, "router", "run-3")
+    racing.export_operations(spec.operations, purged_under_the_listing)
+    assert math.isnan(scrape(racing)["streamwarden_backlog_files"]), "a listing race fails no scrape"

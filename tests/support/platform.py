@@ -1,4 +1,8 @@
-"""A throwaway platform: its own conf dir, storage roots and SQLite ledger under tmp_path."""
+"""A throwaway platform: its own conf dir, storage roots and ledger under tmp_path.
+
+The ledger is SQLite unless the test is parametrized with `on_both_ledgers`, which runs it once
+on SQLite and once on a fresh database of the worker's PostgreSQL server (tests.support.postgres).
+"""
 
 from __future__ import annotations
 
@@ -11,12 +15,19 @@ import yaml
 from ops.ledger.store import Ledger
 from ops.spec.job import find_job
 from ops.spec.paths import JobPaths
-from ops.spec.platform import CONF_DIR_ENV, DEFAULT_CONF_DIR, PlatformConfig, load_platform
+from ops.spec.platform import CONF_DIR_ENV, DEFAULT_CONF_DIR, LEDGER_URL_ENV, PlatformConfig, load_platform
 from tests.support.ports import free_test_port
 
+LEDGER_KINDS = ("sqlite", "postgresql")
+# Runs a test on each ledger database: it gets `ledger_url` (and so `platform_conf`, `ledger`) for each.
+on_both_ledgers = pytest.mark.parametrize("ledger_url", LEDGER_KINDS, indirect=True)
 
-def write_conf(conf_dir: Path, runtime: Path, *, jobs: dict[str, dict] | None = None) -> None:
-    """A platform.yaml rooted at `runtime` plus the repo's job files (or the given ones)."""
+
+def write_conf(
+    conf_dir: Path, runtime: Path, *, jobs: dict[str, dict] | None = None, ledger_url: str | None = None
+) -> None:
+    """A platform.yaml rooted at `runtime` (SQLite ledger there unless `ledger_url` says otherwise,
+    no embedded PostgreSQL server) plus the repo's job files (or the given ones)."""
     (conf_dir / "jobs").mkdir(parents=True, exist_ok=True)
     platform = {
         "storage": {
@@ -25,7 +36,8 @@ def write_conf(conf_dir: Path, runtime: Path, *, jobs: dict[str, dict] | None = 
             "lake_root": str(runtime / "lake"),
             "checkpoint_root": str(runtime / "checkpoints"),
         },
-        "ledger_url": f"sqlite:///{runtime / 'ledger.db'}",
+        "ledger": {"url": ledger_url or f"sqlite:///{runtime / 'ledger.db'}"},
+        "postgres": None,
         "spark": {"master": "local[2]", "ui_enabled": False},
     }
     (conf_dir / "platform.yaml").write_text(yaml.safe_dump(platform))
@@ -44,11 +56,24 @@ def write_conf(conf_dir: Path, runtime: Path, *, jobs: dict[str, dict] | None = 
 
 
 @pytest.fixture
-def platform_conf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> PlatformConfig:
-    """A platform config in tmp_path, made the current one through STREAMWARDEN_CONF_DIR."""
+def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The throwaway platform's ledger: SQLite under tmp_path, or with `on_both_ledgers` also a
+    fresh PostgreSQL database."""
+    kind = getattr(request, "param", "sqlite")
+    if kind == "postgresql":
+        return str(request.getfixturevalue("postgres_database"))
+    assert kind == "sqlite", f"unknown ledger kind {kind!r}; one of {LEDGER_KINDS}"
+    return f"sqlite:///{tmp_path / 'runtime' / 'ledger.db'}"
+
+
+@pytest.fixture
+def platform_conf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ledger_url: str) -> PlatformConfig:
+    """A platform config in tmp_path, made the current one through STREAMWARDEN_CONF_DIR (and no
+    ledger URL from the environment)."""
     conf_dir = tmp_path / "conf"
-    write_conf(conf_dir, tmp_path / "runtime")
+    write_conf(conf_dir, tmp_path / "runtime", ledger_url=ledger_url)
     monkeypatch.setenv(CONF_DIR_ENV, str(conf_dir))
+    monkeypatch.delenv(LEDGER_URL_ENV, raising=False)
     return load_platform(conf_dir)
 
 

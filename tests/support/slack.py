@@ -17,8 +17,11 @@ from typing import Any
 
 import pytest
 
+from ops.secrets import SecretReference
 from ops.spec.platform import SlackConfig
 
+# The variable the default `slack.webhook_url` reference (`env:...`) reads.
+WEBHOOK_ENV = SecretReference.parse(SlackConfig().webhook_url).locator
 WEBHOOK_PATH = "/services/T0000TEST/B0000TEST/streamwardentestsecret"
 
 
@@ -124,7 +127,7 @@ class SlackReceiver:
 
 def use_webhook(monkeypatch: pytest.MonkeyPatch, url: str) -> None:
     """Point the platform's Slack webhook setting at `url` for this test."""
-    monkeypatch.setenv(SlackConfig().webhook_url_env, url)
+    monkeypatch.setenv(WEBHOOK_ENV, url)
 
 
 @pytest.fixture

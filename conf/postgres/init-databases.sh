@@ -1,0 +1,20 @@
+#!/bin/sh
+# The team stack's databases on one PostgreSQL server, each owned by a role of its own: `airflow`
+# (Airflow's metadata), `ledger` (Streamwarden's ledger) and `metastore` (the Hive metastore
+# database every Spark process shares). The postgres image runs this once, on an empty data
+# directory; the passwords come from .env through docker-compose.yml. psql's :'name' quoting keeps
+# a password with quotes in it a literal.
+set -eu
+psql --no-psqlrc -v ON_ERROR_STOP=1 --username "$POSTGRES_USER" --dbname "${POSTGRES_DB:-postgres}" \
+  -v airflow_password="$AIRFLOW_DB_PASSWORD" \
+  -v ledger_password="$LEDGER_DB_PASSWORD" \
+  -v metastore_password="$METASTORE_DB_PASSWORD" <<'SQL'
+CREATE ROLE airflow LOGIN PASSWORD :'airflow_password';
+CREATE DATABASE airflow OWNER airflow;
+CREATE ROLE ledger LOGIN PASSWORD :'ledger_password';
+CREATE DATABASE ledger OWNER ledger;
+CREATE ROLE metastore LOGIN PASSWORD :'metastore_password';
+CREATE DATABASE metastore OWNER metastore;
+-- Nobody else may connect to them (PUBLIC may connect to a new database by default).
+REVOKE ALL ON DATABASE airflow, ledger, metastore FROM PUBLIC;
+SQL

@@ -1,0 +1,81 @@
+"""The write of write-audit-publish: one closed sink partition, rewritten as target-size files.
+
+A streaming file sink leaves many small files per partition, some of which no batch committed (a
+killed batch's leftovers). Compaction reads exactly the files the sink log lists as committed for
+the partition, never a directory listing, and writes them as `ceil(bytes / target)` files into a
+staging directory of its own: nothing a reader sees changes until the publish step points the
+warehouse partition at it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+
+from ops.driver.checkpoint import sink_files
+
+SINK_LOG = "_spark_metadata"
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """What a rewrite read and wrote."""
+
+    input_files: int
+    input_bytes: int
+    rows: int
+    output_files: int
+    output_bytes: int
+    staging: Path
+
+
+def partition_dir(sink: Path, partition: Mapping[str, object]) -> Path:
+    """The sink directory of a partition (`route=purchases/event_date=2026-11-24/event_hour=10`)."""
+    return sink.joinpath(*(f"{column}={value}" for column, value in partition.items()))
+
+
+def committed_files(sink: Path, partition: Mapping[str, object]) -> list[Path]:
+    """The data files of a partition that the sink log lists as committed, sorted."""
+    directory = partition_dir(sink, partition)
+    return sorted(path for path in sink_files(sink / SINK_LOG) if path.parent == directory)
+
+
+def read_partition(spark: SparkSession, sink: Path, files: list[Path]) -> DataFrame:
+    """The rows of exactly `files`, with the partition columns their directories name."""
+    return spark.read.option("basePath", str(sink)).parquet(*(str(path) for path in files))
+
+
+def rewrite_partition(
+    spark: SparkSession,
+    sink: Path,
+    partition: Mapping[str, object],
+    staging: Path,
+    target_bytes: int,
+) -> Rewrite:
+    """Write the partition's committed rows into `staging` as target-size Parquet files.
+
+    The partition columns are dropped from the files (the table's partition location carries
+    them, as in the sink). Raises FileNotFoundError when the sink log lists no file for it.
+    """
+    files = committed_files(sink, partition)
+    if not files:
+        raise FileNotFoundError(
+            f"the sink log of {sink} lists no committed file in {partition_dir(sink, partition)}"
+        )
+    input_bytes = sum(path.stat().st_size for path in files)
+    rows = read_partition(spark, sink, files).drop(*partition)
+    count = max(1, math.ceil(input_bytes / target_bytes))
+    rows.repartition(count).write.mode("overwrite").parquet(str(staging))
+    written = sorted(staging.glob("*.parquet"))
+    return Rewrite(
+        input_files=len(files),
+        input_bytes=input_bytes,
+        rows=spark.read.parquet(str(staging)).count(),
+        output_files=len(written),
+        output_bytes=sum(path.stat().st_size for path in written),
+        staging=staging,
+    )

@@ -1,0 +1,289 @@
+"""The archive of landing input: every landing file, in the object store, by arrival hour.
+
+Landing directories are where sources drop files, and nobody keeps them for ever. The archive
+does, for `archive.retention_days`, so that a rewind or a backfill can read input the landing
+zone no longer holds (DESIGN.md section 6, Kappa+). Layout, per landing directory (a source's
+`path`, shared by every job that reads it)::
+
+    s3://<bucket>/<archive.prefix>/<source path>/arrival_date=2026-11-24/arrival_hour=10/
+        events-20261124T100000-000001.json      the landing files, byte for byte
+        _manifest.json                          written last: what the partition holds
+
+A file's arrival hour is the UTC hour of its modification time (the generator and well-behaved
+writers rename a finished file into place, so that is when it arrived). An hour is archived once
+it is over and `seal_after_minutes` have passed, so late writers land first; the manifest lists
+each file's name, size and sha256 and is written only after every file was uploaded and checked,
+so a partition without a manifest is incomplete and a crash mid-way is redone by the next pass.
+A file that lands in an hour already sealed (copied in later with its old time) is added with a
+new manifest that lists it too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from botocore.client import BaseClient
+from botocore.exceptions import ClientError
+
+from ops import progress
+from ops.exceptions import ArchiveError
+from ops.s3 import file_digest, list_objects, platform_client, s3_errors
+from ops.spec.job import load_jobs
+from ops.spec.platform import PlatformConfig
+
+MANIFEST_NAME = "_manifest.json"
+LANDING_GLOB = "*.json"
+UPLOAD_THREADS = 8
+
+
+@dataclass(frozen=True)
+class ArchivedFile:
+    name: str
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Partition:
+    """One arrival hour of one landing directory (`source` is its path under the landing root)."""
+
+    source: str
+    hour: datetime
+
+    @property
+    def prefix(self) -> str:
+        return f"{self.source}/arrival_date={self.hour:%Y-%m-%d}/arrival_hour={self.hour:%H}"
+
+    def __str__(self) -> str:
+        return f"{self.source} {self.hour:%Y-%m-%d %H}:00"
+
+
+@dataclass(frozen=True)
+class ArchiveReport:
+    """What one `archive_landing` pass did."""
+
+    sealed: tuple[Partition, ...]
+    files: int
+    bytes: int
+    expired: tuple[Partition, ...]
+
+
+def arrival_hour(path: Path) -> datetime:
+    """The UTC hour a landing file arrived in (its modification time)."""
+    moment = datetime.fromtimestamp(path.stat().st_mtime, UTC)
+    return moment.replace(minute=0, second=0, microsecond=0)
+
+
+def landing_sources(platform: PlatformConfig, source_paths: Iterable[str]) -> dict[str, Path]:
+    """Each source path (`events`) and its landing directory, once however many jobs read it."""
+    return {path: platform.landing_root / path for path in sorted(set(source_paths))}
+
+
+def archive_landing(
+    platform: PlatformConfig,
+    source_paths: Iterable[str],
+    now: datetime,
+    client: BaseClient | None = None,
+) -> ArchiveReport:
+    """Archive every sealed arrival hour of the given sources, then expire those past retention
+    (of the sources that sealed one).
+
+    Idempotent: a partition whose manifest already lists every local file of its hour is skipped.
+    Raises ArchiveError (naming the endpoint and the partition) when the store fails; what was
+    sealed before stays sealed and the rest is retried by the next pass.
+    """
+    client = platform_client(platform, client, ArchiveError)
+    sealed_before = now - timedelta(hours=1, minutes=platform.archive.seal_after_minutes)
+    sealed: list[Partition] = []
+    files = size = 0
+    for source, landing in landing_sources(platform, source_paths).items():
+        by_hour: dict[datetime, list[Path]] = defaultdict(list)
+        for path in sorted(landing.glob(LANDING_GLOB)) if landing.is_dir() else []:
+            by_hour[arrival_hour(path)].append(path)
+        for hour, paths in sorted(by_hour.items()):
+            if hour > sealed_before:
+                continue
+            partition = Partition(source, hour)
+            archived = read_manifest(platform, partition, client)
+            known = {entry.name for entry in archived or ()}
+            new = [path for path in paths if path.name not in known]
+            if archived is not None and not new:
+                continue
+            entries = _upload(platform, client, partition, new)
+            _write_manifest(platform, client, partition, [*(archived or ()), *entries])
+            sealed.append(partition)
+            files += len(entries)
+            size += sum(entry.size for entry in entries)
+    # Only a source that sealed an hour is listed for expiry: a pass with nothing to seal (the
+    # every-minute DAG, a platform without input) touches no store. In steady operation that is
+    # hourly; a source whose input stopped keeps its last partitions until input resumes.
+    expired = expire(platform, sorted({partition.source for partition in sealed}), now, client)
+    return ArchiveReport(tuple(sealed), files, size, expired)
+
+
+def archive_all(platform: PlatformConfig, now: datetime) -> list[str]:
+    """One archive pass over the landing directory of every source a valid job reads; one line
+    per partition sealed or expired, or per source the store failed for (the next pass retries
+    it: `warden archive`, the `warden_platform` DAG)."""
+    specs = load_jobs(platform.conf_dir).specs.values()
+    lines = []
+    for source in sorted({source.path for spec in specs for source in spec.pipeline.inputs.values()}):
+        try:
+            report = archive_landing(platform, [source], now)
+        except ArchiveError as error:
+            lines.append(f"{source}: not archived: {error}")
+            continue
+        lines += [f"sealed {partition}" for partition in report.sealed]
+        lines += [f"expired {partition}" for partition in report.expired]
+    return lines
+
+
+def read_manifest(
+    platform: PlatformConfig, partition: Partition, client: BaseClient | None = None
+) -> list[ArchivedFile] | None:
+    """The files a sealed partition holds, or None when it is not sealed (no manifest)."""
+    client = platform_client(platform, client, ArchiveError)
+    key = _key(platform, partition, MANIFEST_NAME)
+    try:
+        with s3_errors(platform, f"reading {key}", ArchiveError):
+            body = client.get_object(Bucket=platform.s3.bucket, Key=key)["Body"].read()
+    except ArchiveError as exc:
+        if isinstance(exc.__cause__, ClientError) and _is_missing(exc.__cause__):
+            return None
+        raise
+    document = json.loads(body)
+    return [ArchivedFile(**entry) for entry in document["files"]]
+
+
+def partitions(platform: PlatformConfig, source: str, client: BaseClient | None = None) -> list[Partition]:
+    """The sealed partitions of a source, oldest first."""
+    client = platform_client(platform, client, ArchiveError)
+    prefix = f"{platform.archive.prefix.strip('/')}/{source}/"
+    found = []
+    with s3_errors(platform, f"listing {prefix}", ArchiveError):
+        for item in list_objects(client, platform.s3.bucket, prefix):
+            key: str = item["Key"]
+            if key.endswith("/" + MANIFEST_NAME):
+                found.append(_partition_of(source, key[len(prefix) :]))
+    return sorted(found, key=lambda partition: partition.hour)
+
+
+def verify(platform: PlatformConfig, partition: Partition, scratch: Path) -> list[str]:
+    """Download a sealed partition into `scratch` and check every file; the problems found (none: [])."""
+    client = platform_client(platform, None, ArchiveError)
+    entries = read_manifest(platform, partition, client)
+    if entries is None:
+        return [f"{partition} is not sealed: no {MANIFEST_NAME}"]
+    problems = []
+    for entry in fetch(platform, partition, scratch, client, entries):
+        size, sha256 = file_digest(scratch / entry.name)
+        if (size, sha256) != (entry.size, entry.sha256):
+            problems.append(
+                f"{entry.name}: {size} bytes, sha256 {sha256[:12]}...; the manifest says {entry.size} "
+                f"bytes, {entry.sha256[:12]}..."
+            )
+    return problems
+
+
+def fetch(
+    platform: PlatformConfig,
+    partition: Partition,
+    target: Path,
+    client: BaseClient | None = None,
+    entries: list[ArchivedFile] | None = None,
+) -> list[ArchivedFile]:
+    """Download a sealed partition's files into `target` (for a rewind or a backfill); its entries."""
+    client = platform_client(platform, client, ArchiveError)
+    entries = entries if entries is not None else read_manifest(platform, partition, client)
+    if entries is None:
+        raise ArchiveError(f"{partition} is not in the archive (no {MANIFEST_NAME})")
+    target.mkdir(parents=True, exist_ok=True)
+
+    def download(entry: ArchivedFile) -> None:
+        key = _key(platform, partition, entry.name)
+        with s3_errors(platform, f"reading {key}", ArchiveError):
+            client.download_file(platform.s3.bucket, key, str(target / entry.name))
+
+    with ThreadPoolExecutor(max_workers=UPLOAD_THREADS) as pool:
+        list(pool.map(download, entries))
+    return entries
+
+
+def expire(
+    platform: PlatformConfig, source_paths: Iterable[str], now: datetime, client: BaseClient | None = None
+) -> tuple[Partition, ...]:
+    """Delete the partitions older than `archive.retention_days`, manifest first (so a partly
+    deleted partition reads as unsealed, never as complete)."""
+    client = platform_client(platform, client, ArchiveError)
+    horizon = now - timedelta(days=platform.archive.retention_days)
+    expired = []
+    for source in sorted(set(source_paths)):
+        for partition in partitions(platform, source, client):
+            if partition.hour + timedelta(hours=1) > horizon:
+                break
+            prefix = _key(platform, partition, "")
+            with s3_errors(platform, f"expiring {prefix}", ArchiveError):
+                client.delete_object(Bucket=platform.s3.bucket, Key=prefix + MANIFEST_NAME)
+                for item in list(list_objects(client, platform.s3.bucket, prefix)):
+                    client.delete_object(Bucket=platform.s3.bucket, Key=item["Key"])
+            expired.append(partition)
+    return tuple(expired)
+
+
+def _upload(
+    platform: PlatformConfig, client: BaseClient, partition: Partition, paths: list[Path]
+) -> list[ArchivedFile]:
+    """Upload the files and check each object's size; their manifest entries."""
+    total = sum(path.stat().st_size for path in paths)
+    with (
+        progress.track(f"archiving {partition}", total=total, unit=progress.BYTES) as task,
+        ThreadPoolExecutor(max_workers=UPLOAD_THREADS) as pool,
+    ):
+
+        def upload(path: Path) -> ArchivedFile:
+            size, sha256 = file_digest(path)
+            key = _key(platform, partition, path.name)
+            with s3_errors(platform, f"archiving {path} to {key}", ArchiveError):
+                client.upload_file(str(path), platform.s3.bucket, key)
+                stored = client.head_object(Bucket=platform.s3.bucket, Key=key)["ContentLength"]
+            if stored != size:
+                raise ArchiveError(f"{key} holds {stored} bytes after upload, {path} has {size}")
+            task.advance(size)
+            return ArchivedFile(path.name, size, sha256)
+
+        return list(pool.map(upload, paths))
+
+
+def _write_manifest(
+    platform: PlatformConfig, client: BaseClient, partition: Partition, entries: list[ArchivedFile]
+) -> None:
+    document: dict[str, Any] = {
+        "source": partition.source,
+        "arrival_hour": partition.hour.isoformat(),
+        "files": [entry.__dict__ for entry in sorted(entries, key=lambda entry: entry.name)],
+    }
+    key = _key(platform, partition, MANIFEST_NAME)
+    with s3_errors(platform, f"writing {key}", ArchiveError):
+        client.put_object(Bucket=platform.s3.bucket, Key=key, Body=json.dumps(document, indent=1).encode())
+
+
+def _key(platform: PlatformConfig, partition: Partition, name: str) -> str:
+    return f"{platform.archive.prefix.strip('/')}/{partition.prefix}/{name}"
+
+
+def _partition_of(source: str, relative_key: str) -> Partition:
+    """The partition of a manifest key relative to the source's prefix (`arrival_date=.../...`)."""
+    date_part, hour_part, _ = relative_key.split("/")
+    day = datetime.strptime(date_part.removeprefix("arrival_date="), "%Y-%m-%d").replace(tzinfo=UTC)
+    return Partition(source, day + timedelta(hours=int(hour_part.removeprefix("arrival_hour="))))
+
+
+def _is_missing(error: ClientError) -> bool:
+    return error.response.get("Error", {}).get("Code") in ("404", "NoSuchKey")

@@ -1,0 +1,437 @@
+"""The job board's data: one row per job, and a page per job, from the ledger and the drivers' files.
+
+The operations console in the Airflow UI (`plugins/streamwarden_airflow/console.py`) shows what this
+module returns as JSON. It reads what the platform already records and never talks to Spark or a
+driver: the ledger (desired and observed state, runs, decisions, alerts, savepoints), each job's
+heartbeat (`ops.driver.telemetry`), its progress history (`ops.driver.history`: an hour of rates
+and the recent batches' time breakdown) and its preview taps (`ops.driver.preview`).
+
+The board is read on every refresh of the page, for every job, so it costs a fixed handful of
+ledger queries whatever the number of jobs (restarts, alerts and savepoints are read for all jobs
+at once) and reads job files only when they changed (`SpecCache`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from ops.console.diagnosis import Diagnosis, diagnose, master_cores
+from ops.control.policy import FAILURE, Lifecycle
+from ops.driver.history import MinuteRates, ProgressHistory, rates_since, read_history, read_rates
+from ops.driver.preview import load_preview_file, preview_path, preview_rows
+from ops.driver.telemetry import Heartbeat, read_heartbeat
+from ops.exceptions import ConfigError
+from ops.ledger.store import (
+    DecisionRecord,
+    JobRecord,
+    Ledger,
+    SavepointRecord,
+    alerts_table,
+    runs_table,
+    savepoints_table,
+)
+from ops.spec.job import JobSpec, job_file, job_files, load_job
+from ops.spec.paths import HEARTBEAT_FILE, JobPaths
+from ops.spec.platform import PlatformConfig
+
+# A job in one of these states has no working driver: its row is shown red.
+DOWN_STATES = frozenset({Lifecycle.RESTARTING.name, Lifecycle.FAILED.name})
+# The alert kinds and dedup keys that close or never open an incident (`ops.control.alerts`).
+RESOLVED_KIND = "resolved"
+NOTICE_KEY_PREFIX = "notice/"
+SAVEPOINT_COMPLETE = "complete"
+RESTARTS_WINDOW = timedelta(hours=24)
+SPARKLINE_WINDOW = timedelta(hours=1)
+
+
+class SpecCache:
+    """Job specs by name, each loaded again only when its file changed (size or mtime).
+
+    Validating a job file costs tens of milliseconds; the board is refreshed every few seconds.
+    """
+
+    def __init__(self, conf_dir: Path) -> None:
+        self.conf_dir = conf_dir
+        self._loaded: dict[Path, tuple[tuple[int, int], JobSpec | ConfigError]] = {}
+
+    def specs(self) -> dict[str, JobSpec | ConfigError]:
+        """Every job file's spec, or the error that says why it does not load."""
+        found: dict[str, JobSpec | ConfigError] = {}
+        paths = list(job_files(self.conf_dir))
+        for path in paths:
+            found[path.stem] = self._load(path)
+        for stale in set(self._loaded) - set(paths):
+            del self._loaded[stale]
+        return found
+
+    def spec(self, name: str) -> JobSpec | ConfigError:
+        path = job_file(name, self.conf_dir)
+        if not path.exists():
+            return ConfigError(path, f"no job named {name!r}")
+        return self._load(path)
+
+    def _load(self, path: Path) -> JobSpec | ConfigError:
+        stat = path.stat()
+        key = (stat.st_mtime_ns, stat.st_size)
+        cached = self._loaded.get(path)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        try:
+            loaded: JobSpec | ConfigError = load_job(path)
+        except ConfigError as exc:
+            loaded = exc
+        self._loaded[path] = (key, loaded)
+        return loaded
+
+
+@dataclass(frozen=True)
+class SavepointSummary:
+    id: str
+    batch_id: int
+    created_at: str
+    age_seconds: float
+    total_bytes: int
+    status: str
+
+    @classmethod
+    def of(cls, record: SavepointRecord, now: datetime) -> SavepointSummary:
+        return cls(
+            id=record.id,
+            batch_id=record.batch_id,
+            created_at=record.created_at.isoformat(),
+            age_seconds=(now - record.created_at).total_seconds(),
+            total_bytes=record.total_bytes,
+            status=record.status,
+        )
+
+
+@dataclass(frozen=True)
+class Sparkline:
+    """The last hour's minutes (epoch seconds of each start) and their batches' mean input and
+    processing rates (rows/s), as three columns: the board sends 50 jobs' worth every refresh."""
+
+    minutes: list[int]
+    input_rates: list[float]
+    processed_rates: list[float]
+
+
+@dataclass(frozen=True)
+class BoardRow:
+    """One job on the board. `down` is what makes its row red."""
+
+    job: str
+    state: str
+    state_description: str
+    state_reason: str
+    desired_state: str
+    down: bool
+    config_error: str | None
+    cores: int | None
+    master: str | None
+    last_batch_id: int | None
+    last_batch_age_seconds: float | None
+    input_rate: float | None
+    processed_rate: float | None
+    rates: Sparkline
+    backlog_files: int | None
+    watermark_lag_seconds: float | None
+    state_rows: int | None
+    state_bytes: int | None
+    restarts_24h: int
+    open_alerts: list[str]
+    newest_savepoint: SavepointSummary | None
+
+
+@dataclass(frozen=True)
+class DecisionEntry:
+    id: int
+    at: str
+    action: str
+    reason: str
+    outcome: str | None
+    run_id: str | None
+    inputs: dict[str, Any]
+
+    @classmethod
+    def of(cls, record: DecisionRecord) -> DecisionEntry:
+        return cls(
+            id=record.id,
+            at=record.at.isoformat(),
+            action=record.action,
+            reason=record.reason,
+            outcome=record.outcome,
+            run_id=record.run_id,
+            inputs=record.inputs,
+        )
+
+
+@dataclass(frozen=True)
+class PreviewTable:
+    stage: str
+    title: str
+    columns: list[str]
+    rows: list[list[str]]
+
+
+@dataclass(frozen=True)
+class JobPage:
+    """Everything the per-job page shows, below the job's board row."""
+
+    row: BoardRow
+    decisions: list[DecisionEntry]
+    actions: list[str]
+    savepoints: list[SavepointSummary]
+    previews: list[PreviewTable]
+    missing_previews: list[str]
+    diagnosis: Diagnosis
+
+
+class Console:
+    """The board and job pages of one platform, read through one ledger connection pool."""
+
+    def __init__(self, platform: PlatformConfig, ledger: Ledger) -> None:
+        self.platform = platform
+        self.ledger = ledger
+        self.specs = SpecCache(platform.conf_dir)
+
+    def board(self, now: datetime) -> list[BoardRow]:
+        """Every job with a file or a ledger record, by name."""
+        specs = self.specs.specs()
+        records = {record.name: record for record in self.ledger.jobs()}
+        names = sorted(set(specs) | set(records))
+        restarts = self._restarts(now - RESTARTS_WINDOW)
+        alerts = self._open_alerts()
+        savepoints = self._newest_savepoints()
+        return [
+            self._row(
+                name,
+                specs.get(name),
+                records.get(name),
+                now,
+                restarts=restarts.get(name, 0),
+                open_alerts=alerts.get(name, []),
+                newest_savepoint=savepoints.get(name),
+            )
+            for name in names
+        ]
+
+    def job_page(self, job: str, now: datetime, decision_limit: int = 500) -> JobPage | None:
+        """The page of `job`, or None when it has neither a file nor a ledger record."""
+        spec = self.specs.spec(job)
+        record = self.ledger.job(job)
+        if record is None and isinstance(spec, ConfigError):
+            return None
+        savepoints = self.ledger.savepoints(job)
+        alerts = self._open_alerts(job).get(job, [])
+        restarts = self._restarts(now - RESTARTS_WINDOW, job).get(job, 0)
+        newest = next((sp for sp in savepoints if sp.status == SAVEPOINT_COMPLETE), None)
+        row = self._row(
+            job, spec, record, now, restarts=restarts, open_alerts=alerts, newest_savepoint=newest
+        )
+        decisions = [DecisionEntry.of(decision) for decision in self.ledger.decisions(job, decision_limit)]
+        history = read_history(self._runtime(job) / HEARTBEAT_FILE)
+        previews, missing = _previews(self.platform, spec) if isinstance(spec, JobSpec) else ([], [])
+        return JobPage(
+            row=row,
+            decisions=decisions,
+            actions=sorted({decision.action for decision in decisions}),
+            savepoints=[SavepointSummary.of(savepoint, now) for savepoint in savepoints],
+            previews=previews,
+            missing_previews=missing,
+            diagnosis=diagnose(history.batches, spec if isinstance(spec, JobSpec) else None, row.cores),
+        )
+
+    def _runtime(self, job: str) -> Path:
+        return self.platform.job_runtime_dir(job)
+
+    def _row(
+        self,
+        name: str,
+        spec: JobSpec | ConfigError | None,
+        record: JobRecord | None,
+        now: datetime,
+        *,
+        restarts: int,
+        open_alerts: list[str],
+        newest_savepoint: SavepointRecord | None,
+    ) -> BoardRow:
+        heartbeat_file = self._runtime(name) / HEARTBEAT_FILE
+        heartbeat = read_heartbeat(heartbeat_file)
+        history = read_rates(heartbeat_file)
+        if isinstance(spec, ConfigError) or spec is None:
+            state = "INVALID" if isinstance(spec, ConfigError) else (record.state if record else "NEW")
+            config_error = str(spec) if isinstance(spec, ConfigError) else None
+            master = None
+        else:
+            state = record.state if record else "NEW"
+            config_error = None
+            master = spec.operations.resources.master or self.platform.spark.master
+        sample = heartbeat.last_sample if heartbeat else None
+        return BoardRow(
+            job=name,
+            state=state,
+            state_description=_describe(state),
+            state_reason=record.state_reason if record else "",
+            desired_state=record.desired_state if record else "-",
+            down=state in DOWN_STATES or state == "INVALID",
+            config_error=config_error,
+            cores=master_cores(master) if master else None,
+            master=master,
+            last_batch_id=_last_batch_id(heartbeat, record),
+            last_batch_age_seconds=_last_batch_age(history, heartbeat, now),
+            input_rate=sample.input_rows_per_second if sample else (record.input_rate if record else None),
+            processed_rate=(
+                sample.processed_rows_per_second if sample else (record.processed_rate if record else None)
+            ),
+            rates=_sparkline(rates_since(history, now - SPARKLINE_WINDOW)),
+            backlog_files=record.backlog if record else None,
+            watermark_lag_seconds=_watermark_lag(heartbeat, now),
+            state_rows=heartbeat.state_rows if heartbeat else None,
+            state_bytes=heartbeat.state_memory_bytes if heartbeat else None,
+            restarts_24h=restarts,
+            open_alerts=open_alerts,
+            newest_savepoint=SavepointSummary.of(newest_savepoint, now) if newest_savepoint else None,
+        )
+
+    # --- the ledger, for all jobs at once -------------------------------------------------------
+
+    def _restarts(self, since: datetime, job: str | None = None) -> dict[str, int]:
+        """Runs that ended in a failure and started since `since`, by job (the restarts they caused)."""
+        query = (
+            sa.select(runs_table.c.job, sa.func.count())
+            .where(runs_table.c.started_at >= since, runs_table.c.exit_reason.like(f"{FAILURE}%"))
+            .group_by(runs_table.c.job)
+        )
+        if job is not None:
+            query = query.where(runs_table.c.job == job)
+        with self.ledger.engine.connect() as connection:
+            return {name: int(count) for name, count in connection.execute(query).all()}
+
+    def _open_alerts(self, job: str | None = None) -> dict[str, list[str]]:
+        """The kinds of each job's open incidents: the newest row of a dedup key is not a resolution."""
+        newest_ids = sa.select(sa.func.max(alerts_table.c.id)).group_by(alerts_table.c.dedup_key)
+        if job is not None:
+            newest_ids = newest_ids.where(alerts_table.c.job == job)
+        query = (
+            sa.select(alerts_table.c.job, alerts_table.c.kind)
+            .where(
+                alerts_table.c.id.in_(newest_ids),
+                alerts_table.c.kind != RESOLVED_KIND,
+                sa.not_(alerts_table.c.dedup_key.startswith(NOTICE_KEY_PREFIX)),
+            )
+            .order_by(alerts_table.c.id)
+        )
+        found: dict[str, list[str]] = {}
+        with self.ledger.engine.connect() as connection:
+            for name, kind in connection.execute(query).all():
+                found.setdefault(name, []).append(kind)
+        return found
+
+    def _newest_savepoints(self) -> dict[str, SavepointRecord]:
+        """Each job's newest complete savepoint."""
+        newest = (
+            sa.select(
+                savepoints_table,
+                sa.func.row_number()
+                .over(
+                    partition_by=savepoints_table.c.job,
+                    order_by=(savepoints_table.c.created_at.desc(), savepoints_table.c.id.desc()),
+                )
+                .label("rank"),
+            )
+            .where(savepoints_table.c.status == SAVEPOINT_COMPLETE)
+            .subquery()
+        )
+        columns = [newest.c[column.name] for column in savepoints_table.columns]
+        with self.ledger.engine.connect() as connection:
+            rows = connection.execute(sa.select(*columns).where(newest.c.rank == 1)).all()
+        return {row.job: SavepointRecord(**_utc(row._asdict())) for row in rows}
+
+
+def _utc(values: dict[str, Any]) -> dict[str, Any]:
+    # SQLite drops the zone on the way back; every stored time is UTC.
+    return {
+        key: value.replace(tzinfo=UTC) if isinstance(value, datetime) and value.tzinfo is None else value
+        for key, value in values.items()
+    }
+
+
+def _describe(state: str) -> str:
+    if state == "INVALID":
+        return "the job file does not validate: nothing is launched from it"
+    if state == "NEW":
+        return "no supervisor pass has recorded this job yet"
+    try:
+        return Lifecycle[state].description
+    except KeyError:
+        return ""
+
+
+def _sparkline(buckets: Sequence[MinuteRates]) -> Sparkline:
+    return Sparkline(
+        minutes=[bucket.minute for bucket in buckets],
+        input_rates=[round(bucket.input_rate, 3) for bucket in buckets],
+        processed_rates=[round(bucket.processed_rate, 3) for bucket in buckets],
+    )
+
+
+def _last_batch_id(heartbeat: Heartbeat | None, record: JobRecord | None) -> int | None:
+    if heartbeat is not None and heartbeat.batch_id is not None:
+        return heartbeat.batch_id
+    return record.last_batch_id if record else None
+
+
+def _last_batch_age(history: ProgressHistory, heartbeat: Heartbeat | None, now: datetime) -> float | None:
+    """Seconds since the newest batch ended: from the history (it outlives drivers), else from the
+    heartbeat's last progress event."""
+    if history.last_batch_end is not None:
+        return max(0.0, now.timestamp() - history.last_batch_end)
+    if heartbeat is not None and heartbeat.event == "progress":
+        return max(0.0, now.timestamp() - heartbeat.at)
+    return None
+
+
+def _watermark_lag(heartbeat: Heartbeat | None, now: datetime) -> float | None:
+    """How far the job's watermark is behind the wall clock; None before it has one."""
+    if heartbeat is None or not heartbeat.watermark:
+        return None
+    watermark = datetime.fromisoformat(heartbeat.watermark.replace("Z", "+00:00"))
+    # Spark reports the epoch before the query has seen any event time.
+    if watermark.timestamp() == 0:
+        return None
+    return max(0.0, (now - watermark).total_seconds())
+
+
+def _previews(platform: PlatformConfig, spec: JobSpec) -> tuple[list[PreviewTable], list[str]]:
+    """The newest records of each tapped stage, and the stages whose tap has captured nothing yet."""
+    paths = JobPaths.of(platform, spec)
+    tables, missing = [], []
+    for stage in spec.operations.preview.stages:
+        preview = load_preview_file(preview_path(paths, stage))
+        if preview is None:
+            missing.append(stage)
+            continue
+        title, rows = preview_rows(preview, limit=20)
+        tables.append(PreviewTable(stage=stage, title=title, columns=list(preview.columns), rows=rows))
+    return tables, missing
+
+
+def as_json(value: Any) -> Any:
+    """A board row or job page as plain JSON values (dataclasses, lists and dicts, recursively).
+    Concrete types only: the board converts some 15,000 values per refresh, and abstract-class
+    checks cost more than the rest of the conversion."""
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, (list, tuple)):
+        return [as_json(item) for item in value]
+    if isinstance(value, dict):
+        return {str(key): as_json(item) for key, item in value.items()}
+    if hasattr(value, "__dataclass_fields__"):
+        return {name: as_json(getattr(value, name)) for name in value.__dataclass_fields__}
+    return value

@@ -1,0 +1,24 @@
+variable "name" {
+  description = "Name prefix of the buckets and the key."
+  type        = string
+}
+
+variable "account_id" {
+  description = "The AWS account that owns the key."
+  type        = string
+}
+
+variable "savepoint_max_age_days" {
+  description = "Days a deleted savepoint object stays recoverable as a noncurrent version."
+  type        = number
+}
+
+variable "archive_retention_days" {
+  description = "Days archived input is kept."
+  type        = number
+}
+
+variable "warehouse_version_retention_days" {
+  description = "Days a replaced warehouse object stays as a noncurrent version."
+  type        = number
+}

@@ -1,0 +1,70 @@
+"""The compaction audit: real Great Expectations on a real Spark DataFrame."""
+
+from __future__ import annotations
+
+import pytest
+from pyspark.sql import SparkSession
+
+from jobs.compaction.audit import audit
+from ops.spec.job import QualitySuite
+
+ROWS = [
+    ("e1", "u1", 10.0, "2026-11-24", 10),
+    ("e2", "u2", 20.0, "2026-11-24", 10),
+    ("e2", None, -5.0, "2026-11-24", 10),
+]
+COLUMNS = ["event_id", "user_id", "amount", "event_date", "event_hour"]
+
+
+def test_the_built_in_and_declared_checks_report_each_verdict_with_observed_values(
+    spark: SparkSession,
+) -> None:
+    frame = spark.createDataFrame(ROWS, COLUMNS)
+    suite = QualitySuite.model_validate(
+        {
+            "keys": ["event_id", "user_id"],
+            "unique": ["event_id"],
+            "expectations": [
+                {
+                    "expectation": "expect_column_values_to_be_between",
+                    "kwargs": {"column": "amount", "min_value": 0},
+                    "severity": "warn",
+                },
+                {"expectation": "expect_column_to_exist", "kwargs": {"column": "amount"}},
+            ],
+        }
+    )
+    result = audit(
+        frame, suite, expected_rows=3, partition_values={"event_date": "2026-11-24", "event_hour": 10}
+    )
+    verdicts = {check.check: (check.severity, check.passed, check.observed) for check in result.checks}
+    assert verdicts == {
+        "expect_table_row_count_to_equal(value=3)": ("block", True, 3),
+        "expect_column_values_to_not_be_null(column=event_id)": ("block", True, 0),
+        "expect_column_values_to_not_be_null(column=user_id)": ("block", False, 1),
+        "expect_column_values_to_be_unique(column=event_id)": ("block", False, 2),
+        "expect_column_values_to_be_in_set(column=event_date, value_set=['2026-11-24'])": ("block", True, 0),
+        "expect_column_values_to_be_in_set(column=event_hour, value_set=[10])": ("block", True, 0),
+        "expect_column_values_to_be_between(column=amount, min_value=0)": ("warn", False, 1),
+        "expect_column_to_exist(column=amount)": ("block", True, None),
+    }
+    assert not result.passed
+    assert [check.check for check in result.blocking] == [
+        "expect_column_values_to_not_be_null(column=user_id)",
+        "expect_column_values_to_be_unique(column=event_id)",
+    ]
+    [duplicates] = [check for check in result.blocking if "unique" in check.check]
+    assert (
+        duplicates.line()
+        == "expect_column_values_to_be_unique(column=event_id) [block]: observed 2, e.g. ['e2', 'e2']"
+    )
+    assert [check.check for check in result.warnings] == [
+        "expect_column_values_to_be_between(column=amount, min_value=0)"
+    ]
+    assert result.to_dict()["passed"] is False
+
+
+def test_an_expectation_gx_does_not_have_is_refused_by_name(spark: SparkSession) -> None:
+    suite = QualitySuite.model_validate({"expectations": [{"expectation": "expect_rows_to_be_nice"}]})
+    with pytest.raises(ValueError, match="Great Expectations has no expectation 'expect_rows_to_be_nice'"):
+        audit(spark.createDataFrame(ROWS, COLUMNS), suite, expected_rows=3, partition_values={})
