@@ -159,5 +159,10 @@ def test_a_restate_whose_replay_input_is_gone_is_refused_and_the_running_driver_
     assert before is not None and before.batch_id is not None
     write_batch(landing, 60, 0.05, 4)
     wait_for(lambda: caught_up(platform, "router", files=5), 120, "a batch after the refusals")
-    after = read_heartbeat(job_paths(platform, "router").heartbeat)
-    assert after is not None and after.run_id == run.run_id and (after.batch_id or 0) > before.batch_id
+
+    def advanced() -> bool:
+        # The heartbeat of a batch is written just after its commit.
+        after = read_heartbeat(job_paths(platform, "router").heartbeat)
+        return after is not None and after.run_id == run.run_id and (after.batch_id or 0) > before.batch_id
+
+    wait_for(advanced, 60, "the same run's heartbeat to advance")
