@@ -32,7 +32,10 @@ when that is set (sqlite:///PATH or postgresql+psycopg://USER@HOST:PORT/DATABASE
 rewind, restate and upgrade record the operation in the ledger and then run reconcile passes
 until the supervisor's loop has finished it, with a progress line on stderr per change. If the
 command dies (Ctrl-C, kill -9), the next pass by anyone (the job's supervision DAG, `warden
-reconcile JOB`) finishes the operation or rolls it back.
+reconcile JOB`) finishes the operation or rolls it back. A refused request (the savepoint cannot
+be restored, the replay input or offsets are gone, another operation is open, ...) is checked
+before anything is stopped: the job is left as it was, `warden decisions JOB` shows a `refused`
+row naming the cause, and the command exits 2 with the same message.
 """
 
 from __future__ import annotations
@@ -301,22 +304,30 @@ def _progress(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def cmd_rewind(args: argparse.Namespace) -> int:
-    from ops.recovery.rewind import rewind, rewind_job
+def _dry_run(args: argparse.Namespace, kind: str) -> int:
+    """The plan of a rewind or restate, checked as the real one would be; nothing changes."""
+    from ops.recovery.rewind import rewind_job
 
-    supervisor = _supervisor()
+    plan = rewind_job(
+        _supervisor(),
+        args.job,
+        reason=args.reason,
+        savepoint_id=args.savepoint,
+        before=args.before,
+        dry_run=True,
+        kind=kind,
+    )
+    print(plan.describe())
+    print("dry run: nothing changed")
+    return 0
+
+
+def cmd_rewind(args: argparse.Namespace) -> int:
+    from ops.recovery.rewind import rewind
+
     if args.dry_run:
-        plan = rewind_job(
-            supervisor,
-            args.job,
-            reason=args.reason,
-            savepoint_id=args.savepoint,
-            before=args.before,
-            dry_run=True,
-        )
-        print(plan.describe())
-        print("dry run: nothing changed")
-        return 0
+        return _dry_run(args, "rewind")
+    supervisor = _supervisor()
     plan = rewind(
         supervisor,
         args.job,
@@ -334,7 +345,7 @@ def cmd_restate(args: argparse.Namespace) -> int:
     from ops.recovery.restate import restate
 
     if args.dry_run:
-        return cmd_rewind(args)
+        return _dry_run(args, "restate")
     summary = restate(
         _supervisor(),
         args.job,

@@ -12,11 +12,12 @@ picks the step from the record's facts and the observation alone; the loop write
 record before acting, and every step is safe to redo, so when the process that asked for the
 operation dies, the next pass (the supervision DAG, `warden reconcile JOB`) finishes it:
 
-    rewind   REWINDING     stop the driver -> rewind to the savepoint (under the job lock) -> done
-    restate  RESTATING     stop the driver -> rewind to the savepoint -> replay: the job runs as
-                           desired and its driver replays the queued batches first -> once the
-                           queue is empty and the last replayed batch is committed: a summary in
-                           the ledger and on Slack (`restated`) -> done
+    rewind   REWINDING     (the job is stopped) rewind to the savepoint (under the job lock) -> done
+    restate  RESTATING     check, then stop the driver -> rewind to the savepoint -> replay: the
+                           job runs (its desired state is set to running by the rewind) and its
+                           driver replays the queued batches first -> once the queue is empty and
+                           the last replayed batch is committed: a summary in the ledger and on
+                           Slack (`restated`) -> done
     upgrade  UPGRADING     savepoint -> dry run: the candidate replays one batch on a scratch copy
                            of the savepoint (a replay-only driver from the launch backend) ->
                            stop -> install the candidate -> launch -> ready: it commits
@@ -38,8 +39,10 @@ Which step comes next follows from facts the steps record: a rewind is done once
 set (its replay plan is recorded before it starts, so a redo reports the same rows); an upgrade's
 savepoint, dry-run driver and verdict, and `failure`. Until its dry run has passed, an upgrade
 leaves the running version to the ordinary rules and a failure refuses it with nothing touched;
-after that, a failure to get ready rolls back. A rewind or restate whose rewind is refused (input
-no longer retained, say) ends "failed" with nothing touched, and the job runs on as desired.
+after that, a failure to get ready rolls back. A rewind or restate is checked (`preflight` in
+`ops.recovery.rewind`, every refusal it can meet) in the pass that would stop its driver, and the
+stop happens only if nothing is refused; the rewind step checks again. A refusal ends the
+operation "refused" with nothing touched: the driver runs on, the desired state is as it was.
 """
 
 from __future__ import annotations
@@ -113,9 +116,8 @@ class Result(enum.StrEnum):
     """How an operation ended."""
 
     DONE = "done"
-    REFUSED = "refused"  # an upgrade stopped before the running version was touched
+    REFUSED = "refused"  # refused before the running version, checkpoint or sink was touched
     ROLLED_BACK = "rolled back"
-    FAILED = "failed"  # a rewind was refused; nothing was touched
 
 
 # --- actions: what decide() asks act() to do ---------------------------------------------------
@@ -134,6 +136,17 @@ class StopDriver:
     reason: str
     exit_reason: str
     graceful: bool
+    kind: str = "stop"
+
+
+@dataclass(frozen=True)
+class StopAfterCheck:
+    """Check the open rewind or restate for every refusal (`ops.recovery.rewind.preflight`), and
+    stop the open run gracefully only if there is none; a refusal becomes the operation's
+    `failure` and the driver is not touched."""
+
+    reason: str
+    exit_reason: str
     kind: str = "stop"
 
 
@@ -275,6 +288,7 @@ class TakeOver:
 Action = (
     Launch
     | StopDriver
+    | StopAfterCheck
     | CloseRun
     | SuspendJob
     | RaiseAlert
@@ -643,16 +657,22 @@ def _without_savepoints(actions: tuple[Action, ...]) -> tuple[Action, ...]:
 
 
 def _rewinding(view: JobView, operation: OperationRecord, now: datetime, inputs: dict[str, Any]) -> Plan:
-    """rewind: stop -> rewind -> done. restate: stop -> rewind -> replay -> done."""
+    """rewind: rewind -> done. restate: check and stop -> rewind -> replay -> done."""
     kind = operation.kind
     state = Lifecycle.RESTATING if kind == OperationKind.RESTATE else Lifecycle.REWINDING
     if operation.failure is not None:
-        finish = FinishOperation(f"{kind} failed: {operation.failure}", Result.FAILED)
+        finish = FinishOperation(f"{kind} refused: {operation.failure}", Result.REFUSED)
         return Plan(state, finish.reason, (finish,), inputs, Step.FINISH)
     if operation.rewound_at is None:
         if view.observation.run is not None:
-            stop = _stop(view, f"{kind}: stop the driver before the rewind", f"stopped: {kind}")
-            return Plan(state, f"{kind}: stopping the driver", stop, inputs, Step.STOP)
+            why, exit_reason = f"{kind}: stop the driver before the rewind", f"stopped: {kind}"
+            # A live driver is stopped only once the check passed; a dead one has nothing to lose.
+            stop = (
+                (StopAfterCheck(f"{why}, once the check passes", exit_reason),)
+                if view.observation.process_alive
+                else _stop(view, why, exit_reason)
+            )
+            return Plan(state, f"{kind}: checking, then stopping the driver", stop, inputs, Step.STOP)
         assert operation.savepoint_id is not None, "a rewind or restate names its savepoint"
         restore = Restore(f"{kind}: {operation.reason}", operation.savepoint_id)
         return Plan(

@@ -27,6 +27,9 @@ Recovery operations (rewind, restate, upgrade; `ops.control.policy` has their st
 through the same loop. `start_operation` records one, `await_operation` runs passes until the
 loop has closed it; each pass writes the operation's step before acting and the facts each step
 establishes after it, so whichever process runs the next pass carries on where the last stopped.
+A rewind or restate is checked for every refusal before its driver is stopped (`StopAfterCheck`)
+and again before the rewind: a refused one is closed with the driver and the desired state as
+they were.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -69,6 +72,7 @@ from ops.control.policy import (
     StandbyView,
     StartDryRun,
     Step,
+    StopAfterCheck,
     StopDriver,
     SuspendJob,
     TakeOver,
@@ -84,7 +88,6 @@ from ops.exceptions import (
     LaunchError,
     LedgerError,
     OperationInProgressError,
-    RewindError,
     SavepointError,
     SinkCleanupError,
     TakeOverRefused,
@@ -103,6 +106,9 @@ from ops.spec.analysis import find_valid_job, run_analysis, unanalysed, with_ver
 from ops.spec.job import JobSpec, find_job, load_jobs
 from ops.spec.paths import JobPaths
 from ops.spec.platform import PlatformConfig
+
+if TYPE_CHECKING:
+    from ops.recovery.rewind import Preflight
 
 log = structlog.get_logger("streamwarden.supervisor")
 # The savepoint store (boto3) is imported by the methods that copy or prune: the DAG processor, the
@@ -361,6 +367,8 @@ class Supervisor:
                 self.ledger.finish_run(run.run_id, exit_reason)
                 self._clean_sink(spec, "driver stopped: output of batches that never committed", run.run_id)
                 return ended
+            case StopAfterCheck(exit_reason=exit_reason):
+                return self._stop_after_check(view, exit_reason)
             case CloseRun(exit_reason=exit_reason):
                 assert run is not None
                 self.backend.kill(run)
@@ -553,16 +561,44 @@ class Supervisor:
     # The recovery wing is imported where a step runs: importing the supervisor (the DAG parser,
     # `warden status`) must not load its clients (Parquet, S3).
 
+    def _check(self, view: JobView) -> Preflight:
+        """The open rewind, restate or rollback checked for every refusal (this pass holds the lock)."""
+        from ops.recovery.rewind import preflight
+
+        operation = _open(view)
+        return preflight(
+            self, view.spec.name, operation.kind, savepoint_id=operation.savepoint_id, operation=operation
+        )
+
+    def _stop_after_check(self, view: JobView, exit_reason: str) -> str:
+        """Stop the open run for a rewind or restate, only if its check finds no refusal."""
+        checked, run = self._check(view), view.observation.run
+        assert run is not None
+        if checked.plan is None:
+            self.ledger.update_operation(_open(view).id, failure=checked.text())
+            return f"not stopped, the driver runs on: {checked.text()}"
+        ended = self.backend.stop(run, view.spec.operations.shutdown_timeout_seconds)
+        self.ledger.finish_run(run.run_id, exit_reason)
+        self._clean_sink(view.spec, "driver stopped: output of batches that never committed", run.run_id)
+        plan = checked.plan
+        return f"check passed (savepoint {plan.savepoint.id}, batch {plan.batch_id}), then stopped: {ended}"
+
     def _restore(self, view: JobView, savepoint_id: str) -> str:
-        """Rewind the stopped job (this pass holds its lock); a refusal fails the operation."""
-        from ops.recovery.rewind import complete_rewind, prepare_rewind
+        """Rewind the stopped job (this pass holds its lock); a refusal fails the operation.
+
+        A restatement's rewind also sets the desired state to running with a fresh restart budget
+        (a resume request): it ends with the job running its replayed output. Only here, so a
+        refused restatement leaves the desired state as it was.
+        """
+        from ops.recovery.rewind import complete_rewind
 
         operation, job = _open(view), view.spec.name
-        try:
-            plan = prepare_rewind(self.platform, self.ledger, job, savepoint_id=savepoint_id)
-        except RewindError as refusal:
-            self.ledger.update_operation(operation.id, failure=str(refusal))
-            return f"refused: {refusal}"
+        assert savepoint_id == operation.savepoint_id, "the rewind of an operation is to its savepoint"
+        checked = self._check(view)
+        if checked.plan is None:
+            self.ledger.update_operation(operation.id, failure=checked.text())
+            return f"refused: {checked.text()}"
+        plan = checked.plan
         # The first plan is the true one: a rewind redone after a crash finds the files of the
         # later batches already gone, and must still report the rows they held.
         self.ledger.update_operation(
@@ -572,6 +608,8 @@ class Supervisor:
             rows_before=plan.sink_rows if operation.rows_before is None else operation.rows_before,
         )
         complete_rewind(self.platform, self.ledger, plan)
+        if operation.kind == OperationKind.RESTATE:
+            self.ledger.update_job(job, desired_state=Desired.RUNNING, restart_requested_at=self.clock())
         self.ledger.update_operation(operation.id, rewound_at=self.clock())
         return plan.outcome()
 
@@ -929,15 +967,11 @@ class Supervisor:
         kind: OperationKind | str,
         reason: str,
         inputs: Mapping[str, Any],
-        *,
-        resume: bool = False,
         **facts: Any,
     ) -> OperationRecord:
         """Record a rewind, restate or upgrade of `job` for the loop to carry out; the caller
-        validated it. Its decision row (action `kind`) gets the outcome when it is closed.
-
-        `resume` also sets the desired state to running with a fresh restart budget (a resume
-        request): the operation ends with the job running. Refuses while another is open.
+        checked it. Its decision row (action `kind`) gets the outcome when it is closed. The job's
+        desired state is not changed here. Refuses while another is open.
         """
         spec = find_job(job, self.platform.conf_dir)
         with job_lock(self.platform, job, f"{kind} request"):
@@ -950,8 +984,6 @@ class Supervisor:
             self.ensure_no_operation(job)
             decision = self.ledger.record_decision(job, str(kind), reason, inputs)
             operation = self.ledger.start_operation(job, str(kind), reason, decision, Step.REQUESTED, **facts)
-            if resume:
-                self.ledger.update_job(job, desired_state=Desired.RUNNING, restart_requested_at=self.clock())
         log.info("operation requested", job=job, kind=str(kind), operation=operation.id, reason=reason)
         return operation
 

@@ -734,6 +734,12 @@ class Ledger:
             ).all()
         return [_record(SavepointRecord, row) for row in rows]
 
+    def savepoint(self, savepoint_id: str) -> SavepointRecord | None:
+        """A catalogued savepoint of any job, by id."""
+        with self._tx() as tx:
+            row = tx.execute(sa.select(savepoints_table).where(savepoints_table.c.id == savepoint_id)).first()
+        return None if row is None else _record(SavepointRecord, row)
+
     def all_savepoints(self, status: str | None = None) -> list[SavepointRecord]:
         """Every job's catalogued savepoints (of one status), newest first: the job board's one query."""
         query = sa.select(savepoints_table)

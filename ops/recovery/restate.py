@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 
 from ops.driver.checkpoint import log_entries, sink_files
 from ops.exceptions import RewindError
-from ops.recovery.rewind import rewind_job
+from ops.recovery.rewind import request_operation
 from ops.spec.job import find_job
 from ops.spec.paths import JobPaths
 from ops.spec.platform import PlatformConfig
@@ -74,25 +74,17 @@ def restate(
 ) -> str:
     """Restate `job` from a savepoint (by id, or the newest taken before `before`); the summary.
 
-    The request is checked first (a dry run of the rewind: the savepoint exists and the replay can
-    be exact), then recorded, with the job's desired state set to running: a restatement ends
-    with the job running its replayed output. The reconcile passes run here (or after this
-    process dies, by anyone) stop, rewind, replay and report. RewindError when the rewind is
-    refused, or when the replay has not finished within `timeout` seconds (the loop keeps at it
-    and reports when it has).
+    The request is checked first (`preflight`: no other operation is open, the savepoint exists,
+    is this job's and can be read, the replay can be exact), then recorded; a refusal is a
+    `refused` decision row and a RewindError naming every cause, with the job left as it was. The
+    reconcile passes run here (or after this process dies, by anyone) check it again, and only
+    then stop the driver, rewind, replay and report; the rewind sets the job's desired state to
+    running, since a restatement ends with the job running its replayed output. RewindError when
+    the loop refused it, or when the replay has not finished within `timeout` seconds (the loop
+    keeps at it and reports when it has).
     """
-    supervisor.ensure_no_operation(job)
-    plan = rewind_job(
-        supervisor, job, reason=f"restate: {reason}", savepoint_id=savepoint_id, before=before, dry_run=True
-    )
-    operation = supervisor.start_operation(
-        job,
-        "restate",
-        reason,
-        {"savepoint": plan.savepoint.id, "batch_id": plan.batch_id, "last_batch": plan.last_batch},
-        resume=True,
-        savepoint_id=plan.savepoint.id,
-        savepoint_batch=plan.savepoint.batch_id,
+    operation, _ = request_operation(
+        supervisor, job, "restate", reason=reason, savepoint_id=savepoint_id, before=before
     )
     ended = supervisor.await_operation(operation.id, timeout=timeout, progress=progress)
     if ended.finished_at is None:

@@ -2,10 +2,11 @@
 
 Rewinding job J to savepoint S (anchored on batch N) when J's checkpoint has run up to batch M:
 
-1. Plan, touching nothing: the batches N+1..M to recompute, the sink files those batches wrote
-   (and their rows), the input files the replay must read again. Refuse, before anything changes,
-   when the offsets of a batch to replay were purged or an input file is gone: the replay would
-   not reproduce the original batches.
+1. Check and plan, touching nothing (`preflight`, the one check of the request and of the
+   reconcile loop, run before any driver is stopped): the batches N+1..M to recompute, the sink
+   files those batches wrote (and their rows), the input files the replay must read again. Refuse
+   when the savepoint cannot be restored or the replay would not reproduce the original batches
+   (every cause is in `ops.recovery.refusals`); a refusal is a ledger row and a message.
 2. With the job stopped, under the job's lock: keep the original `offsets/N+1..M` in the job's
    replay queue (`<runtime>/jobs/<job>/replay/`), switch the sink log back to the savepoint's (so
    readers stop seeing the later batches), delete the files those batches wrote, and swap in a
@@ -22,13 +23,15 @@ step is safe to run again after a crash: the queue is written before the swap, a
 is undone (and a half-done deletion of the later batches' files finished) before the next rewind
 plans, and a second rewind to the same savepoint rebuilds the same checkpoint from the same files.
 
-`warden rewind` is a recovery operation (`rewind`): the supervisor's loop stops the job if need
-be and carries out the rewind as one of its steps (`ops.control.policy`); `rewind_job` is that
-step for a caller that holds no lock, and what a dry run uses.
+`warden rewind` is a recovery operation (`rewind`) of a stopped job, carried out as steps of the
+supervisor's loop (`ops.control.policy`); `restate` is one of a running job, whose driver the loop
+stops only once the check has passed. `rewind_job` is the rewind for a caller that holds no lock,
+and what a dry run uses.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -39,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow.parquet as pq
 from botocore.client import BaseClient
 
+from ops.atomic import write_atomically
 from ops.control.locks import job_lock
 from ops.driver.checkpoint import (
     log_entries,
@@ -48,12 +52,16 @@ from ops.driver.checkpoint import (
     source_log_offset,
     write_log_entry,
 )
-from ops.exceptions import RewindError
-from ops.ledger.store import Ledger, SavepointRecord
+from ops.exceptions import OperationInProgressError, RewindError, SavepointError
+from ops.ledger.store import Ledger, OperationRecord, SavepointRecord
+from ops.recovery.refusals import Cause, Refusal, RewindRefused, record_refusal, refusal_text
 from ops.savepoints.store import STATUS_COMPLETE, STATUS_SUPERSEDED, fetch_savepoint
 from ops.spec.job import find_job
 from ops.spec.paths import JobPaths
 from ops.spec.platform import PlatformConfig
+
+# Beside the staging area's download: the savepoint it holds, written once every file is verified.
+FETCHED_MARKER = "fetched.json"
 
 if TYPE_CHECKING:
     # The supervisor carries rewinds out (it imports this module); here it is only called.
@@ -122,26 +130,62 @@ def parse_moment(text: str) -> datetime:
 def choose_savepoint(
     ledger: Ledger, job: str, *, savepoint_id: str | None = None, before: datetime | None = None
 ) -> SavepointRecord:
-    """The savepoint named by id, or the newest complete one taken before `before`."""
+    """The savepoint named by id, or the newest complete one taken before `before`.
+
+    RewindRefused when there is none to rewind to: an unknown id, another job's savepoint, a
+    superseded one, or a time before the oldest complete savepoint.
+    """
     catalogue = ledger.savepoints(job)
     savepoints = [sp for sp in catalogue if sp.status == STATUS_COMPLETE]
     if savepoint_id is not None:
         named = next((sp for sp in catalogue if sp.id == savepoint_id), None)
         if named is None:
-            raise RewindError(
-                f"job {job!r} has no savepoint {savepoint_id!r} (see `warden savepoints {job}`)"
+            other = ledger.savepoint(savepoint_id)
+            if other is not None:
+                raise RewindRefused(
+                    [
+                        Refusal(
+                            Cause.OTHER_JOB,
+                            f"savepoint {savepoint_id!r} is a savepoint of job {other.job!r}, not of {job!r}",
+                        )
+                    ]
+                )
+            raise RewindRefused(
+                [
+                    Refusal(
+                        Cause.NO_SAVEPOINT,
+                        f"job {job!r} has no savepoint {savepoint_id!r} (see `warden savepoints {job}`)",
+                    )
+                ]
             )
         if named.status != STATUS_COMPLETE:
-            raise RewindError(
-                f"savepoint {savepoint_id!r} is {named.status}: a rewind went back before it, and the "
-                "output it lists is gone"
+            raise RewindRefused(
+                [
+                    Refusal(
+                        Cause.SUPERSEDED,
+                        f"savepoint {savepoint_id!r} is {named.status}: a rewind went back before it, "
+                        "and the output it lists is gone",
+                    )
+                ]
             )
         return named
     if before is None:
         raise RewindError("name a savepoint id or a time to rewind to")
     match = next((sp for sp in savepoints if sp.created_at < before), None)
     if match is None:
-        raise RewindError(f"job {job!r} has no savepoint taken before {before.isoformat()}")
+        oldest = (
+            f"the oldest complete one was taken {savepoints[-1].created_at:%Y-%m-%d %H:%M:%S} UTC"
+            if savepoints
+            else "it has no complete savepoint at all"
+        )
+        raise RewindRefused(
+            [
+                Refusal(
+                    Cause.NO_SAVEPOINT,
+                    f"job {job!r} has no savepoint taken before {before.isoformat()}: {oldest}",
+                )
+            ]
+        )
     return match
 
 
@@ -165,21 +209,43 @@ def plan_rewind(
     """Work out a rewind to `savepoint` without changing anything; refuse if it cannot be exact.
 
     `saved_source_offsets` and `saved_sink_files` describe the savepoint: its sources' offsets at
-    batch N (from the manifest) and the sink files its sink log lists.
+    batch N (from the manifest) and the sink files its sink log lists. RewindRefused names every
+    reason found: the savepoint's output is not in the job's sink, the offsets of a batch to
+    replay are gone (purged, or the whole checkpoint is gone while the sink log has later
+    batches), or input files those batches read are no longer in the landing zone.
     """
     paths = JobPaths.of(platform, find_job(job, platform.conf_dir))
     n = savepoint.batch_id
+    refusals: list[Refusal] = []
+    elsewhere = sorted(path for path in saved_sink_files if not path.is_relative_to(paths.sink))
+    if elsewhere:
+        refusals.append(
+            Refusal(
+                Cause.INCOMPATIBLE_SPEC,
+                f"savepoint {savepoint.id} lists output outside the job's sink {paths.sink}, e.g. "
+                f"{elsewhere[0]}: the sink has moved since, and a new sink is a new job",
+            )
+        )
     offsets = _queued_offsets(paths, n)
-    last = max(offsets, default=n)
+    # The sink log names the batches that wrote output, even when their offsets are gone.
+    sink_batches = [batch for batch in log_entries(paths.sink_log) if batch > n]
+    last = max([*offsets, *sink_batches], default=n)
     missing = sorted(set(range(n + 1, last + 1)) - set(offsets))
     if missing:
-        raise RewindError(
-            f"cannot replay {job!r} from batch {n}: the offsets of batches {missing[0]}..{missing[-1]} "
-            "are no longer retained (Spark keeps the last spark.sql.streaming.minBatchesToRetain); "
-            "rewind to a newer savepoint"
+        where = (
+            f"the checkpoint {paths.checkpoint} is gone"
+            if not paths.offsets.is_dir()
+            else "Spark keeps the last spark.sql.streaming.minBatchesToRetain"
+        )
+        refusals.append(
+            Refusal(
+                Cause.OFFSETS_PURGED,
+                f"cannot replay {job!r} from batch {n}: the offsets of batches {missing[0]}..{missing[-1]} "
+                f"are no longer retained ({where}); rewind to a newer savepoint",
+            )
         )
     inputs: list[Path] = []
-    if last > n:
+    if last in offsets:
         _, last_offsets = read_offsets(offsets[last])
         for index, offset in enumerate(last_offsets):
             saved = saved_source_offsets[index] if index < len(saved_source_offsets) else None
@@ -187,10 +253,15 @@ def plan_rewind(
             inputs += source_files(source_log, source_log_offset(saved), source_log_offset(offset))
     gone = [path for path in inputs if not path.is_file()]
     if gone:
-        raise RewindError(
-            f"cannot replay {job!r} from batch {n}: {len(gone)} input files of the batches to replay "
-            f"are no longer retained, e.g. {gone[0]}"
+        refusals.append(
+            Refusal(
+                Cause.INPUT_GONE,
+                f"cannot replay {job!r} from batch {n}: {len(gone)} input files of the batches to replay "
+                f"are no longer retained in the landing zone, e.g. {gone[0]}",
+            )
         )
+    if refusals:
+        raise RewindRefused(refusals)
     later_files = sorted(path for path in sink_files(paths.sink_log) - saved_sink_files if path.is_file())
     return RewindPlan(
         job=job,
@@ -218,26 +289,59 @@ def prepare_rewind(
     before: datetime | None = None,
     s3: BaseClient | None = None,
 ) -> RewindPlan:
-    """Choose the savepoint, download it to the staging area and plan the rewind.
+    """Choose the savepoint, download it to the staging area (once) and plan the rewind.
 
     Nothing live changes. `execute_rewind` carries the plan out; `discard_rewind` drops the
-    download (after a dry run).
+    download (after a dry run or a refusal). RewindRefused when the rewind cannot be exact.
     """
     savepoint = choose_savepoint(ledger, job, savepoint_id=savepoint_id, before=before)
     _recover_interrupted(platform, job)
-    staging = _staging_dir(platform, job)
-    manifest = fetch_savepoint(platform, savepoint, staging, s3=s3)
-    try:
-        return plan_rewind(
-            platform,
-            job,
-            savepoint,
-            saved_source_offsets=list(manifest["source_offsets"]),
-            saved_sink_files=sink_files(staging / "sink" / "_spark_metadata"),
+    manifest = _fetch_once(platform, savepoint, s3)
+    if manifest.get("job") != job:
+        raise RewindRefused(
+            [
+                Refusal(
+                    Cause.INCOMPATIBLE_SPEC,
+                    f"savepoint {savepoint.id}'s manifest is of job {manifest.get('job')!r}, not {job!r}",
+                )
+            ]
         )
-    except Exception:
-        discard_rewind(platform, job)
-        raise
+    staging = _staging_dir(platform, job)
+    return plan_rewind(
+        platform,
+        job,
+        savepoint,
+        saved_source_offsets=list(manifest["source_offsets"]),
+        saved_sink_files=sink_files(staging / "sink" / "_spark_metadata"),
+    )
+
+
+def _fetch_once(
+    platform: PlatformConfig, savepoint: SavepointRecord, s3: BaseClient | None
+) -> dict[str, Any]:
+    """The savepoint's files in the staging area and its manifest, downloaded and verified once.
+
+    The check before an operation stops the job downloads it; the rewind after the stop finds the
+    verified copy (named in `FETCHED_MARKER`, written last) and does not download it again. A
+    savepoint that cannot be read is a refusal (RewindRefused).
+    """
+    staging = _staging_dir(platform, savepoint.job)
+    marker = staging / FETCHED_MARKER
+    if marker.is_file():
+        fetched = json.loads(marker.read_text())
+        if fetched["savepoint"] == savepoint.id:
+            manifest: dict[str, Any] = fetched["manifest"]
+            return manifest
+    discard_rewind(platform, savepoint.job)
+    try:
+        manifest = fetch_savepoint(platform, savepoint, staging, s3=s3)
+    except (SavepointError, ValueError, KeyError) as exc:
+        discard_rewind(platform, savepoint.job)
+        raise RewindRefused(
+            [Refusal(Cause.SAVEPOINT_UNREADABLE, f"savepoint {savepoint.id} cannot be restored: {exc}")]
+        ) from exc
+    write_atomically(marker, json.dumps({"savepoint": savepoint.id, "manifest": manifest}))
+    return manifest
 
 
 def _recover_interrupted(platform: PlatformConfig, job: str) -> None:
@@ -247,8 +351,11 @@ def _recover_interrupted(platform: PlatformConfig, job: str) -> None:
     the live one only under `retired/`; it goes back, so the new rewind plans from it. One that
     died after swapping the sink log left some of the later batches' files behind, listed by the
     retired log only: they go now, since the new plan, made from the swapped log, cannot see them.
+    A staging area without `retired/` holds only a verified download, kept for the next rewind.
     """
     retired = _staging_dir(platform, job) / "retired"
+    if not retired.exists():
+        return
     paths = JobPaths.of(platform, find_job(job, platform.conf_dir))
     for moved, live in ((retired / "checkpoint", paths.checkpoint), (retired / "sink-log", paths.sink_log)):
         if moved.exists() and not live.exists():
@@ -324,6 +431,64 @@ def complete_rewind(platform: PlatformConfig, ledger: Ledger, plan: RewindPlan) 
     ledger.set_savepoint_status(newer, STATUS_SUPERSEDED)
 
 
+@dataclass(frozen=True)
+class Preflight:
+    """What the check before a rewind or restate found: every refusal, or the plan to carry out."""
+
+    job: str
+    kind: str
+    refusals: tuple[Refusal, ...]
+    plan: RewindPlan | None
+
+    def text(self) -> str:
+        return refusal_text(self.kind, self.job, self.refusals)
+
+
+def preflight(
+    supervisor: Supervisor,
+    job: str,
+    kind: str,
+    *,
+    savepoint_id: str | None = None,
+    before: datetime | None = None,
+    operation: OperationRecord | None = None,
+    s3: BaseClient | None = None,
+) -> Preflight:
+    """Every refusal a rewind or restate (`kind`) of `job` would meet, found before anything stops.
+
+    The one check of both paths: the request (`rewind`, `restate`, their dry runs, the Airflow
+    form) runs it before recording the operation, and the reconcile loop runs it again, for the
+    recorded `operation`, in the pass that would stop the driver and in the pass that rewinds, so
+    what changed since the request (input removed, a driver started) is refused with the driver
+    untouched. The caller holds the job's lock. Reads only, but for the savepoint's download into
+    the staging area, verified, kept for the rewind that follows (the pass after the stop finds it
+    there) and dropped on a refusal. Another open
+    operation, or a running driver for a rewind, is refused without looking further.
+    """
+    platform, ledger = supervisor.platform, supervisor.ledger
+    open_operation = ledger.operation(job)
+    if open_operation is not None and (operation is None or open_operation.id != operation.id):
+        busy = OperationInProgressError(
+            job, open_operation.kind, open_operation.step, open_operation.requested_at
+        )
+        return Preflight(job, kind, (Refusal(Cause.OPERATION_OPEN, str(busy)),), None)
+    if kind == "rewind":
+        run = ledger.current_run(job)
+        if run is not None and supervisor.backend.is_alive(run):
+            running = Refusal(
+                Cause.JOB_RUNNING,
+                f"job {job!r} is running (run {run.run_id}); suspend it first (warden stop {job}), "
+                "or restate it",
+            )
+            return Preflight(job, kind, (running,), None)
+    try:
+        plan = prepare_rewind(platform, ledger, job, savepoint_id=savepoint_id, before=before, s3=s3)
+    except RewindRefused as refused:
+        discard_rewind(platform, job)
+        return Preflight(job, kind, refused.refusals, None)
+    return Preflight(job, kind, (), plan)
+
+
 def rewind_job(
     supervisor: Supervisor,
     job: str,
@@ -332,25 +497,29 @@ def rewind_job(
     savepoint_id: str | None = None,
     before: datetime | None = None,
     dry_run: bool = False,
+    kind: str = "rewind",
     s3: BaseClient | None = None,
 ) -> RewindPlan:
     """Rewind a stopped job to a savepoint under its lock, now; a dry run only reports the plan.
 
-    Refuses (RewindError, nothing touched) while a driver of the job runs; a dry run may look at a
-    running job (its plan is as of now: the job keeps adding batches). The rewind is a
-    decision row in the ledger, written before acting, with the plan as its inputs. Savepoints
-    taken after the chosen one are marked superseded: they list sink files the rewind deleted. The
-    replay happens when the job is next started. Operators use `rewind`, which the reconcile loop
-    carries out and finishes even if the caller dies.
+    Runs `preflight` first: a refusal raises RewindError naming every cause, with nothing touched,
+    and (unless a dry run, which records nothing) leaves a `refused` decision row. A dry run of a
+    restate (`kind`) may look at a running job (its plan is as of now: the job keeps adding
+    batches). The rewind is a decision row in the ledger, written before acting, with the plan as
+    its inputs. Savepoints taken after the chosen one are marked superseded: they list sink files
+    the rewind deleted. The replay happens when the job is next started. Operators use `rewind`,
+    which the reconcile loop carries out and finishes even if the caller dies.
     """
     platform, ledger = supervisor.platform, supervisor.ledger
+    find_job(job, platform.conf_dir)  # an unknown job or invalid file: a ConfigError
     with job_lock(platform, job, "rewind"):
-        run = ledger.current_run(job)
-        if not dry_run and run is not None and supervisor.backend.is_alive(run):
-            raise RewindError(
-                f"job {job!r} is running (run {run.run_id}); suspend it first: warden stop {job}"
-            )
-        plan = prepare_rewind(platform, ledger, job, savepoint_id=savepoint_id, before=before, s3=s3)
+        checked = preflight(supervisor, job, kind, savepoint_id=savepoint_id, before=before, s3=s3)
+        if checked.plan is None:
+            if dry_run:
+                raise RewindError(checked.text())
+            asked = {"savepoint": savepoint_id, "before": before.isoformat() if before else None}
+            raise RewindError(record_refusal(ledger, job, kind, reason, checked.refusals, asked))
+        plan = checked.plan
         if dry_run:
             discard_rewind(platform, job)
             return plan
@@ -377,6 +546,47 @@ def plan_inputs(plan: RewindPlan) -> dict[str, Any]:
     }
 
 
+def request_operation(
+    supervisor: Supervisor,
+    job: str,
+    kind: str,
+    *,
+    reason: str,
+    savepoint_id: str | None = None,
+    before: datetime | None = None,
+) -> tuple[OperationRecord, RewindPlan]:
+    """Check a rewind or restate (`preflight`) and record it for the reconcile loop; the operation
+    and the plan as of the request.
+
+    A refusal is a `refused` decision row and a RewindError naming every cause; nothing is
+    recorded as an operation and the job is left exactly as it was.
+    """
+    find_job(job, supervisor.platform.conf_dir)  # an unknown job or invalid file: a ConfigError
+    asked = {"savepoint": savepoint_id, "before": before.isoformat() if before else None}
+    with job_lock(supervisor.platform, job, f"{kind} check"):
+        checked = preflight(supervisor, job, kind, savepoint_id=savepoint_id, before=before)
+        # The passes that carry the operation out may run on another machine (an Airflow worker)
+        # and check it again there: the request keeps no download.
+        discard_rewind(supervisor.platform, job)
+    if checked.plan is None:
+        raise RewindError(record_refusal(supervisor.ledger, job, kind, reason, checked.refusals, asked))
+    plan = checked.plan
+    try:
+        operation = supervisor.start_operation(
+            job,
+            kind,
+            reason,
+            plan_inputs(plan),
+            savepoint_id=plan.savepoint.id,
+            savepoint_batch=plan.savepoint.batch_id,
+        )
+    except OperationInProgressError as busy:
+        # Another request was recorded between the check and this one.
+        refusal = Refusal(Cause.OPERATION_OPEN, str(busy))
+        raise RewindError(record_refusal(supervisor.ledger, job, kind, reason, [refusal], asked)) from busy
+    return operation, plan
+
+
 def rewind(
     supervisor: Supervisor,
     job: str,
@@ -388,23 +598,13 @@ def rewind(
 ) -> RewindPlan:
     """Ask the reconcile loop to rewind a stopped job, and run its passes until it has.
 
-    The request is checked first (the job is stopped, the savepoint exists, its replay can be
-    exact: a dry run), then recorded as a `rewind` operation; the passes this call runs, or any
-    pass after it if this process dies, carry it out. Returns the dry run's plan; RewindError when
-    the rewind was refused.
+    The request is checked first (`preflight`: the job is stopped, the savepoint exists and can be
+    read, its replay can be exact), then recorded as a `rewind` operation; the passes this call
+    runs, or any pass after it if this process dies, check it again and carry it out. Returns the
+    plan as of the request; RewindError when the rewind was refused.
     """
-    run = supervisor.ledger.current_run(job)
-    if run is not None and supervisor.backend.is_alive(run):
-        raise RewindError(f"job {job!r} is running (run {run.run_id}); suspend it first: warden stop {job}")
-    supervisor.ensure_no_operation(job)
-    plan = rewind_job(supervisor, job, reason=reason, savepoint_id=savepoint_id, before=before, dry_run=True)
-    operation = supervisor.start_operation(
-        job,
-        "rewind",
-        reason,
-        plan_inputs(plan),
-        savepoint_id=plan.savepoint.id,
-        savepoint_batch=plan.savepoint.batch_id,
+    operation, plan = request_operation(
+        supervisor, job, "rewind", reason=reason, savepoint_id=savepoint_id, before=before
     )
     ended = supervisor.await_operation(operation.id, progress=progress)
     if ended.failure is not None:

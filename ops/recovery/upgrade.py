@@ -38,9 +38,10 @@ from botocore.client import BaseClient
 from ops.atomic import write_atomically
 from ops.driver.checkpoint import write_log_entry
 from ops.driver.telemetry import read_heartbeat
-from ops.exceptions import ConfigError, UpgradeError
+from ops.exceptions import ConfigError, OperationInProgressError, UpgradeError
 from ops.ledger.store import SavepointRecord
 from ops.ports import free_loopback_port
+from ops.recovery.refusals import Cause, Refusal, record_refusal
 from ops.savepoints.store import fetch_savepoint
 from ops.spec.job import JobSpec, find_job, load_job
 from ops.spec.paths import JobPaths
@@ -200,26 +201,41 @@ def upgrade(
 
     Records the upgrade and runs reconcile passes until the loop has closed it. Raises
     UpgradeError, with the running version untouched, when the candidate is invalid or cannot take
-    over the job's state. Returns how the upgrade ended otherwise; a rollback pages.
+    over the job's state, or another operation is open; a request refused here is also a
+    `refused` decision row. Returns how the upgrade ended otherwise; a rollback pages.
     """
     platform = supervisor.platform
-    spec, content = _candidate_spec(platform, job, candidate)
+    asked = {"candidate": str(candidate)}
+    try:
+        spec, content = _candidate_spec(platform, job, candidate)
+        old_version = find_job(job, platform.conf_dir).config_version
+        if spec.config_version == old_version:
+            raise UpgradeError(
+                f"candidate {candidate} is the installed spec of {job!r} (config {old_version})"
+            )
+    except UpgradeError as invalid:
+        refusal = Refusal(Cause.CANDIDATE_INVALID, str(invalid))
+        raise UpgradeError(
+            record_refusal(supervisor.ledger, job, "upgrade", reason, [refusal], asked)
+        ) from invalid
     previous = (platform.conf_dir / "jobs" / f"{job}.yaml").read_text()
-    old_version = find_job(job, platform.conf_dir).config_version
-    if spec.config_version == old_version:
-        raise UpgradeError(f"candidate {candidate} is the installed spec of {job!r} (config {old_version})")
-    supervisor.ensure_no_operation(job)
-    operation = supervisor.start_operation(
-        job,
-        "upgrade",
-        reason,
-        {"from": old_version, "to": spec.config_version, "candidate": str(candidate)},
-        candidate_spec=content,
-        candidate_version=spec.config_version,
-        previous_spec=previous,
-        previous_version=old_version,
-        readiness_timeout=readiness_timeout,
-    )
+    try:
+        operation = supervisor.start_operation(
+            job,
+            "upgrade",
+            reason,
+            {"from": old_version, "to": spec.config_version, **asked},
+            candidate_spec=content,
+            candidate_version=spec.config_version,
+            previous_spec=previous,
+            previous_version=old_version,
+            readiness_timeout=readiness_timeout,
+        )
+    except OperationInProgressError as busy:
+        refusal = Refusal(Cause.OPERATION_OPEN, str(busy))
+        raise UpgradeError(
+            record_refusal(supervisor.ledger, job, "upgrade", reason, [refusal], asked)
+        ) from busy
     ended = supervisor.await_operation(operation.id, progress=progress)
     if ended.failure is not None and ended.dry_run_passed_at is None:
         raise UpgradeError(ended.failure)

@@ -164,6 +164,7 @@ class RestateOperator(SupervisorOperator):
                 savepoint_id=savepoint_id,
                 before=before,
                 dry_run=True,
+                kind="restate",
             )
             self.log.info("dry run, nothing changed:\n%s", plan.describe())
             return plan.describe()

@@ -138,10 +138,12 @@ def test_rewind_past_input_retention_is_refused_before_anything_is_touched(
 
     with pytest.raises(RewindError, match="no longer retained") as refused:
         rewind_job(Supervisor.for_platform(platform), JOB, reason="test", savepoint_id=savepoint.id)
-    assert str(later[0].path) in str(refused.value)
+    assert str(later[0].path) in str(refused.value) and "[input_gone]" in str(refused.value)
     assert (snapshot(platform.checkpoint_root / JOB), snapshot(platform.lake_root / "router")) == before
     assert not job_paths(platform, JOB).replay.exists()
-    assert not ledger.decisions(JOB, action="rewind")
+    (decision,) = ledger.decisions(JOB, action="rewind")
+    assert decision.outcome == f"refused: {refused.value}"
+    assert decision.inputs["refused"][0]["cause"] == "input_gone"
 
 
 def test_two_rewinds_at_once_run_one_after_the_other(

@@ -27,6 +27,7 @@ from ops.control.policy import (
     RollBack,
     StartDryRun,
     Step,
+    StopAfterCheck,
     StopDriver,
     SuspendJob,
     TakeSavepoint,
@@ -464,11 +465,13 @@ REWOUND = {"replay_to": 12, "rows_before": 100, "rewound_at": NOW - timedelta(mi
 
 
 @pytest.mark.parametrize("kind, state", [("restate", Lifecycle.RESTATING), ("rewind", Lifecycle.REWINDING)])
-def test_a_rewind_or_restate_first_stops_the_driver_gracefully(kind: str, state: Lifecycle) -> None:
+def test_a_rewind_or_restate_checks_before_it_stops_the_driver_gracefully(
+    kind: str, state: Lifecycle
+) -> None:
     current = run(started=600)
     plan = decide(view(job_record(), current, beat=heartbeat(current), operation=operation(kind)), NOW)
     assert (plan.state, plan.step) == (state, Step.STOP)
-    assert plan.actions == (StopDriver(plan.actions[0].reason, f"stopped: {kind}", graceful=True),)
+    assert plan.actions == (StopAfterCheck(plan.actions[0].reason, f"stopped: {kind}"),)
 
 
 def test_a_driver_already_gone_is_closed_without_a_page_or_a_failure() -> None:
@@ -490,10 +493,13 @@ def test_a_rewind_is_done_once_rewound_and_leaves_the_job_to_its_desired_state()
     assert [(type(a), getattr(a, "result", None)) for a in plan.actions] == [(FinishOperation, Result.DONE)]
 
 
-def test_a_refused_rewind_fails_the_restatement_with_nothing_touched() -> None:
+def test_a_refused_rewind_closes_the_restatement_as_refused_and_leaves_the_driver_running() -> None:
+    current = run(started=600)
     refused = operation("restate", failure="cannot replay 'router' from batch 7: ...")
-    plan = decide(view(job_record(state="RESTATING"), operation=refused), NOW)
-    assert plan.actions == (FinishOperation(plan.actions[0].reason, Result.FAILED),)
+    plan = decide(
+        view(job_record(state="RESTATING"), current, beat=heartbeat(current), operation=refused), NOW
+    )
+    assert plan.actions == (FinishOperation(plan.actions[0].reason, Result.REFUSED),)
     assert "cannot replay" in plan.reason
 
 
