@@ -16,7 +16,8 @@ warden restate JOB --savepoint ID|--before T --reason R [--dry-run]
 warden upgrade JOB --spec FILE --reason R
                                 deploy a new spec from a fresh savepoint; roll back if not ready
 warden platform up|down|status  the embedded platform (S3, PostgreSQL, Airflow, generator, drivers)
-warden state JOB [--key K]      a stateful job's latest committed state (per key), e.g. device health
+warden state JOB [--key K] [--json]
+                                a stateful job's latest committed state (per key), e.g. device health
 warden archive [--list SOURCE | --verify SOURCE --hour T]
                                 archive the sealed arrival hours of every landing directory now,
                                 list a source's archived hours, or check one against its manifest
@@ -36,6 +37,7 @@ reconcile JOB`) finishes the operation or rolls it back.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -358,7 +360,10 @@ def cmd_state(args: argparse.Namespace) -> int:
     platform = load_platform()
     spec = find_job(args.job, platform.conf_dir)
     table = read_value_state(local_session(platform), platform, spec, key=args.key)
-    print("\n".join(state_lines(table)))
+    if args.json:
+        print(json.dumps(table.as_json(), default=str))
+    else:
+        print("\n".join(state_lines(table)))
     if args.key is not None and not table.rows:
         print(f"warden: no state for key {args.key!r} in job {args.job!r}", file=sys.stderr)
         return 1
@@ -466,6 +471,9 @@ def build_parser() -> argparse.ArgumentParser:
     state = commands.add_parser("state", help="a stateful job's latest committed state, one row per key")
     state.add_argument("job")
     state.add_argument("--key", help="only this key (the first key column, e.g. a device id)")
+    state.add_argument(
+        "--json", action="store_true", help="one JSON object (columns, rows) instead of a table"
+    )
     state.set_defaults(run=cmd_state)
     platform = commands.add_parser("platform", help="the embedded platform")
     platform.add_argument("action", choices=["up", "down", "status"])
