@@ -23,7 +23,8 @@ warden archive [--list SOURCE | --verify SOURCE --hour T]
                                 list a source's archived hours, or check one against its manifest
 warden preview JOB STAGE [--limit N]
                                 the newest records a running job's preview tap captured at STAGE
-warden scrape-targets FILE      write the Prometheus file_sd targets of the jobs meant to run
+warden scrape-targets [FILE]    write the Prometheus file_sd targets of the jobs meant to run (default:
+                                monitoring.scrape_targets_file; warden_platform does it every minute)
 
 Every command uses the ledger at `ledger.url` of conf/platform.yaml, or at $STREAMWARDEN_LEDGER_URL
 when that is set (sqlite:///PATH or postgresql+psycopg://USER@HOST:PORT/DATABASE).
@@ -406,8 +407,12 @@ def cmd_scrape_targets(args: argparse.Namespace) -> int:
     from ops.prometheus_targets import write_driver_targets
 
     platform = load_platform()
-    targets = write_driver_targets(platform, Ledger.open(platform.resolved_ledger_url), args.file)
-    print(f"{args.file}: {len(targets)} driver targets")
+    path = args.file or platform.scrape_targets_file
+    if path is None:
+        print("warden: give FILE: monitoring.scrape_targets_file is null in platform.yaml", file=sys.stderr)
+        return 2
+    targets = write_driver_targets(platform, Ledger.open(platform.resolved_ledger_url), path)
+    print(f"{path}: {len(targets)} driver targets")
     return 0
 
 
@@ -491,7 +496,12 @@ def build_parser() -> argparse.ArgumentParser:
     targets = commands.add_parser(
         "scrape-targets", help="write the Prometheus file_sd targets of the jobs meant to run"
     )
-    targets.add_argument("file", type=Path, help="e.g. conf/prometheus/targets/drivers.json")
+    targets.add_argument(
+        "file",
+        type=Path,
+        nargs="?",
+        help="default: monitoring.scrape_targets_file (conf/prometheus/targets/drivers.json)",
+    )
     targets.set_defaults(run=cmd_scrape_targets)
     return parser
 
