@@ -31,3 +31,17 @@ def write_atomically(path: Path, content: bytes | str) -> None:
     """Replace `path` with `content` (text is written as UTF-8) in one rename."""
     with replacing(path) as temporary:
         temporary.write_bytes(content.encode() if isinstance(content, str) else content)
+
+
+def write_if_changed(path: Path, content: bytes | str) -> bool:
+    """Replace `path` with `content` in one rename unless it holds exactly that already; whether
+    it was replaced. For files a reader watches and reloads on every change (Prometheus' file_sd):
+    an unchanged file keeps its inode and mtime, and the reader has nothing to do."""
+    data = content.encode() if isinstance(content, str) else content
+    try:
+        if path.read_bytes() == data:
+            return False
+    except FileNotFoundError:
+        pass
+    write_atomically(path, data)
+    return True

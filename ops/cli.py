@@ -18,13 +18,15 @@ warden restate JOB --savepoint ID|--before T --reason R [--dry-run]
 warden upgrade JOB --spec FILE --reason R
                                 deploy a new spec from a fresh savepoint; roll back if not ready
 warden platform up|down|status  the embedded platform (S3, PostgreSQL, Airflow, generator, drivers)
-warden state JOB [--key K]      a stateful job's latest committed state (per key), e.g. device health
+warden state JOB [--key K] [--json]
+                                a stateful job's latest committed state (per key), e.g. device health
 warden archive [--list SOURCE | --verify SOURCE --hour T]
                                 archive the sealed arrival hours of every landing directory now,
                                 list a source's archived hours, or check one against its manifest
 warden preview JOB STAGE [--limit N]
                                 the newest records a running job's preview tap captured at STAGE
-warden scrape-targets FILE      write the Prometheus file_sd targets of the jobs meant to run
+warden scrape-targets [FILE]    write the Prometheus file_sd targets of the jobs meant to run (default:
+                                monitoring.scrape_targets_file; warden_platform does it every minute)
 
 Every command uses the ledger at `ledger.url` of conf/platform.yaml, or at $STREAMWARDEN_LEDGER_URL
 when that is set (sqlite:///PATH or postgresql+psycopg://USER@HOST:PORT/DATABASE).
@@ -41,6 +43,7 @@ row naming the cause, and the command exits 2 with the same message.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -395,7 +398,10 @@ def cmd_state(args: argparse.Namespace) -> int:
     platform = load_platform()
     spec = find_job(args.job, platform.conf_dir)
     table = read_value_state(local_session(platform), platform, spec, key=args.key)
-    print("\n".join(state_lines(table)))
+    if args.json:
+        print(json.dumps(table.as_json(), default=str))
+    else:
+        print("\n".join(state_lines(table)))
     if args.key is not None and not table.rows:
         print(f"warden: no state for key {args.key!r} in job {args.job!r}", file=sys.stderr)
         return 1
@@ -438,8 +444,12 @@ def cmd_scrape_targets(args: argparse.Namespace) -> int:
     from ops.prometheus_targets import write_driver_targets
 
     platform = load_platform()
-    targets = write_driver_targets(platform, Ledger.open(platform.resolved_ledger_url), args.file)
-    print(f"{args.file}: {len(targets)} driver targets")
+    path = args.file or platform.scrape_targets_file
+    if path is None:
+        print("warden: give FILE: monitoring.scrape_targets_file is null in platform.yaml", file=sys.stderr)
+        return 2
+    targets = write_driver_targets(platform, Ledger.open(platform.resolved_ledger_url), path)
+    print(f"{path}: {len(targets)} driver targets")
     return 0
 
 
@@ -504,6 +514,9 @@ def build_parser() -> argparse.ArgumentParser:
     state = commands.add_parser("state", help="a stateful job's latest committed state, one row per key")
     state.add_argument("job")
     state.add_argument("--key", help="only this key (the first key column, e.g. a device id)")
+    state.add_argument(
+        "--json", action="store_true", help="one JSON object (columns, rows) instead of a table"
+    )
     state.set_defaults(run=cmd_state)
     platform = commands.add_parser("platform", help="the embedded platform")
     platform.add_argument("action", choices=["up", "down", "status"])
@@ -521,7 +534,12 @@ def build_parser() -> argparse.ArgumentParser:
     targets = commands.add_parser(
         "scrape-targets", help="write the Prometheus file_sd targets of the jobs meant to run"
     )
-    targets.add_argument("file", type=Path, help="e.g. conf/prometheus/targets/drivers.json")
+    targets.add_argument(
+        "file",
+        type=Path,
+        nargs="?",
+        help="default: monitoring.scrape_targets_file (conf/prometheus/targets/drivers.json)",
+    )
     targets.set_defaults(run=cmd_scrape_targets)
     return parser
 

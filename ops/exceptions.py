@@ -18,6 +18,9 @@ Hierarchy::
     ├── JobBusyError            another operation holds the job's lock
     ├── OperationInProgressError  a rewind, restate or upgrade of the job is still open
     ├── StateReadError          a job's state cannot be read (not stateful, nothing committed yet)
+    ├── StateLookupError        the job board's out-of-process state read gave no answer
+    │   ├── StateLookupBusyError     another lookup is running
+    │   └── StateLookupTimeoutError  the read took longer than its limit (it was stopped)
     └── PreviewError            a preview tap is not enabled or has captured nothing yet
 """
 
@@ -120,6 +123,19 @@ class OperationInProgressError(WardenError):
 class StateReadError(WardenError):
     """A job's state cannot be read: the job is not stateful, has no committed batch, or its
     state is not a single transformWithState value state."""
+
+
+class StateLookupError(WardenError):
+    """The job board's state read (a `warden state` process) failed without saying why the state
+    cannot be read; the message quotes the end of its error output."""
+
+
+class StateLookupBusyError(StateLookupError):
+    """Another state lookup is running: each starts a Spark JVM, so they run one at a time."""
+
+
+class StateLookupTimeoutError(StateLookupError):
+    """A state read took longer than its limit and was stopped, its JVM with it."""
 
 
 class PreviewError(WardenError):

@@ -4,8 +4,9 @@
 and Prometheus rereads that file whenever it changes, so the list follows the fleet without a
 restart. A target is a job whose desired state is `running` in the ledger: the "job down" alert
 fires for a driver that should run and does not answer, never for a job suspended on purpose.
-Each target carries the job as `job_name`, the label the drivers put on their own series
-(scraped with `honor_labels`), so `up` names the job too.
+`warden_platform` rewrites the file (`monitoring.scrape_targets_file` in platform.yaml) every
+minute when that list changed. Each target carries the job as `job_name`, the label the drivers
+put on their own series (scraped with `honor_labels`), so `up` names the job too.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ops.atomic import write_atomically
+from ops.atomic import write_if_changed
 from ops.control.policy import Desired
 from ops.driver.telemetry import JOB_LABEL
 from ops.ledger.store import Ledger
@@ -41,11 +42,32 @@ def supervised_specs(platform: PlatformConfig, ledger: Ledger) -> list[JobSpec]:
     return [spec for name, spec in load_jobs(platform.conf_dir).specs.items() if name in running]
 
 
-def write_driver_targets(platform: PlatformConfig, ledger: Ledger, path: Path) -> list[dict[str, Any]]:
-    """Write the targets of the jobs meant to run to `path` (atomically: Prometheus never reads
-    half a file) and return them."""
+def current_targets(platform: PlatformConfig, ledger: Ledger) -> list[dict[str, Any]]:
+    """The target groups of the jobs meant to run, on the drivers' bind address."""
     host = platform.spark.bind_address or "127.0.0.1"
-    targets = driver_targets(supervised_specs(platform, ledger), host)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(path, json.dumps(targets, indent=1) + "\n")
+    return driver_targets(supervised_specs(platform, ledger), host)
+
+
+def write_targets(path: Path, targets: list[dict[str, Any]]) -> bool:
+    """Put `targets` in `path` (atomically: Prometheus never reads half a file), only when it holds
+    other targets; whether it was rewritten."""
+    return write_if_changed(path, json.dumps(targets, indent=1) + "\n")
+
+
+def write_driver_targets(platform: PlatformConfig, ledger: Ledger, path: Path) -> list[dict[str, Any]]:
+    """Write the targets of the jobs meant to run to `path` and return them."""
+    targets = current_targets(platform, ledger)
+    write_targets(path, targets)
     return targets
+
+
+def refresh_scrape_targets(platform: PlatformConfig, ledger: Ledger) -> str:
+    """Bring `monitoring.scrape_targets_file` up to date with the jobs meant to run (every minute
+    from `warden_platform`, so a suspended or resumed job leaves or joins the scrape within a
+    minute, and Prometheus' refresh interval); one line saying what it did."""
+    path = platform.scrape_targets_file
+    if path is None:
+        return "monitoring.scrape_targets_file is null: no scrape targets kept"
+    targets = current_targets(platform, ledger)
+    rewritten = write_targets(path, targets)
+    return f"{path}: {len(targets)} driver targets ({'rewritten' if rewritten else 'unchanged'})"

@@ -22,11 +22,12 @@ from typing import Any
 import sqlalchemy as sa
 
 from ops.console.diagnosis import Diagnosis, diagnose, master_cores
+from ops.console.state_lookup import StateLookup, StateLookupForm, StateRows, lookup_form
 from ops.control.policy import FAILURE, Lifecycle
 from ops.driver.history import MinuteRates, ProgressHistory, rates_since, read_history, read_rates
 from ops.driver.preview import load_preview_file, preview_path, preview_rows
 from ops.driver.telemetry import Heartbeat, read_heartbeat
-from ops.exceptions import ConfigError
+from ops.exceptions import ConfigError, StateReadError
 from ops.ledger.store import (
     DecisionRecord,
     JobRecord,
@@ -190,6 +191,7 @@ class JobPage:
     previews: list[PreviewTable]
     missing_previews: list[str]
     diagnosis: Diagnosis
+    state_lookup: StateLookupForm
 
 
 class Console:
@@ -199,6 +201,7 @@ class Console:
         self.platform = platform
         self.ledger = ledger
         self.specs = SpecCache(platform.conf_dir)
+        self.state = StateLookup(platform)
 
     def board(self, now: datetime) -> list[BoardRow]:
         """Every job with a file or a ledger record, by name."""
@@ -245,7 +248,18 @@ class Console:
             previews=previews,
             missing_previews=missing,
             diagnosis=diagnose(history.batches, spec if isinstance(spec, JobSpec) else None, row.cores),
+            state_lookup=lookup_form(self.platform, spec),
         )
+
+    def look_up_state(self, job: str, key: str) -> StateRows | None:
+        """The rows of `key` in the job's committed state (a Spark process, seconds: see
+        `ops.console.state_lookup`), or None when there is no such job."""
+        spec = self.specs.spec(job)
+        if isinstance(spec, ConfigError):
+            if not spec.path.exists():
+                return None
+            raise StateReadError(f"the state of job {job!r} cannot be read: {spec}")
+        return self.state.look_up(spec, key)
 
     def _runtime(self, job: str) -> Path:
         return self.platform.job_runtime_dir(job)

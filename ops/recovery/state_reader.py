@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import Column, SparkSession
 from pyspark.sql import functions as F
@@ -54,6 +55,21 @@ class StateTable:
     @property
     def columns(self) -> tuple[str, ...]:
         return self.key_columns + self.value_columns
+
+    def as_json(self) -> dict[str, Any]:
+        """The table as JSON values, timestamps in ISO 8601: what `warden state --json` prints and
+        the job board's state lookup reads (ops.console.state_lookup)."""
+        return {
+            "job": self.job,
+            "state_var": self.state_var,
+            "batch_id": self.batch_id,
+            "key_columns": list(self.key_columns),
+            "value_columns": list(self.value_columns),
+            "rows": [
+                [cell.isoformat() if isinstance(cell, datetime) else cell for cell in row]
+                for row in self.rows
+            ],
+        }
 
 
 def last_committed_batch(checkpoint: Path) -> int | None:

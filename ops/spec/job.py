@@ -25,7 +25,7 @@ from pydantic import AfterValidator, Field, StrictBool, ValidationError, field_v
 
 from ops.exceptions import ConfigError
 from ops.spec.model import Model, describe_error, read_yaml
-from ops.spec.pipelines import Pipeline
+from ops.spec.pipelines import STATE_LOOKUP_KEYS, Pipeline
 from ops.spec.platform import SparkDefaults, conf_dir
 
 JOB_NAME_PATTERN = r"^[a-z][a-z0-9_]{1,62}$"
@@ -303,6 +303,12 @@ class JobSpec(Model):
     @classmethod
     def _one_line(cls, value: str) -> str:
         return " ".join(value.split())
+
+    @property
+    def state_lookup_key(self) -> str | None:
+        """The state key column a lookup by key matches, or None when the job's state cannot be
+        looked up (it keeps none, or not as the one value state `warden state` reads)."""
+        return STATE_LOOKUP_KEYS.get(self.pipeline.kind) if self.operations.stateful else None
 
 
 METRICS_PORT_FIELD = "operations.metrics_port"

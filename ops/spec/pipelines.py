@@ -510,6 +510,12 @@ class EnricherPipeline(Model):
         return self
 
 
+# The pipeline kinds whose transform keeps its state as one transformWithState value state: the
+# state `warden state` reads (ops.recovery.state_reader) and the job board looks up by key. The
+# value is the key column a lookup matches, the first of the state's key columns (the transform's
+# grouping key, e.g. `KEY_COLUMNS` in jobs/device_health/transform.py).
+STATE_LOOKUP_KEYS = {"device_health": "device_id"}
+
 Pipeline = Annotated[
     RouterPipeline
     | ImpressionsPlaysPipeline

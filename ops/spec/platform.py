@@ -184,6 +184,10 @@ class MonitoringConfig(Model):
     # (`ops.pushgateway`), e.g. http://pushgateway:9091 in the team stack; null pushes nothing.
     pushgateway_url: str | None = None
     push_timeout_seconds: float = Field(5.0, gt=0)
+    # The Prometheus file_sd file of the drivers meant to run (`ops.prometheus_targets`), which
+    # `conf/prometheus/prometheus.yml` reads (`targets/*.json`) and `warden_platform` keeps current;
+    # null keeps none (Prometheus finds the drivers another way).
+    scrape_targets_file: Path | None = Path("conf/prometheus/targets/drivers.json")
 
 
 class PlatformConfig(Model):
@@ -236,6 +240,12 @@ class PlatformConfig(Model):
         if url.startswith(SQLITE_PREFIX) and not url.startswith(SQLITE_PREFIX + "/"):
             return SQLITE_PREFIX + str(self.resolve(Path(url[len(SQLITE_PREFIX) :])))
         return url
+
+    @property
+    def scrape_targets_file(self) -> Path | None:
+        """Where the drivers' Prometheus targets are kept, or None when they are not."""
+        path = self.monitoring.scrape_targets_file
+        return None if path is None else self.resolve(path)
 
     @property
     def postgres_data_dir(self) -> Path | None:

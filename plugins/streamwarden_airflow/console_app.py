@@ -7,6 +7,9 @@ the UI's session cookie); with auth on, a request without one is refused with 40
 platform runs the simple auth manager with every user an admin, whose middleware gives each request
 a token, so the board opens without a login there, like the rest of its UI.
 
+A state lookup by key (`/api/jobs/JOB/state?key=K`) needs Spark, which the api-server must not
+host: `ops.console.state_lookup` runs it in a `warden state` process with a time limit.
+
 The page triggers restatements through Airflow's own REST API (`POST /api/v2/dags/warden_restate/
 dagRuns`) from the browser, so Airflow checks the user's right to trigger that DAG.
 """
@@ -16,11 +19,12 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from ops.clock import utcnow
 from ops.console.board import Console, as_json
+from ops.exceptions import StateLookupBusyError, StateLookupError, StateLookupTimeoutError, StateReadError
 from ops.ledger.store import Ledger
 from ops.spec.platform import load_platform
 
@@ -69,3 +73,24 @@ def job_page(job: str) -> JSONResponse:
     if found is None:
         raise HTTPException(status_code=404, detail=f"no job named {job!r}")
     return JSONResponse({"generated_at": utcnow().isoformat(), **as_json(found)})
+
+
+@app.get("/api/jobs/{job}/state")
+def state_lookup(job: str, key: str = Query(min_length=1)) -> JSONResponse:
+    """The rows of `key` in the job's committed state, read by a `warden state` process (a sync
+    route: FastAPI runs it in a worker thread, so the seconds it takes block no other request)."""
+    try:
+        found = console().look_up_state(job, key)
+    except StateReadError as error:
+        raise HTTPException(status_code=409, detail=str(error)) from error
+    except StateLookupBusyError as error:
+        raise HTTPException(status_code=503, detail=str(error)) from error
+    except StateLookupTimeoutError as error:
+        raise HTTPException(status_code=504, detail=str(error)) from error
+    except StateLookupError as error:
+        raise HTTPException(status_code=502, detail=str(error)) from error
+    if found is None:
+        raise HTTPException(status_code=404, detail=f"no job named {job!r}")
+    if not found.rows:
+        raise HTTPException(status_code=404, detail=found.missing_key)
+    return JSONResponse(as_json(found))

@@ -20,6 +20,7 @@ from ops.clock import utcnow
 from ops.control.supervisor import Supervisor
 from ops.exceptions import ConfigError, LedgerError
 from ops.ledger.store import SCHEMA_REVISION, Ledger, schema_revision
+from ops.prometheus_targets import refresh_scrape_targets
 from ops.spec.analysis import with_verdicts
 from ops.spec.job import JobLoadResult, RestatementSchedule, load_jobs
 from ops.spec.platform import SUPERVISE_DAG_PREFIX, load_platform
@@ -205,12 +206,13 @@ def restate_dag(jobs: list[str], schedule: RestatementSchedule | None = None) ->
 def platform_dag() -> DAG:
     """Housekeeping every minute: page about invalid job files, deliver alerts still in the outbox,
     apply savepoint retention (also for jobs that are down), remove sink files of batches that
-    never committed."""
+    never committed, keep Prometheus' list of the drivers meant to run current."""
     with DAG(
         dag_id="warden_platform",
         description=(
             "Validates job files, delivers alerts left in the outbox, prunes old savepoints, "
-            "removes orphaned sink output, archives landing input by arrival hour"
+            "removes orphaned sink output, archives landing input by arrival hour, "
+            "rewrites Prometheus' driver targets when the jobs meant to run change"
         ),
         schedule=timedelta(minutes=1),
         start_date=START,
@@ -244,10 +246,16 @@ def platform_dag() -> DAG:
 
             return archive_all(load_platform(), utcnow())
 
+        @task
+        def write_scrape_targets() -> str:
+            platform = load_platform()
+            return refresh_scrape_targets(platform, Ledger.open(platform.resolved_ledger_url))
+
         analyse_job_files() >> check_job_files()
         prune_savepoints()
         remove_orphaned_output()
         archive_landing()
+        write_scrape_targets()
     return dag
 
 

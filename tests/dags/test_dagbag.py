@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import yaml
 from airflow.dag_processing.dagbag import DagBag
 
-from ops.spec.job import load_jobs
+from ops.control.supervisor import Supervisor
+from ops.ledger.store import Ledger
+from ops.spec.job import find_job, load_jobs
 from ops.spec.platform import PlatformConfig
 from tests.support.drivers import edit_job
 from tests.support.slack import SlackReceiver
@@ -119,3 +122,32 @@ def test_a_route_filter_spark_rejects_gets_no_dag_once_analysed_and_pages_once(
     assert platform_dag.test().state == "success"
     assert slack_webhook.messages[-1]["text"].startswith("✅ resolved: router config invalid")
     assert "warden_supervise_router" in dagbag().dag_ids
+
+
+def test_the_platform_dag_keeps_prometheus_targets_to_the_jobs_meant_to_run(
+    platform_conf: PlatformConfig, ledger: Ledger
+) -> None:
+    for job in ("router", "sessionizer"):
+        ledger.ensure_job(job, desired_state="running", state="RUNNING", config_version="v")
+    path = platform_conf.scrape_targets_file
+    assert path == platform_conf.conf_dir / "prometheus" / "targets" / "drivers.json"
+    platform_dag = dagbag().get_dag("warden_platform")
+
+    def scraped() -> dict[str, list[str]]:
+        return {group["labels"]["job_name"]: group["targets"] for group in json.loads(path.read_text())}
+
+    assert platform_dag.test().state == "success"
+    router_port = find_job("router", platform_conf.conf_dir).operations.metrics_port
+    assert scraped().keys() == {"router", "sessionizer"}
+    assert scraped()["router"] == [f"127.0.0.1:{router_port}"]
+    # Nothing changed: the file is left as it is (Prometheus reloads a file on every rewrite).
+    written = path.stat().st_ino
+    assert platform_dag.test().state == "success"
+    assert path.stat().st_ino == written
+
+    # Suspended the way the warden_suspend DAG does it: the next run drops it, in one rename.
+    Supervisor.for_platform(platform_conf).request("sessionizer", "suspend", "maintenance")
+    assert platform_dag.test().state == "success"
+    assert scraped() == {"router": [f"127.0.0.1:{router_port}"]}
+    assert path.stat().st_ino != written
+    assert [entry.name for entry in path.parent.iterdir()] == ["drivers.json"]

@@ -2,56 +2,22 @@
 
 from __future__ import annotations
 
-import datetime as dt
-from typing import Any
+import json
 
 import pytest
 from pyspark.sql import SparkSession
 
-from jobs.runner import plan_job
-from jobs.runtime import state_conf, with_trigger
 from ops.cli import main
 from ops.exceptions import StateReadError
 from ops.recovery.state_reader import last_committed_batch, read_value_state
 from ops.spec.job import find_job
 from ops.spec.platform import PlatformConfig
-from tests.jobs.test_device_health import one_file_per_batch, reading, write_landing
-from tests.support.drivers import edit_job
-
-
-def at(minute: int) -> dt.datetime:
-    return dt.datetime(2025, 1, 1, 10, tzinfo=dt.UTC) + dt.timedelta(minutes=minute)
+from tests.support.device_state import STATE_ROWS, run_device_health
 
 
 @pytest.fixture
 def device_state(spark: SparkSession, platform_conf: PlatformConfig) -> PlatformConfig:
-    """device_health run over three micro-batches into its checkpoint (available-now, finished)."""
-    edit_job(platform_conf, "device_health", one_file_per_batch)
-    spec = find_job("device_health", platform_conf.conf_dir)
-    for key, value in state_conf(spec).items():
-        spark.conf.set(key, value)
-    landing = platform_conf.landing_root / "telemetry"
-    batches = [
-        [reading("a1", 0, "d1", "signal_db", -5.0), reading("b1", 0, "d2", "temperature", 75.0)],
-        [reading("a2", 2, "d1", "signal_db", -12.5), reading("a0", 1, "d1", "temperature", 20.0)],
-        # Stale for d1 signal_db (older than 10:02): the state keeps -12.5.
-        [reading("a9", 1, "d1", "signal_db", 4.0), reading("b2", 3, "d2", "temperature", 71.0)],
-    ]
-    for i, lines in enumerate(batches):
-        write_landing(landing, f"batch-{i}", lines, i)
-    query = with_trigger(plan_job(platform_conf, spec), spec, available_now=True)(spark).start()
-    query.awaitTermination(300)
-    assert query.exception() is None
-    # The format conf is the reader's to set: leave the session without it.
-    spark.conf.unset("spark.sql.streaming.stateStore.checkpointFormatVersion")
-    return platform_conf
-
-
-STATE_ROWS: list[tuple[Any, ...]] = [
-    ("d1", "signal_db", -12.5, at(2), "a2", "RED", at(2)),
-    ("d1", "temperature", 20.0, at(1), "a0", "GREEN", at(1)),
-    ("d2", "temperature", 71.0, at(3), "b2", "RED", at(0)),
-]
+    return run_device_health(spark, platform_conf)
 
 
 def test_state_reader_and_cli_show_the_latest_reading_per_key(
@@ -89,6 +55,17 @@ def test_state_reader_and_cli_show_the_latest_reading_per_key(
         ["d1", "signal_db", "-12.5"],
         ["d1", "temperature", "20.0"],
     ]
+    assert main(["state", "device_health", "--key", "d2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {
+        "job": "device_health",
+        "state_var": "latest",
+        "batch_id": committed,
+        "key_columns": ["device_id", "data_point"],
+        "value_columns": ["value", "event_time", "event_id", "health", "health_since"],
+        "rows": [
+            ["d2", "temperature", 71.0, "2025-01-01T10:03:00+00:00", "b2", "RED", "2025-01-01T10:00:00+00:00"]
+        ],
+    }
     assert main(["state", "device_health", "--key", "d9"]) == 1
     captured = capsys.readouterr()
     assert "0 keys" in captured.out

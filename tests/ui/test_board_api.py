@@ -4,17 +4,22 @@ credentials when Airflow's auth is on."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import secrets
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from pyspark.sql import SparkSession
 
+from ops.driver.checkpoint import log_entries
 from ops.ledger.store import Ledger
-from ops.spec.platform import PlatformConfig
+from ops.spec.platform import CONF_DIR_ENV, PlatformConfig
+from tests.support.device_state import STATE_ROWS, run_device_health
 
 USERS = "operator:admin"
 
@@ -55,7 +60,12 @@ def test_with_auth_on_a_request_without_credentials_is_refused(
 ) -> None:
     passwords = tmp_path / "passwords.json"
     with TestClient(airflow_api(monkeypatch, all_admins=False, passwords=passwords)) as client:
-        for path in ("/streamwarden/api/board", "/streamwarden/api/jobs/router", "/streamwarden/board"):
+        for path in (
+            "/streamwarden/api/board",
+            "/streamwarden/api/jobs/router",
+            "/streamwarden/api/jobs/device_health/state?key=d1",
+            "/streamwarden/board",
+        ):
             assert client.get(path).status_code == 401, path
         assert (
             client.get("/streamwarden/api/board", headers={"Authorization": "Bearer forged"}).status_code
@@ -82,3 +92,96 @@ def test_the_embedded_platforms_all_admins_mode_opens_the_board_without_a_login(
         answer = client.get("/streamwarden/api/jobs/router")
         assert answer.status_code == 200, answer.text
         assert answer.json()["row"]["state"] == "RESTARTING"
+        # Stateful, but nothing committed yet: no form, and a lookup says why without starting Spark.
+        page = client.get("/streamwarden/api/jobs/device_health").json()
+        assert page["state_lookup"] == {
+            "key_column": None,
+            "batch_id": None,
+            "note": "this job keeps no state yet: no batch has committed",
+        }
+        refused = client.get("/streamwarden/api/jobs/device_health/state", params={"key": "d1"})
+        assert refused.status_code == 409
+        assert refused.json()["detail"] == "this job keeps no state yet: no batch has committed"
+
+
+@pytest.fixture
+def device_state(spark: SparkSession, platform_conf: PlatformConfig) -> PlatformConfig:
+    return run_device_health(spark, platform_conf)
+
+
+def spawned_with(conf_dir: Path) -> list[int]:
+    """The processes started with `conf_dir` as their platform (a lookup's `warden state`, its JVM)."""
+    marker = f"{CONF_DIR_ENV}={conf_dir}".encode()
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if marker in environ.read_bytes().split(b"\0"):
+                found.append(int(environ.parent.name))
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return found
+
+
+def test_a_stateful_jobs_page_looks_up_its_committed_state_by_key_in_a_spark_process(
+    monkeypatch: pytest.MonkeyPatch, device_state: PlatformConfig, platform_ledger: Ledger, tmp_path: Path
+) -> None:
+    committed = max(log_entries(device_state.checkpoint_root / "device_health" / "commits"))
+    with TestClient(airflow_api(monkeypatch, all_admins=True, passwords=tmp_path / "p.json")) as client:
+        page = client.get("/streamwarden/api/jobs/device_health").json()
+        assert page["state_lookup"] == {"key_column": "device_id", "batch_id": committed, "note": None}
+
+        found = client.get("/streamwarden/api/jobs/device_health/state", params={"key": "d1"})
+        assert found.status_code == 200, found.text
+        assert found.json() == {
+            "job": "device_health",
+            "key": "d1",
+            "state_var": "latest",
+            "batch_id": committed,
+            "columns": [
+                "device_id",
+                "data_point",
+                "value",
+                "event_time",
+                "event_id",
+                "health",
+                "health_since",
+            ],
+            "rows": [
+                [cell.isoformat() if isinstance(cell, dt.datetime) else cell for cell in row]
+                for row in STATE_ROWS[:2]
+            ],
+        }
+        missing = client.get("/streamwarden/api/jobs/device_health/state", params={"key": "d9"})
+        assert missing.status_code == 404
+        assert (
+            missing.json()["detail"]
+            == f"no state for key 'd9' in job 'device_health' as of batch {committed}"
+        )
+
+        # Stateless, and stateful in a form the reader does not read: no form, no Spark process.
+        assert client.get("/streamwarden/api/jobs/router").json()["state_lookup"] == {
+            "key_column": None,
+            "batch_id": None,
+            "note": "this job keeps no state",
+        }
+        refused = client.get("/streamwarden/api/jobs/router/state", params={"key": "x"})
+        assert (refused.status_code, refused.json()["detail"]) == (409, "this job keeps no state")
+        sessionizer = client.get("/streamwarden/api/jobs/sessionizer").json()["state_lookup"]
+        assert sessionizer["key_column"] is None
+        assert sessionizer["note"].startswith("this job's state (sessionizer) cannot be looked up by key")
+        assert client.get("/streamwarden/api/jobs/nope/state", params={"key": "x"}).status_code == 404
+
+        # Past its time limit a read is stopped, its JVM with it.
+        from streamwarden_airflow.console_app import console
+
+        console().state.timeout_seconds = 1.0
+        late = client.get("/streamwarden/api/jobs/device_health/state", params={"key": "d1"})
+        assert late.status_code == 504
+        assert (
+            late.json()["detail"]
+            == "reading the state of job 'device_health' took longer than 1 s; it was stopped"
+        )
+        deadline = time.monotonic() + 10
+        while spawned_with(device_state.conf_dir) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert spawned_with(device_state.conf_dir) == []
