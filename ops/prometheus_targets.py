@@ -43,8 +43,9 @@ def supervised_specs(platform: PlatformConfig, ledger: Ledger) -> list[JobSpec]:
 
 
 def current_targets(platform: PlatformConfig, ledger: Ledger) -> list[dict[str, Any]]:
-    """The target groups of the jobs meant to run, on the drivers' bind address."""
-    host = platform.spark.bind_address or "127.0.0.1"
+    """The target groups of the jobs meant to run, on `monitoring.scrape_host` (by default the
+    drivers' bind address)."""
+    host = platform.monitoring.scrape_host or platform.spark.bind_address or "127.0.0.1"
     return driver_targets(supervised_specs(platform, ledger), host)
 
 

@@ -188,6 +188,9 @@ class MonitoringConfig(Model):
     # `conf/prometheus/prometheus.yml` reads (`targets/*.json`) and `warden_platform` keeps current;
     # null keeps none (Prometheus finds the drivers another way).
     scrape_targets_file: Path | None = Path("conf/prometheus/targets/drivers.json")
+    # The host Prometheus reaches the drivers at; null: the drivers' bind address (127.0.0.1 in
+    # the embedded platform). The team stack names the scheduler container its drivers run in.
+    scrape_host: str | None = None
 
 
 class PlatformConfig(Model):

@@ -8,6 +8,7 @@ parses and interpolates the file (`config`), which is the validation `docker com
 
 from __future__ import annotations
 
+import fnmatch
 import importlib.util
 import json
 import re
@@ -23,6 +24,7 @@ from ops.cli import build_parser
 from ops.embedded.cluster import DAEMON_JAVA_OPTS, master_argv, worker_argv
 from ops.embedded.platform import AIRFLOW_COMMANDS, AIRFLOW_MIGRATE_COMMAND
 from ops.embedded.services import SeaweedPorts, seaweed_argv
+from ops.prometheus_targets import DRIVER_SCRAPE_JOB
 from ops.spec.platform import load_platform
 
 REPO = Path(__file__).resolve().parents[2]
@@ -368,6 +370,32 @@ def test_prometheus_config_of_the_stack_is_valid_and_alerts_through_its_alertman
     }
     assert targets == {"alertmanager:9093"}
     assert "alertmanager" in services and any(p["target"] == 9093 for p in services["alertmanager"]["ports"])
+
+
+def test_the_stacks_prometheus_scrapes_the_drivers_warden_platform_lists(
+    stack: dict[str, Any], tmp_path: Path
+) -> None:
+    """The targets file the stack's platform config keeps is the one the prometheus service reads,
+    through the runtime volume both mount, and its targets name the scheduler the drivers run in."""
+    services = stack["services"]
+    (tmp_path / "platform.yaml").write_text((REPO / "conf" / "platform-compose.yaml").read_text())
+    platform = load_platform(tmp_path)
+    targets_file = platform.monitoring.scrape_targets_file
+    assert targets_file is not None and not targets_file.is_absolute()
+    airflow_mounts = {m["target"]: m["source"] for m in services["airflow-scheduler"]["volumes"]}
+    prometheus_mounts = {m["target"]: m["source"] for m in services["prometheus"]["volumes"]}
+    runtime_root = f"{APP_DIR}/{platform.storage.runtime_root}"
+    volume = airflow_mounts[runtime_root]
+    [mounted_at] = [target for target, source in prometheus_mounts.items() if source == volume]
+    in_prometheus = f"{mounted_at}/{targets_file.relative_to(platform.storage.runtime_root)}"
+    config = yaml.safe_load((REPO / "conf" / "prometheus" / "prometheus-compose.yml").read_text())
+    [drivers] = [job for job in config["scrape_configs"] if job["job_name"] == DRIVER_SCRAPE_JOB]
+    assert drivers["honor_labels"] is True
+    [pattern] = drivers["file_sd_configs"][0]["files"]
+    assert fnmatch.fnmatch(in_prometheus, pattern), (in_prometheus, pattern)
+    # The drivers run in the scheduler's network namespace and serve metrics on every interface.
+    assert platform.monitoring.scrape_host == "airflow-scheduler" and platform.spark.bind_address is None
+    assert services["airflow-scheduler-2"]["network_mode"] == "service:airflow-scheduler"
     pushgateway = next(job for job in config["scrape_configs"] if job["job_name"] == "pushgateway")
     assert pushgateway["honor_labels"] is True
 
