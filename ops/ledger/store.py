@@ -518,25 +518,25 @@ class Ledger:
 
     def current_run(self, job: str) -> RunRecord | None:
         """The job's newest run that has not been closed."""
-        with self._tx() as tx:
-            row = tx.execute(
-                sa.select(runs_table)
-                .where(runs_table.c.job == job, runs_table.c.stopped_at.is_(None))
-                .order_by(runs_table.c.started_at.desc())
-                .limit(1)
-            ).first()
-        return None if row is None else _record(RunRecord, row)
+        return next(iter(self._newest(runs_table, RunRecord, job, 1, open_only=True)), None)
 
     def runs(self, job: str, limit: int = 20) -> list[RunRecord]:
         """The job's newest runs, newest first."""
+        return self._newest(runs_table, RunRecord, job, limit)
+
+    def _newest(
+        self, table: sa.Table, record: type[RecordT], job: str, limit: int, *, open_only: bool = False
+    ) -> list[RecordT]:
+        """A job's newest rows of a table of processes (runs, standbys), newest first; with
+        `open_only`, only those not stopped yet."""
+        condition = table.c.job == job
+        if open_only:
+            condition = condition & table.c.stopped_at.is_(None)
         with self._tx() as tx:
             rows = tx.execute(
-                sa.select(runs_table)
-                .where(runs_table.c.job == job)
-                .order_by(runs_table.c.started_at.desc())
-                .limit(limit)
+                sa.select(table).where(condition).order_by(table.c.started_at.desc()).limit(limit)
             ).all()
-        return [_record(RunRecord, row) for row in rows]
+        return [_record(record, row) for row in rows]
 
     # --- warm standbys ---------------------------------------------------------------------------
 
@@ -546,25 +546,11 @@ class Ledger:
 
     def current_standby(self, job: str) -> StandbyRecord | None:
         """The job's newest standby that is neither promoted nor retired."""
-        with self._tx() as tx:
-            row = tx.execute(
-                sa.select(standbys_table)
-                .where(standbys_table.c.job == job, standbys_table.c.stopped_at.is_(None))
-                .order_by(standbys_table.c.started_at.desc())
-                .limit(1)
-            ).first()
-        return None if row is None else _record(StandbyRecord, row)
+        return next(iter(self._newest(standbys_table, StandbyRecord, job, 1, open_only=True)), None)
 
     def standbys(self, job: str, limit: int = 20) -> list[StandbyRecord]:
         """The job's newest standbys, newest first."""
-        with self._tx() as tx:
-            rows = tx.execute(
-                sa.select(standbys_table)
-                .where(standbys_table.c.job == job)
-                .order_by(standbys_table.c.started_at.desc())
-                .limit(limit)
-            ).all()
-        return [_record(StandbyRecord, row) for row in rows]
+        return self._newest(standbys_table, StandbyRecord, job, limit)
 
     def finish_standby(self, run_id: str, exit_reason: str) -> None:
         """Retire a standby once; one already closed keeps its first exit reason."""
