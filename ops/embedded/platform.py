@@ -59,6 +59,8 @@ AIRFLOW_MIGRATE_COMMAND = ["db", "migrate"]
 GENERATOR_RATE = 200
 AIRFLOW_COMPONENTS = ("scheduler", "dag_processor", "triggerer")
 AIRFLOW_STOP_TIMEOUT = 60.0
+# One API call; a busy 2-core machine has kept the api-server 5 s behind.
+API_CALL_TIMEOUT_S = 30.0
 
 Echo = Callable[[str], None]
 
@@ -166,7 +168,7 @@ def _airflow_api(platform: PlatformConfig, method: str, path: str, body: dict[st
         headers={"Content-Type": "application/json", "Accept": "application/json"},
     )
     try:
-        with urllib.request.urlopen(request, timeout=5) as response:
+        with urllib.request.urlopen(request, timeout=API_CALL_TIMEOUT_S) as response:
             return json.load(response)
     except urllib.error.HTTPError as exc:
         raise ServiceError(f"Airflow answered {exc.code} to {method} {path}: {exc.read()[:500]!r}") from exc
@@ -234,9 +236,23 @@ def _unpause_supervision_dags(
         return {dag["dag_id"] for dag in dags if dag["dag_id"].startswith(SUPERVISE_DAG_PREFIX)}
 
     _wait("supervision DAGs", lambda: sorted(expected - registered()), airflow, timeout)
-    for dag_id in sorted(f"{SUPERVISE_DAG_PREFIX}{name}" for name in platform.autostart_jobs):
-        _airflow_api(platform, "PATCH", f"/api/v2/dags/{quote(dag_id)}", {"is_paused": False})
-        echo(f"  unpaused {dag_id}")
+    paused = sorted(f"{SUPERVISE_DAG_PREFIX}{name}" for name in platform.autostart_jobs)
+
+    def still_paused() -> list[str]:
+        # A busy api-server may time out on a call; unpausing is idempotent, so try again, and show
+        # the last error of each DAG still paused.
+        errors = []
+        for dag_id in list(paused):
+            try:
+                _airflow_api(platform, "PATCH", f"/api/v2/dags/{quote(dag_id)}", {"is_paused": False})
+            except ServiceError as exc:
+                errors.append(f"{dag_id} ({exc})")
+                continue
+            paused.remove(dag_id)
+            echo(f"  unpaused {dag_id}")
+        return errors
+
+    _wait("the autostart DAGs to unpause", still_paused, airflow, timeout)
 
 
 def up(platform: PlatformConfig, *, timeout: float = 300.0, echo: Echo = print) -> None:
