@@ -127,6 +127,22 @@ def refuse_changed_file(spec: JobSpec, launched_version: str | None, platform: P
         )
 
 
+def scaled(
+    spec: JobSpec, cores: int | None, max_files_per_trigger: int | None, platform: PlatformConfig
+) -> JobSpec:
+    """`spec` at the scale the launcher gave (None: the file's); ConfigError for a scale below 1."""
+    for name, value in (("--cores", cores), ("--max-files-per-trigger", max_files_per_trigger)):
+        if value is not None and value < 1:
+            raise ConfigError(job_file(spec.name, platform.conf_dir), f"{name} {value} is below 1")
+    operations = spec.operations
+    return spec.with_scale(
+        cores if cores is not None else operations.resources.cores,
+        max_files_per_trigger
+        if max_files_per_trigger is not None
+        else operations.trigger.max_files_per_trigger,
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one job's driver until it is stopped or fails; returns the exit code."""
     parser = argparse.ArgumentParser(prog="python -m jobs.runner", description=__doc__.splitlines()[0])
@@ -158,6 +174,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="a warm standby: start Spark and plan the query, then wait for the supervisor's "
         "take-over grant before running it (operations.restart.warm_standby)",
     )
+    parser.add_argument(
+        "--cores",
+        type=int,
+        help="the cores the supervisor scaled the job to (ops.control.scaling); default: the file's",
+    )
+    parser.add_argument(
+        "--max-files-per-trigger",
+        type=int,
+        help="the batch-size limit that goes with those cores; default: the file's",
+    )
     args = parser.parse_args(argv)
     if args.standby and args.mode != "continuous":
         parser.error("--standby takes over a continuous query: not with --available-now or --replay-only")
@@ -173,6 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         spec = find_job(args.job, platform.conf_dir)
         refuse_changed_file(spec, args.config_version, platform)
+        spec = scaled(spec, args.cores, args.max_files_per_trigger, platform)
     except ConfigError as exc:
         log.error("invalid job config", error=str(exc))
         # Without a spec there is no listener yet; the supervisor still needs to see why (a name

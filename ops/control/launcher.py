@@ -5,6 +5,9 @@ task, the CLI). `LaunchBackend` is the interface the supervisor uses; `LocalProc
 each driver as a detached `python -m jobs.runner` process in Spark local mode. A backend for a
 Spark standalone cluster or YARN implements the same methods.
 
+Each driver runs at the scale of the spec it is given (`JobSpec.with_scale`): its cores and
+batch-size limit are passed on its command line, since the job file it loads has the written ones.
+
 A backend also starts a job's warm standby (`launch_standby`): the same driver with `--standby`,
 which brings its JVM and SparkSession up and waits for a take-over grant (`ops.driver.takeover`).
 Before the supervisor grants one, `confirm_gone` must say the active driver is gone: its pid with
@@ -109,6 +112,16 @@ def _process_start_ticks(pid: int) -> str | None:
         return None
 
 
+def scale_args(spec: JobSpec) -> list[str]:
+    """The driver arguments of the scale `spec` is at (`ops.control.scaling`): the driver loads the
+    job file, which says nothing of the scale the ledger gave the job."""
+    resources, trigger = spec.operations.resources, spec.operations.trigger
+    args = [] if resources.cores is None else ["--cores", str(resources.cores)]
+    if trigger.max_files_per_trigger is not None:
+        args += ["--max-files-per-trigger", str(trigger.max_files_per_trigger)]
+    return args
+
+
 def _reap(pid: int) -> None:
     # A driver launched from this process (dag.test(), the CLI, tests) is our child: reap it so it
     # does not linger as a zombie. A driver launched by another process is not ours to wait for.
@@ -159,6 +172,7 @@ class LocalProcessBackend:
             run_id,
             "--config-version",
             spec.config_version,
+            *scale_args(spec),
             *extra_args,
         ]
         log_path.touch()

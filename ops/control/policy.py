@@ -52,7 +52,9 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from ops.control.autoscaler import ScalingDecision, decide_scale
 from ops.control.health import DEGRADING, Assessment, Observation, Signal
+from ops.control.scaling import RECOMMENDATION, RESCALE, Scale, ScalingView, desired_scale, run_scale
 from ops.ledger.store import JobRecord, OperationRecord, RunRecord, StandbyRecord
 from ops.spec.job import METRICS_PORT_IN_USE, JobSpec, RestartPolicy, metrics_port_in_use
 
@@ -77,6 +79,7 @@ class Lifecycle(enum.Enum):
     RESTATING = ("a restatement: stop, rewind to a savepoint, replay the later batches, report", False)
     UPGRADING = ("an upgrade: savepoint, dry run of the candidate, deploy, wait until it is ready", False)
     ROLLING_BACK = ("an upgrade that did not get ready goes back to the previous spec and savepoint", False)
+    SCALING = ("a rescale: stop at a batch boundary, relaunch from the checkpoint at the new scale", False)
 
     def __init__(self, description: str, terminal: bool) -> None:
         self.description = description
@@ -92,6 +95,7 @@ class OperationKind(enum.StrEnum):
     REWIND = "rewind"
     RESTATE = "restate"
     UPGRADE = "upgrade"
+    SCALE = RESCALE
 
 
 class Step(enum.StrEnum):
@@ -105,6 +109,7 @@ class Step(enum.StrEnum):
     DRY_RUN = "dry_run"
     INSTALL = "install"
     READY = "ready"
+    LAUNCH = "launch"
     ROLLBACK_STOP = "rollback_stop"
     ROLLBACK_INSTALL = "rollback_install"
     ROLLBACK_REWIND = "rollback_rewind"
@@ -118,6 +123,7 @@ class Result(enum.StrEnum):
     DONE = "done"
     REFUSED = "refused"  # refused before the running version, checkpoint or sink was touched
     ROLLED_BACK = "rolled back"
+    ABANDONED = "abandoned"  # a rescale of a job that is to be suspended: nothing to scale
 
 
 # --- actions: what decide() asks act() to do ---------------------------------------------------
@@ -258,6 +264,31 @@ class FinishOperation:
     kind: str = "finish"
 
 
+# --- scaling actions (`ops.control.scaling`) -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rescale:
+    """Set the job's scale (unless pinned) and open a rescale operation from `from_cores` to it;
+    the following passes stop the driver at a batch boundary and relaunch it at that scale."""
+
+    reason: str
+    cores: int | None
+    max_files_per_trigger: int | None
+    from_cores: int | None
+    true_rate_before: float | None
+    kind: str = RESCALE
+
+
+@dataclass(frozen=True)
+class RecommendScale:
+    """Record the autoscaler's recommendation that is not applied (recommend mode, or blocked by a
+    guard); the decision row holds its inputs and the formula's numbers."""
+
+    reason: str
+    kind: str = RECOMMENDATION
+
+
 # --- warm standby actions -------------------------------------------------------------------------
 
 
@@ -304,6 +335,8 @@ Action = (
     | LaunchStandby
     | RetireStandby
     | TakeOver
+    | Rescale
+    | RecommendScale
 )
 
 
@@ -316,6 +349,8 @@ class RecoveryProgress:
     last_commit: int = -1
     dry_run_alive: bool = False
     dry_run_error: str | None = None
+    # A rescale: when the relaunched driver committed its first batch (epoch seconds), if it has.
+    first_commit_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -344,6 +379,8 @@ class JobView:
     operation: OperationRecord | None = None
     progress: RecoveryProgress = field(default_factory=RecoveryProgress)
     standby: StandbyView = field(default_factory=StandbyView)
+    # What the autoscaler looks at; None when the job's autoscaling is off.
+    scaling: ScalingView | None = None
 
 
 @dataclass(frozen=True)
@@ -354,6 +391,11 @@ class Plan:
     inputs: dict[str, Any] = field(default_factory=dict)
     # The open operation's step this pass works on; recorded before acting.
     step: Step | None = None
+    # Facts the step establishes by being taken (a rescale's stop time, its restart cost),
+    # recorded with the step.
+    facts: dict[str, Any] = field(default_factory=dict)
+    # The autoscaler's decision this pass, for the job's recommendation (None: none made).
+    scaling: ScalingDecision | None = None
 
 
 # --- pure policy -------------------------------------------------------------------------------
@@ -396,7 +438,7 @@ def decide(view: JobView, now: datetime) -> Plan:
     if view.operation is not None:
         plan = _operating(view, view.operation, now, inputs)
     else:
-        plan = _supervising(view, now, inputs)
+        plan = _with_scaling(view, _supervising(view, now, inputs), now)
     return _with_standby(view, plan, now)
 
 
@@ -632,6 +674,8 @@ def _while_running(view: JobView, now: datetime, inputs: dict[str, Any]) -> Plan
 
 def _operating(view: JobView, operation: OperationRecord, now: datetime, inputs: dict[str, Any]) -> Plan:
     inputs = {**inputs, "operation": {"id": operation.id, "kind": operation.kind, "step": operation.step}}
+    if operation.kind == OperationKind.SCALE:
+        return _rescaling(view, operation, now, inputs)
     if operation.kind == OperationKind.UPGRADE:
         if operation.dry_run_passed_at is None:
             return _before_deploy(view, operation, now, inputs)
@@ -823,3 +867,120 @@ def _rolling_back(view: JobView, operation: OperationRecord, inputs: dict[str, A
     )
     finish = FinishOperation(f"rolled back to config {previous}", Result.ROLLED_BACK)
     return Plan(state, finish.reason, (page, finish), inputs, Step.FINISH)
+
+
+# --- scaling (`ops.control.scaling`; the autoscaler's policy is `ops.control.autoscaler`) ----------
+
+
+def _with_scaling(view: JobView, plan: Plan, now: datetime) -> Plan:
+    """`plan` for a running job with its scale kept: a rescale when the driver runs at another
+    scale than the job should (a pin, a released pin, a changed file), else the autoscaler's
+    decision, applied or recorded."""
+    run = view.observation.run
+    if run is None or plan.state not in (Lifecycle.RUNNING, Lifecycle.DEGRADED):
+        return plan
+    desired, running = desired_scale(view.spec, view.job), run_scale(run, view.spec)
+    if running != desired:
+        rescale = Rescale(
+            f"run {run.run_id} runs at {running.describe()}, the job should at {desired.describe()}",
+            desired.cores,
+            desired.max_files_per_trigger,
+            from_cores=running.cores,
+            true_rate_before=_true_rate(view),
+        )
+        return replace(plan, state=Lifecycle.SCALING, reason=rescale.reason, actions=(*plan.actions, rescale))
+    policy, scaling = view.spec.operations.autoscaling, view.scaling
+    if scaling is None or scaling.window is None or view.job.scale_pinned:
+        return plan
+    cores = running.cores or policy.min_cores
+    last_low = view.job.scale_low_since
+    decision = decide_scale(
+        policy,
+        cores=cores,
+        window=scaling.window,
+        now=now.timestamp(),
+        last=scaling.last,
+        low_since=last_low.timestamp() if last_low is not None else None,
+        max_files_per_trigger=running.max_files_per_trigger,
+        restart_cost_seconds=scaling.restart_cost_seconds,
+    )
+    autoscaler = {
+        **decision.inputs,
+        "mode": policy.mode,
+        "recommended": decision.recommended,
+        "max_files_per_trigger": decision.max_files_per_trigger,
+        "blocked_by": decision.blocked_by,
+    }
+    inputs = {**plan.inputs, "autoscaler": autoscaler}
+    plan = replace(plan, inputs=inputs, scaling=decision)
+    if decision.recommended == cores:
+        return plan
+    change = f"{cores} -> {decision.recommended} cores: {autoscaler['formula']}"
+    if policy.mode == "apply" and decision.changes:
+        rescale = Rescale(
+            f"autoscaler: {change}",
+            decision.recommended,
+            decision.max_files_per_trigger,
+            from_cores=cores,
+            true_rate_before=scaling.window.true_rate,
+        )
+        return replace(plan, state=Lifecycle.SCALING, reason=rescale.reason, actions=(*plan.actions, rescale))
+    why = decision.blocked_by or "recommend mode: nothing is changed"
+    recommend = RecommendScale(f"autoscaler recommends {change}; not applied: {why}")
+    if not _new_recommendation(scaling, autoscaler, now, policy.stabilization_seconds):
+        return plan
+    return replace(plan, actions=(*plan.actions, recommend))
+
+
+def _true_rate(view: JobView) -> float | None:
+    scaling = view.scaling
+    return scaling.window.true_rate if scaling is not None and scaling.window is not None else None
+
+
+def _new_recommendation(
+    scaling: ScalingView, autoscaler: dict[str, Any], now: datetime, stabilization_seconds: float
+) -> bool:
+    """Whether a recommendation not applied is worth a row: the first, one that says something
+    else (cores, recommendation, the guard that blocks it), or the same after a window."""
+    last = scaling.last_recommendation
+    if last is None or (now - last.at).total_seconds() >= stabilization_seconds:
+        return True
+
+    def gist(inputs: dict[str, Any]) -> tuple[Any, ...]:
+        blocked = inputs.get("blocked_by")
+        return inputs.get("cores"), inputs.get("recommended"), blocked.split(":")[0] if blocked else None
+
+    return gist(last.inputs.get("autoscaler", {})) != gist(autoscaler)
+
+
+def _rescaling(view: JobView, operation: OperationRecord, now: datetime, inputs: dict[str, Any]) -> Plan:
+    """rescale: stop at a batch boundary -> relaunch at the new scale -> its first committed batch
+    (or idle trigger) -> done, with the restart cost measured from the stop. A driver that fails
+    on the way is restarted by the ordinary rules; a job to be suspended abandons the rescale."""
+    run, state = view.observation.run, Lifecycle.SCALING
+    target = f"rescale {operation.from_cores or 'default'} -> {operation.to_cores or 'default'} cores"
+    if view.job.desired_state == Desired.SUSPENDED:
+        finish = FinishOperation(f"{target} abandoned: the job is to be suspended", Result.ABANDONED)
+        return Plan(state, finish.reason, (finish,), inputs, Step.FINISH)
+    if run is not None and run_scale(run, view.spec) != Scale(operation.to_cores, operation.to_max_files):
+        stop = _stop(view, f"{target}: stop at a batch boundary", "stopped: rescale")
+        facts = {} if operation.stop_requested_at is not None else {"stop_requested_at": now}
+        return Plan(state, f"{target}: stopping run {run.run_id}", stop, inputs, Step.STOP, facts)
+    heartbeat = view.observation.heartbeat
+    healthy = not (view.assessment.has(Signal.DEAD) or view.assessment.has(Signal.STUCK))
+    if run is not None and heartbeat is not None and healthy:
+        ready_at = view.progress.first_commit_at
+        if ready_at is None and (run.batches_committed >= 1 or heartbeat.event == "idle"):
+            ready_at = heartbeat.at
+        if ready_at is not None:
+            stopped = operation.stop_requested_at
+            cost = round(ready_at - stopped.timestamp(), 3) if stopped is not None else None
+            finish = FinishOperation(f"{target}: run {run.run_id} committed", Result.DONE)
+            return Plan(state, finish.reason, (finish,), inputs, Step.FINISH, {"restart_cost_seconds": cost})
+    running = _supervising(view, now, inputs)
+    if running.state in (Lifecycle.RESTARTING, Lifecycle.SUSPENDED, Lifecycle.FAILED):
+        state = running.state
+    step = Step.LAUNCH if run is None else Step.READY
+    return Plan(
+        state, f"{target}: {running.reason}", _without_savepoints(running.actions), running.inputs, step
+    )

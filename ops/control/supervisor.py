@@ -63,7 +63,9 @@ from ops.control.policy import (
     OperationKind,
     Plan,
     RaiseAlert,
+    RecommendScale,
     RecoveryProgress,
+    Rescale,
     ResolveAlert,
     Restore,
     Result,
@@ -80,6 +82,7 @@ from ops.control.policy import (
     TakeUpgradeSavepoint,
     decide,
 )
+from ops.control.scaling import Scale, desired_scale, low_since, observe_scaling
 from ops.driver.checkpoint import log_entries
 from ops.driver.takeover import Grant, checkpoint_lock_holder, checkpoint_lock_taken, write_grant
 from ops.exceptions import (
@@ -103,7 +106,7 @@ from ops.recovery.orphans import (
     remove_orphaned_output,
 )
 from ops.spec.analysis import find_valid_job, run_analysis, unanalysed, with_verdicts
-from ops.spec.job import JobSpec, find_job, load_jobs
+from ops.spec.job import JobSpec, find_job, job_file, load_jobs
 from ops.spec.paths import JobPaths
 from ops.spec.platform import PlatformConfig
 
@@ -212,6 +215,7 @@ class Supervisor:
             if r.stopped_at is not None
         )
         operation = self.ledger.operation(spec.name)
+        paths = JobPaths.of(self.platform, spec)
         return JobView(
             job=job,
             spec=spec,
@@ -225,6 +229,9 @@ class Supervisor:
             operation=operation,
             progress=self._progress(spec, operation) if operation is not None else RecoveryProgress(),
             standby=self._standby_view(spec),
+            scaling=observe_scaling(spec, self.ledger, observation.heartbeat, list(paths.landing.values()))
+            if observation.run is not None
+            else None,
         )
 
     def _standby_view(self, spec: JobSpec) -> StandbyView:
@@ -256,7 +263,30 @@ class Supervisor:
             last_commit=max(log_entries(paths.commits), default=-1),
             dry_run_alive=alive,
             dry_run_error=error,
+            first_commit_at=self._first_commit_after_stop(spec, operation),
         )
+
+    def _first_commit_after_stop(self, spec: JobSpec, operation: OperationRecord) -> float | None:
+        """A rescale's first batch committed after the stopped driver was gone (its commit file's
+        time, epoch seconds), or None: where its restart cost ends."""
+        if operation.kind != OperationKind.SCALE or operation.stop_requested_at is None:
+            return None
+        stopped = [
+            run.stopped_at
+            for run in self.ledger.runs(spec.name, limit=2)
+            if run.stopped_at is not None and run.stopped_at >= operation.stop_requested_at
+        ]
+        if not stopped:
+            return None
+        gone = stopped[0].timestamp()
+        times = []
+        for files in log_entries(JobPaths.of(self.platform, spec).commits).values():
+            for path in files:
+                try:
+                    times.append(path.stat().st_mtime)
+                except FileNotFoundError:
+                    continue
+        return min((at for at in times if at > gone), default=None)
 
     def _dry_run_driver(self, operation: OperationRecord) -> RunRecord | None:
         """The upgrade's dry-run driver as a run the backend can watch and kill (not in `runs`)."""
@@ -312,7 +342,16 @@ class Supervisor:
                 job, state=plan.state.name, state_reason=plan.reason, config_version=spec.config_version
             )
             if view.operation is not None and plan.step is not None:
-                self.ledger.update_operation(view.operation.id, step=plan.step)
+                self.ledger.update_operation(view.operation.id, step=plan.step, **plan.facts)
+            if plan.scaling is not None:
+                decision = plan.scaling
+                self.ledger.update_job(
+                    job,
+                    recommended_cores=decision.recommended,
+                    scale_low_since=low_since(
+                        decision.recommended, decision.cores, view.job.scale_low_since, self.clock()
+                    ),
+                )
             done = tuple(self._act(view, plan, action, run_url) for action in plan.actions)
         self.alerts.deliver_due()
         summary = PassSummary(job, plan.state.name, plan.reason, done)
@@ -344,14 +383,14 @@ class Supervisor:
             job, action.kind, action.reason, plan.inputs, run.run_id if run else None
         )
         try:
-            outcome = self._execute(view, plan, action, run_url)
+            outcome = self._execute(view, plan, action, run_url, decision)
         except WardenError as error:
             outcome = f"error: {error}"
             log.error("action failed", job=job, action=action.kind, error=str(error))
         self.ledger.set_outcome(decision, outcome)
         return f"{action.kind}: {outcome}"
 
-    def _execute(self, view: JobView, plan: Plan, action: Action, run_url: str | None) -> str:
+    def _execute(self, view: JobView, plan: Plan, action: Action, run_url: str | None, decision: int) -> str:
         spec, run = view.spec, view.observation.run
         match action:
             case Launch():
@@ -423,13 +462,92 @@ class Supervisor:
                 return ended
             case TakeOver():
                 return self._take_over(view)
+            case Rescale():
+                return self._open_rescale(view, action, decision)
+            case RecommendScale():
+                return "recorded; the job runs on as it is"
         raise AssertionError(f"unhandled action {action!r}")
+
+    # scaling -----------------------------------------------------------------------------------
+
+    def scale_of(self, spec: JobSpec) -> Scale:
+        """The scale the job's next driver is launched at (`ops.control.scaling.desired_scale`)."""
+        return desired_scale(spec, self.ledger.job(spec.name))
+
+    def _open_rescale(self, view: JobView, rescale: Rescale, decision: int) -> str:
+        """Set the job's scale (an operator's pin stays) and open the rescale the next passes carry
+        out; its decision row gets the outcome when it is closed."""
+        job = view.spec.name
+        if not view.job.scale_pinned:
+            self.ledger.update_job(
+                job,
+                scale_cores=rescale.cores,
+                scale_max_files=rescale.max_files_per_trigger,
+                scale_low_since=None,
+            )
+        operation = self.ledger.start_operation(
+            job,
+            OperationKind.SCALE,
+            rescale.reason,
+            decision,
+            Step.REQUESTED,
+            from_cores=rescale.from_cores,
+            to_cores=rescale.cores,
+            to_max_files=rescale.max_files_per_trigger,
+            true_rate_before=rescale.true_rate_before,
+        )
+        target = Scale(rescale.cores, rescale.max_files_per_trigger).describe()
+        return f"rescale to {target} opened (operation {operation.id})"
+
+    def scale(self, job: str, cores: int | None, reason: str) -> str:
+        """An operator's scale: pin the job at `cores` until released, or release it (None) to the
+        autoscaler (or the job file's scale when autoscaling is off). The next passes rescale a
+        running job to it; the batch size follows the cores in proportion."""
+        spec = find_job(job, self.platform.conf_dir)
+        if (
+            cores is not None
+            and spec.operations.stateful
+            and cores > spec.operations.resources.shuffle_partitions
+        ):
+            raise ConfigError(
+                job_file(job, self.platform.conf_dir),
+                f"cannot pin {cores} cores: a stateful job uses at most its "
+                f"resources.shuffle_partitions ({spec.operations.resources.shuffle_partitions}) cores, "
+                "which the checkpoint fixes",
+            )
+        with job_lock(self.platform, job, "scale request"):
+            record = self.ledger.ensure_job(
+                job,
+                desired_state=Desired.RUNNING,
+                state=Lifecycle.SUSPENDED.name,
+                config_version=spec.config_version,
+            )
+            current = desired_scale(spec, record)
+            changes: dict[str, Any]
+            if cores is None:
+                changes = {"scale_pinned": False}
+                action, said = "scale_release", "scale released to the autoscaler"
+            else:
+                base_files, base_cores = current.max_files_per_trigger, current.cores or cores
+                max_files = None if base_files is None else max(1, round(base_files * cores / base_cores))
+                changes = {"scale_pinned": True, "scale_cores": cores, "scale_max_files": max_files}
+                action, said = "scale_pin", f"pinned at {Scale(cores, max_files).describe()}"
+            inputs = {"cores": cores, "before": current.describe(), "pinned_before": record.scale_pinned}
+            decision = self.ledger.record_decision(job, action, reason, inputs)
+            self.ledger.update_job(job, **changes)
+            after = desired_scale(spec, self.ledger.job(job))
+            outcome = f"{said}: the job runs at {after.describe()}"
+            self.ledger.set_outcome(decision, outcome)
+        return f"{job}: {outcome} ({reason}); the supervisor rescales a running driver within seconds"
 
     # warm standbys -----------------------------------------------------------------------------
 
     def _launch_standby(self, spec: JobSpec) -> str:
         run_id = self._run_id(spec)
-        driver = self.backend.launch_standby(spec, run_id)
+        scale = self.scale_of(spec)
+        driver = self.backend.launch_standby(
+            spec.with_scale(scale.cores, scale.max_files_per_trigger), run_id
+        )
         self.ledger.start_standby(
             StandbyRecord(
                 run_id=run_id,
@@ -478,6 +596,11 @@ class Supervisor:
         replaces = previous.run_id if previous is not None else None
         write_grant(paths.runtime, Grant(standby.run_id, replaces, time.time()))
         run = self.ledger.promote_standby(standby, replaces, self.clock())
+        # The standby was launched at the job's scale; a scale changed since is a rescale later.
+        scale = self.scale_of(spec)
+        self.ledger.update_run(
+            run.run_id, cores=scale.cores, max_files_per_trigger=scale.max_files_per_trigger
+        )
         return f"run {run.run_id} pid {run.pid}: standby took over from {replaces or 'no run'}"
 
     # orphaned sink output ----------------------------------------------------------------------
@@ -688,7 +811,9 @@ class Supervisor:
 
         operation = _open(view)
         kind, failure = operation.kind, operation.failure
-        if result == Result.DONE and kind == OperationKind.RESTATE:
+        if result == Result.DONE and kind == OperationKind.SCALE:
+            outcome = self._report_rescale(view, run_url)
+        elif result == Result.DONE and kind == OperationKind.RESTATE:
             outcome = self._report_restatement(view, operation, run_url)
         elif result == Result.DONE and kind == OperationKind.REWIND:
             assert operation.savepoint_batch is not None and operation.replay_to is not None
@@ -699,6 +824,29 @@ class Supervisor:
             outcome = f"{result}: {failure}"
         self.ledger.set_outcome(operation.decision_id, outcome)
         self.ledger.finish_operation(operation.id, outcome)
+        return outcome
+
+    def _report_rescale(self, view: JobView, run_url: str | None) -> str:
+        """The rescale's outcome with its measured restart cost, also sent to Slack (`rescaled`)."""
+        operation = self.ledger.operation_by_id(_open(view).id)
+        assert operation is not None
+        cost = operation.restart_cost_seconds
+        down = "" if cost is None else f"; down {cost:.1f} s from the stop to the first committed batch"
+        target = Scale(operation.to_cores, operation.to_max_files).describe()
+        outcome = f"rescaled from {operation.from_cores or 'default'} to {target}{down}"
+        self.alerts.notify(
+            Alert(
+                job=view.spec.name,
+                kind="rescaled",
+                severity="info",
+                state=Lifecycle.RUNNING.name,
+                reason=f"{outcome}. Why: {operation.reason}",
+                last_batch=view.progress.last_commit,
+                run_url=run_url,
+                runbook=view.spec.operations.alerts.runbook,
+                channel=view.spec.operations.alerts.channel,
+            )
+        )
         return outcome
 
     def _report_restatement(self, view: JobView, operation: OperationRecord, run_url: str | None) -> str:
@@ -831,6 +979,7 @@ class Supervisor:
 
     def _launch(self, spec: JobSpec) -> str:
         run_id = self._run_id(spec)
+        scale = self.scale_of(spec)
         run = RunRecord(
             run_id=run_id,
             job=spec.name,
@@ -843,9 +992,11 @@ class Supervisor:
             started_at=self.clock(),
             stopped_at=None,
             exit_reason=None,
+            cores=scale.cores,
+            max_files_per_trigger=scale.max_files_per_trigger,
         )
         try:
-            driver = self.backend.launch(spec, run_id)
+            driver = self.backend.launch(spec.with_scale(scale.cores, scale.max_files_per_trigger), run_id)
         except LaunchError as error:
             # Recorded as a failed run, so it backs off and counts towards a restart storm
             # like a crash instead of being retried on every watch poll.

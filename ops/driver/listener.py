@@ -22,6 +22,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -241,6 +242,8 @@ class TelemetryListener(StreamingQueryListener):
         self.replay_runs: set[str] = set()
         # Ids of preview tap queries (`ops.driver.preview`): their events say nothing about the job.
         self._taps: set[str] = set()
+        # Measures the landing backlog after each batch when the job is autoscaled, else None.
+        self._batch_backlog: Callable[[], int | None] | None = None
 
     def export_operations(self, operations: Operations, backlog: Callable[[], int | None]) -> None:
         """Export the job's trigger and health thresholds, and its landing backlog as measured by
@@ -265,6 +268,10 @@ class TelemetryListener(StreamingQueryListener):
             return math.nan if files is None else float(files)
 
         self._metrics.backlog.set_function(backlog_files)
+        # The autoscaler needs the backlog at each batch's end (`ops.control.autoscaler.LoadWindow`):
+        # a job it sizes pays the listing once per batch.
+        if operations.autoscaling.mode != "off":
+            self._batch_backlog = backlog
 
     def onQueryStarted(self, event: QueryStartedEvent) -> None:
         if is_tap_query(event.name):
@@ -277,6 +284,11 @@ class TelemetryListener(StreamingQueryListener):
         if is_tap_query(progress.get("name")):
             return
         sample = batch_sample(progress)
+        if sample.backlog_files is None and self._batch_backlog is not None:
+            try:
+                sample = replace(sample, backlog_files=self._batch_backlog())
+            except (OSError, ValueError) as error:
+                log.warning("landing backlog not measured", error=str(error))
         with self._lock:
             self._recent.append(sample)
             self._batch_id = sample.batch_id

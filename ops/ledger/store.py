@@ -37,7 +37,7 @@ from ops.exceptions import LedgerError
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 # The newest revision in MIGRATIONS_DIR (a test holds it to Alembic's head): bump it with each
 # new migration, or every `Ledger.open` runs Alembic to find out there is nothing to do.
-SCHEMA_REVISION = "0005"
+SCHEMA_REVISION = "0006"
 # Alembic's bookkeeping table: one row, the revision the database is at.
 VERSION_TABLE = "alembic_version"
 
@@ -66,6 +66,13 @@ jobs_table = sa.Table(
     sa.Column("backlog", sa.BigInteger),
     sa.Column("heartbeat_at", sa.DateTime(timezone=True)),
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+    # The job's scale (`ops.control.scaling`): what the autoscaler or an operator set, whether an
+    # operator pinned it, and the autoscaler's newest recommendation and how long it has been lower.
+    sa.Column("scale_cores", sa.Integer),
+    sa.Column("scale_max_files", sa.Integer),
+    sa.Column("scale_pinned", sa.Boolean, nullable=False, default=False),
+    sa.Column("recommended_cores", sa.Integer),
+    sa.Column("scale_low_since", sa.DateTime(timezone=True)),
 )
 
 runs_table = sa.Table(
@@ -84,6 +91,9 @@ runs_table = sa.Table(
     sa.Column("exit_reason", sa.Text),
     sa.Column("first_batch_id", sa.BigInteger),
     sa.Column("last_batch_id", sa.BigInteger),
+    # The scale the driver was launched with (null: the spec's resources as written).
+    sa.Column("cores", sa.Integer),
+    sa.Column("max_files_per_trigger", sa.Integer),
 )
 
 decisions_table = sa.Table(
@@ -164,6 +174,12 @@ operations_table = sa.Table(
     sa.Column("failure", sa.Text),
     sa.Column("finished_at", sa.DateTime(timezone=True)),
     sa.Column("outcome", sa.Text),
+    sa.Column("from_cores", sa.Integer),
+    sa.Column("to_cores", sa.Integer),
+    sa.Column("to_max_files", sa.Integer),
+    sa.Column("true_rate_before", sa.Float),
+    sa.Column("stop_requested_at", sa.DateTime(timezone=True)),
+    sa.Column("restart_cost_seconds", sa.Float),
 )
 
 
@@ -210,6 +226,11 @@ class JobRecord:
     backlog: int | None
     heartbeat_at: datetime | None
     updated_at: datetime
+    scale_cores: int | None = None
+    scale_max_files: int | None = None
+    scale_pinned: bool = False
+    recommended_cores: int | None = None
+    scale_low_since: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -227,6 +248,8 @@ class RunRecord:
     exit_reason: str | None
     first_batch_id: int | None = None
     last_batch_id: int | None = None
+    cores: int | None = None
+    max_files_per_trigger: int | None = None
 
     @property
     def batches_committed(self) -> int:
@@ -323,7 +346,9 @@ class OperationRecord:
     before it acted. The rest are facts the steps recorded (what `decide` reads): the savepoint
     (a rewind's target, or the one an upgrade took), the replay a rewind queued and when it was
     done, the dry-run driver and its verdict, and `failure`, why the operation is refused, rolled
-    back or failed. `finished_at` and `outcome` are set once, when the operation is closed.
+    back or failed. `finished_at` and `outcome` are set once, when the operation is closed. A
+    rescale (`scale`) fixes its cores and batch size, from and to, and the true rate before it at
+    the request; its stop records when it began, its finish the restart cost it measured.
     """
 
     id: int
@@ -352,6 +377,12 @@ class OperationRecord:
     failure: str | None = None
     finished_at: datetime | None = None
     outcome: str | None = None
+    from_cores: int | None = None
+    to_cores: int | None = None
+    to_max_files: int | None = None
+    true_rate_before: float | None = None
+    stop_requested_at: datetime | None = None
+    restart_cost_seconds: float | None = None
 
 
 RecordT = TypeVar("RecordT")

@@ -304,6 +304,15 @@ class JobSpec(Model):
     def _one_line(cls, value: str) -> str:
         return " ".join(value.split())
 
+    def with_scale(self, cores: int | None, max_files_per_trigger: int | None) -> JobSpec:
+        """This spec at another scale (`ops.control.scaling`): its cores and batch-size limit
+        replaced, its config version kept (the file is the same; the run records the scale)."""
+        operations = self.operations
+        resources = operations.resources.model_copy(update={"cores": cores})
+        trigger = operations.trigger.model_copy(update={"max_files_per_trigger": max_files_per_trigger})
+        scaled = operations.model_copy(update={"resources": resources, "trigger": trigger})
+        return self.model_copy(update={"operations": scaled})
+
     @property
     def state_lookup_key(self) -> str | None:
         """The state key column a lookup by key matches, or None when the job's state cannot be
