@@ -2,12 +2,15 @@
 
 warden validate [--no-analysis] check platform.yaml and every job file, their Spark SQL through
                                 Spark's analyzer (exit 1 if any is invalid)
-warden status                   one row per job: state, last batch, rates, backlog, restarts, standby,
-                                last alert
+warden status                   one row per job: state, last batch, rates, backlog, cores, the
+                                autoscaler's recommendation, restarts, standby, last alert
 warden migrate                  create or upgrade the ledger's schema (the team stack runs it first)
 warden decisions JOB            the supervisor's recent decisions for a job, newest first
 warden start JOB / stop JOB     resume or suspend a job and reconcile it now (stop: its standby too)
 warden reconcile JOB            run one supervisor pass now
+warden scale JOB --cores N | --auto [--reason R]
+                                pin the job's cores (the batch size follows) until released with
+                                --auto to the autoscaler (or the job file); the supervisor rescales
 warden savepoint JOB [--reason R]
                                 take a savepoint now (the job keeps running), then apply retention
 warden savepoints JOB           the job's savepoint catalogue, newest first
@@ -54,12 +57,13 @@ from ops.clock import utcnow
 from ops.control.health import observe
 from ops.control.launcher import LocalProcessBackend
 from ops.control.policy import FAILURE
+from ops.control.scaling import run_scale
 from ops.driver.preview import read_preview
 from ops.driver.takeover import read_standby_status
 from ops.exceptions import WardenError
-from ops.ledger.store import SCHEMA_REVISION, Ledger
+from ops.ledger.store import SCHEMA_REVISION, JobRecord, Ledger, RunRecord
 from ops.spec.analysis import read_verdict, run_analysis, with_verdicts
-from ops.spec.job import find_job, job_file, load_jobs
+from ops.spec.job import JobSpec, find_job, job_file, load_jobs
 from ops.spec.platform import PlatformConfig, load_platform
 
 # `warden status` reads the ledger, heartbeats and landing directories only. The supervisor (Slack
@@ -184,6 +188,8 @@ def cmd_status(_: argparse.Namespace) -> int:
                 "-"
                 if observation is None or observation.backlog_files is None
                 else observation.backlog_files,
+                _cores_cell(job, observation.run if observation else None, loaded.specs.get(name)),
+                job.recommended_cores if job and job.recommended_cores is not None else "-",
                 restarts,
                 _standby_cell(platform, ledger, backend, name),
                 last_alert,
@@ -197,6 +203,8 @@ def cmd_status(_: argparse.Namespace) -> int:
         "input",
         "processed",
         "backlog (files)",
+        "cores",
+        "recommended",
         "restarts 24h",
         "standby",
         "last alert",
@@ -271,6 +279,20 @@ def cmd_stop(args: argparse.Namespace) -> int:
     return _request_and_reconcile(args.job, "suspend", args.reason)
 
 
+def cmd_scale(args: argparse.Namespace) -> int:
+    """Record the pin or its release; the job's supervision passes carry out the rescale."""
+    print(_supervisor().scale(args.job, None if args.auto else args.cores, args.reason))
+    return 0
+
+
+def _cores_cell(job: JobRecord | None, run: RunRecord | None, spec: JobSpec | None) -> str:
+    """The cores the job's driver runs with (its run's scale), marked when an operator pinned them."""
+    if run is None or spec is None:
+        return "-"
+    cores = run_scale(run, spec).cores
+    return f"{cores or 'default'}{' pinned' if job is not None and job.scale_pinned else ''}"
+
+
 def cmd_reconcile(args: argparse.Namespace) -> int:
     print(_supervisor().reconcile(args.job).line())
     return 0
@@ -301,6 +323,16 @@ def _moment_argument(text: str) -> datetime:
         return parse_moment(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _cores_argument(text: str) -> int:
+    try:
+        cores = int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a number of cores: {text!r}") from exc
+    if cores < 1:
+        raise argparse.ArgumentTypeError(f"cores must be at least 1, not {cores}")
+    return cores
 
 
 def _progress(line: str) -> None:
@@ -477,6 +509,13 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("job")
         command.add_argument("--reason", default=f"{name} from the warden CLI")
         command.set_defaults(run=run)
+    scale = commands.add_parser("scale", help="pin a job's cores until released, or release them")
+    scale.add_argument("job")
+    pin = scale.add_mutually_exclusive_group(required=True)
+    pin.add_argument("--cores", type=_cores_argument, help="the cores to pin the job at")
+    pin.add_argument("--auto", action="store_true", help="release the pin to the autoscaler")
+    scale.add_argument("--reason", default="scale from the warden CLI")
+    scale.set_defaults(run=cmd_scale)
     reconcile = commands.add_parser("reconcile", help="run one supervisor pass for a job")
     reconcile.add_argument("job")
     reconcile.set_defaults(run=cmd_reconcile)

@@ -64,6 +64,9 @@ class FakeDriver:
     ended: str | None = None
     last_batch_id: int | None = None
     recent: tuple[BatchSample, ...] = field(default_factory=tuple)
+    # The scale it was launched at (`JobSpec.with_scale`), as a real driver gets it on its command line.
+    cores: int | None = None
+    max_files_per_trigger: int | None = None
 
 
 class FakeBackend:
@@ -136,7 +139,14 @@ class FakeBackend:
         runtime_dir.mkdir(parents=True, exist_ok=True)
         log_path = runtime_dir / f"driver-{run_id}.log"
         log_path.write_text(f"fake driver of {spec.name} for run {run_id}\n")
-        driver = FakeDriver(job=spec.name, run_id=run_id, pid=next(self._pids), launched_at=self.clock())
+        driver = FakeDriver(
+            job=spec.name,
+            run_id=run_id,
+            pid=next(self._pids),
+            launched_at=self.clock(),
+            cores=spec.operations.resources.cores,
+            max_files_per_trigger=spec.operations.trigger.max_files_per_trigger,
+        )
         if self._crashes_armed:
             self._crashes_armed -= 1
             driver.alive, driver.ended = False, "crashed right after launch"
@@ -186,18 +196,30 @@ class FakeBackend:
         assert drivers, f"no fake driver of {job!r} was launched"
         return drivers[-1]
 
-    def commit(self, job: str, batches: int = 1) -> int:
-        """The job's running driver commits `batches` batches, one heartbeat each; the last batch id."""
+    def commit(
+        self,
+        job: str,
+        batches: int = 1,
+        *,
+        rows: int = BATCH_ROWS,
+        duration_ms: int = BATCH_DURATION_MS,
+        input_rate: float | None = None,
+        backlog_files: int | None = None,
+    ) -> int:
+        """The job's running driver commits `batches` batches, one heartbeat each; the last batch id.
+        Each reads `rows` (arriving at `input_rate` rows/s; default `rows`) in `duration_ms` and
+        leaves `backlog_files` unread: the load the autoscaler sizes the job for."""
         driver = self._running(job)
         for _ in range(batches):
             batch_id = self._committed.get(job, -1) + 1
             self._committed[job] = driver.last_batch_id = batch_id
             sample = BatchSample(
                 batch_id=batch_id,
-                num_input_rows=BATCH_ROWS,
-                input_rows_per_second=float(BATCH_ROWS),
-                processed_rows_per_second=float(BATCH_ROWS),
-                duration_ms=BATCH_DURATION_MS,
+                num_input_rows=rows,
+                input_rows_per_second=float(rows) if input_rate is None else input_rate,
+                processed_rows_per_second=rows * 1000 / duration_ms,
+                duration_ms=duration_ms,
+                backlog_files=backlog_files,
             )
             driver.recent = (*driver.recent, sample)[-RECENT_BATCHES:]
             self._beat(driver, "progress")
