@@ -526,12 +526,12 @@ class Supervisor:
             changes: dict[str, Any]
             if cores is None:
                 changes = {"scale_pinned": False}
-                action, said = "scale_release", "scale released to the autoscaler"
+                action, said = "scale_release", "pin released"
             else:
                 base_files, base_cores = current.max_files_per_trigger, current.cores or cores
                 max_files = None if base_files is None else max(1, round(base_files * cores / base_cores))
                 changes = {"scale_pinned": True, "scale_cores": cores, "scale_max_files": max_files}
-                action, said = "scale_pin", f"pinned at {Scale(cores, max_files).describe()}"
+                action, said = "scale_pin", "pinned until released"
             inputs = {"cores": cores, "before": current.describe(), "pinned_before": record.scale_pinned}
             decision = self.ledger.record_decision(job, action, reason, inputs)
             self.ledger.update_job(job, **changes)

@@ -29,6 +29,7 @@ from streamwarden_airflow.operators import (
     ReconcileOperator,
     RestateOperator,
     SavepointOperator,
+    ScaleOperator,
     WatchJobOperator,
 )
 
@@ -127,6 +128,39 @@ def savepoint_dag(jobs: list[str]) -> DAG:
         params=_job_and_reason(jobs),
     ) as dag:
         SavepointOperator(task_id="savepoint", job="{{ params.job }}", reason="{{ params.reason }}")
+    return dag
+
+
+def scale_dag(jobs: list[str]) -> DAG:
+    """Pin a job's cores (an operator's override of the autoscaler) or release the pin."""
+    with DAG(
+        dag_id="warden_scale",
+        description="Pin a job's cores until released, or release them to the autoscaler",
+        schedule=None,
+        start_date=START,
+        catchup=False,
+        is_paused_upon_creation=False,
+        tags=["streamwarden", "operator", "scale"],
+        params={
+            "job": _job_param(jobs, "The job to scale."),
+            "cores": Param(
+                None,
+                type=["null", "integer"],
+                minimum=1,
+                description=(
+                    "Cores to pin the job at (the batch size follows), kept until released; leave "
+                    "empty to release the pin to the autoscaler (or the job file's cores)."
+                ),
+            ),
+            "reason": Param(type="string", minLength=3, description="Why; quoted in the ledger."),
+        },
+    ) as dag:
+        ScaleOperator(
+            task_id="scale",
+            job="{{ params.job }}",
+            cores="{{ params.cores or '' }}",
+            reason="{{ params.reason }}",
+        )
     return dag
 
 
@@ -278,6 +312,7 @@ def build_dags() -> list[DAG]:
     dags = [supervision_dag(name, loaded.specs[name].description) for name in jobs]
     dags += [request_dag(action, jobs) for action in REQUESTS]
     dags.append(savepoint_dag(jobs))
+    dags.append(scale_dag(jobs))
     dags.append(restate_dag(jobs))
     dags += [
         restate_dag([name], spec.operations.restatement)

@@ -97,6 +97,25 @@ class JobRequestOperator(SupervisorOperator):
         return message
 
 
+class ScaleOperator(SupervisorOperator):
+    """Pins a job's cores until released, or releases them (`cores` empty); the job's supervision
+    passes rescale its driver."""
+
+    template_fields: Sequence[str] = ("job", "cores", "reason")
+
+    def __init__(self, *, job: str, cores: str, reason: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.job = job
+        self.cores = cores
+        self.reason = reason
+
+    def execute(self, context: Context) -> str:
+        cores = int(self.cores) if self.cores else None
+        message = self.supervisor.scale(self.job, cores, f"{self.reason} (via {self.run_url(context)})")
+        self.log.info("%s", message)
+        return message
+
+
 class SavepointOperator(SupervisorOperator):
     """Takes a savepoint of a job now (it keeps running) and applies its retention."""
 

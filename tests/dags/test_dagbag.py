@@ -32,6 +32,7 @@ def test_dags_import_without_errors(platform_conf: PlatformConfig) -> None:
         "warden_resume",
         "warden_restart",
         "warden_savepoint",
+        "warden_scale",
         "warden_restate",
         "warden_platform",
     }

@@ -309,7 +309,7 @@ def test_an_operator_pins_the_scale_until_released(
     edit_job(platform_conf, JOB, autoscaled("apply"))
     start(supervisor, fake_backend, fake_clock)
     said = supervisor.scale(JOB, 3, "black friday")
-    assert said.startswith("router: pinned at 3 cores, 150 files/batch")
+    assert said.startswith("router: pinned until released: the job runs at 3 cores, 150 files/batch")
     fake_clock.advance(1)
     assert supervisor.reconcile(JOB).state == "SCALING"
     for _ in range(3):
@@ -384,7 +384,7 @@ def test_warden_scale_and_status_show_cores_and_the_recommendation(
     assert "default" in cells and "2" in cells
 
     assert main(["scale", JOB, "--cores", "2", "--reason", "load test"]) == 0
-    assert "pinned at 2 cores" in capsys.readouterr().out
+    assert "pinned until released: the job runs at 2 cores" in capsys.readouterr().out
     assert ledger.job(JOB).scale_pinned
     assert main(["scale", JOB, "--auto", "--reason", "done"]) == 0
     assert "released" in capsys.readouterr().out
