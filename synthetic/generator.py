@@ -152,6 +152,27 @@ def write_batch(
     return GeneratedBatch(path=path, events=tuple(events), malformed=tuple(malformed))
 
 
+class FileLoad:
+    """Landing files written on demand, each of `events_per_file` events (times a seeded noise
+    factor), named in order: a load counted in files per tick, as the autoscaling tests and the
+    benchmark step it (a driver reads a bounded number of files per batch)."""
+
+    def __init__(self, landing_dir: Path, events_per_file: int, seed: int = 0) -> None:
+        self.landing_dir = landing_dir
+        self.events_per_file = events_per_file
+        self.seed = seed
+        self.written = 0
+        self._rng = random.Random(seed)
+
+    def write(self, files: int, noise: float = 0.0) -> None:
+        """Write `files` files of `events_per_file` events +- `noise` (a fraction) each."""
+        for _ in range(files):
+            events = max(1, round(self.events_per_file * self._rng.uniform(1 - noise, 1 + noise)))
+            name = f"events-{self.seed:03d}-{self.written:06d}.json"
+            write_batch(self.landing_dir, events, 0.0, self.seed * 1_000_000 + self.written, file_name=name)
+            self.written += 1
+
+
 def run(
     landing_dir: Path,
     events_per_second: float | RateProfile,

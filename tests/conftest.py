@@ -13,6 +13,7 @@ import pytest
 pytest_plugins = [
     "tests.support.airflow",
     "tests.support.clock",
+    "tests.support.cluster",
     # Before the modules that import them: pytest rewrites asserts only in plugins it imports first.
     "tests.support.platform",
     "tests.support.drivers",
@@ -28,6 +29,7 @@ pytest_plugins = [
 FIXTURE_MARKERS = {
     "spark": "spark",
     "start_driver": "spark",
+    "cluster": "spark",
     "s3_server": "s3",
     "keyed_s3": "s3",
     "airflow_db": "airflow",

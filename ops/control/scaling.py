@@ -84,15 +84,24 @@ class ScalingView:
 
 
 def observe_scaling(
-    spec: JobSpec, ledger: Ledger, heartbeat: Heartbeat | None, landing_dirs: list[Path]
+    spec: JobSpec, ledger: Ledger, run: RunRecord, heartbeat: Heartbeat | None, landing_dirs: list[Path]
 ) -> ScalingView | None:
-    """The autoscaler's look at a job (None when its autoscaling is off)."""
+    """The autoscaler's look at a job's open run (None when its autoscaling is off).
+
+    The run's first batch is left out of the window: it reads what piled up while the driver
+    started, on a cold JVM, so its rate says nothing of what the cores can do.
+    """
     if spec.operations.autoscaling.mode == "off":
         return None
+    samples = [
+        sample
+        for sample in (heartbeat.recent if heartbeat is not None else ())
+        if run.first_batch_id is None or sample.batch_id > run.first_batch_id
+    ]
     window = None
-    if heartbeat is not None and heartbeat.recent:
+    if samples:
         window = LoadWindow.from_samples(
-            heartbeat.recent, spec.operations.trigger.interval_seconds, rows_per_landing_file(landing_dirs)
+            samples, spec.operations.trigger.interval_seconds, rows_per_landing_file(landing_dirs)
         )
     rescales = [
         op for op in ledger.operations(spec.name) if op.kind == RESCALE and op.finished_at is not None

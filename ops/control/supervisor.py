@@ -229,7 +229,9 @@ class Supervisor:
             operation=operation,
             progress=self._progress(spec, operation) if operation is not None else RecoveryProgress(),
             standby=self._standby_view(spec),
-            scaling=observe_scaling(spec, self.ledger, observation.heartbeat, list(paths.landing.values()))
+            scaling=observe_scaling(
+                spec, self.ledger, observation.run, observation.heartbeat, list(paths.landing.values())
+            )
             if observation.run is not None
             else None,
         )

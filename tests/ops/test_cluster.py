@@ -4,61 +4,20 @@ streaming driver on it in client mode, sized by its job's cores."""
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import psutil
 import pyarrow.parquet as pq
 import pytest
-import yaml
 
 from ops.embedded import platform as embedded
 from ops.embedded.cluster import SparkCluster
 from ops.exceptions import ServiceError
-from ops.spec.platform import PlatformConfig, load_platform
 from synthetic.generator import write_batch
 from tests.support.drivers import Driver, caught_up, edit_job, fast_trigger, wait_for
-from tests.support.ports import free_test_port
 from tests.support.sockets import listening_sockets, process_trees
 
 pytestmark = pytest.mark.slow
-
-
-def on_embedded_cluster(platform: PlatformConfig) -> PlatformConfig:
-    """The throwaway platform with `spark.master: embedded` on free ports, reloaded."""
-    path = platform.conf_dir / "platform.yaml"
-    document = yaml.safe_load(path.read_text())
-    document["spark"] = {
-        "master": "embedded",
-        "ui_enabled": False,
-        "cluster": {
-            "workers": 2,
-            "cores_per_worker": 1,
-            "memory_per_worker": "1g",
-            "master_port": free_test_port(),
-            "master_ui_port": free_test_port(),
-            # Two consecutive free ports each: worker i takes base + i.
-            "worker_port_base": _free_pair(),
-            "worker_ui_port_base": _free_pair(),
-        },
-    }
-    path.write_text(yaml.safe_dump(document))
-    return load_platform(platform.conf_dir)
-
-
-def _free_pair() -> int:
-    first, second = free_test_port(), free_test_port()
-    while second != first + 1:
-        first, second = second, free_test_port()
-    return first
-
-
-@pytest.fixture
-def cluster(platform_conf: PlatformConfig) -> Iterator[SparkCluster]:
-    platform = on_embedded_cluster(platform_conf)
-    spark_cluster = SparkCluster.for_platform(platform)
-    assert spark_cluster is not None
-    yield spark_cluster
-    spark_cluster.stop()
 
 
 def test_a_streaming_driver_runs_on_the_embedded_cluster_with_its_cores_and_only_on_loopback(

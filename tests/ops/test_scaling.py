@@ -116,8 +116,9 @@ def test_apply_mode_scales_up_by_stop_and_relaunch_and_records_the_cost(
     assert (first.cores, first.max_files_per_trigger) == (1, 50)
     assert (ledger.current_run(JOB).cores, ledger.current_run(JOB).max_files_per_trigger) == (1, 50)
 
-    # Six batches are 30 s of metrics: the first decision the stabilization window allows.
-    assert run_batches(supervisor, fake_backend, fake_clock, 4, **HEAVY) == ["RUNNING"]
+    # Six batches after the run's first (a cold start's batch is left out) are 30 s of metrics:
+    # the first decision the stabilization window allows.
+    assert run_batches(supervisor, fake_backend, fake_clock, 5, **HEAVY) == ["RUNNING"]
     assert actions(ledger)[-1] == "scale_recommendation", "blocked by stabilization, recorded once"
     assert "stabilization" in ledger.decisions(JOB, limit=1)[0].reason
     scaling = run_batches(supervisor, fake_backend, fake_clock, 1, **HEAVY)

@@ -1,0 +1,320 @@
+"""Autoscaling on the embedded standalone cluster (issue 18): `python -m benchmarks.autoscaling`.
+
+One Spark standalone cluster (a master and two one-core workers on loopback) serves two runs of
+the router, each with a fresh checkpoint and ledger, under the same load written a tick (the
+trigger interval, 4 s) at a time: a base of one landing file per tick, a 4x step (four files per
+tick) for `--step-seconds`, then the base again, noisy (events per file +-15 %) for
+`--plateau-seconds` in the autoscaled run. The router reads two files per batch at one core; the
+autoscaler scales the cores and the batch size together (two cores read four).
+
+- autoscaled: `operations.autoscaling.mode: apply`, 1..2 cores;
+- pinned: the same job pinned at the minimum (`warden scale router --cores 1`), the baseline.
+
+The supervisor's passes run in this process, one per tick, the way the supervision DAG runs them.
+Figures, all from the same invocation:
+- backlog drain: from the step's start until the landing backlog is back to at most one file;
+  autoscaled against pinned (target <= 0.6x);
+- step -> scale decision: the step's start to the autoscaler's `scale` decision row (target <= 2
+  stabilization windows);
+- downtime per rescale: the restart cost each rescale measured (stop -> first committed batch
+  after it) against the cold start (launch -> first committed batch; target <= cold + 5 s);
+- rescales during the noisy plateau after the first one settled (target 0);
+- events per busy second per core at 1 and 2 cores: the window's true rate (rows / busy time of
+  the batches the heartbeat keeps, the run's first batch left out), median over the passes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import yaml
+
+from benchmarks.throughput import rooted_platform
+from ops.clock import utcnow
+from ops.control.scaling import RESCALE, observe_scaling
+from ops.control.supervisor import Supervisor, stop_all_jobs
+from ops.driver.checkpoint import log_entries
+from ops.embedded.cluster import SparkCluster
+from ops.ports import free_loopback_port
+from ops.spec.job import find_job
+from ops.spec.paths import JobPaths
+from ops.spec.platform import DEFAULT_CONF_DIR, PlatformConfig, load_platform
+from synthetic.generator import FileLoad
+
+HERE = Path(__file__).resolve().parent
+WORKDIR = HERE / "out" / "autoscaling"
+JOB = "router"
+TICK_SECONDS = 4.0
+EVENTS_PER_FILE = 50
+BASE_TICKS = 10
+STABILIZATION_SECONDS = 20.0
+# A drained backlog: at most what one tick writes at the base load.
+DRAINED_FILES = 1
+DRAIN_TIMEOUT_SECONDS = 900.0
+
+
+@dataclass
+class RunFigures:
+    """What one run measured."""
+
+    cold_start: float | None = None
+    step_to_decision: float | None = None
+    drain: float | None = None
+    restart_costs: list[float] = field(default_factory=list)
+    plateau_rescales: int | None = None
+    true_rates: dict[int, list[float]] = field(default_factory=dict)
+
+
+def cluster_ports() -> dict[str, int]:
+    def pair() -> int:
+        first, second = free_loopback_port(), free_loopback_port()
+        while second != first + 1:
+            first, second = second, free_loopback_port()
+        return first
+
+    return {
+        "master_port": free_loopback_port(),
+        "master_ui_port": free_loopback_port(),
+        "worker_port_base": pair(),
+        "worker_ui_port_base": pair(),
+    }
+
+
+def prepare(root: Path, ports: dict[str, int], mode: str) -> PlatformConfig:
+    """A platform rooted in `root` on the shared embedded cluster, with the router autoscaled."""
+    shutil.rmtree(root, ignore_errors=True)
+    conf_dir = root / "conf"
+    (conf_dir / "jobs").mkdir(parents=True)
+    platform = rooted_platform(root)
+    platform["spark"] = {
+        "master": "embedded",
+        "cluster": {"workers": 2, "cores_per_worker": 1, "memory_per_worker": "1g", **ports},
+    }
+    platform["slack"] = {"webhook_url": None}
+    platform["monitoring"] = {"scrape_targets_file": None}
+    (conf_dir / "platform.yaml").write_text(yaml.safe_dump(platform))
+    router = yaml.safe_load((DEFAULT_CONF_DIR / "jobs" / f"{JOB}.yaml").read_text())
+    operations = router["operations"]
+    operations["trigger"] = {"interval_seconds": TICK_SECONDS, "max_files_per_trigger": 2}
+    operations["resources"] = {"executor_memory": "512m", "shuffle_partitions": 4}
+    operations["savepoints"]["interval_minutes"] = None
+    operations["metrics_port"] = free_loopback_port()
+    operations["autoscaling"] = {
+        "mode": mode,
+        "min_cores": 1,
+        "max_cores": 2,
+        "target_utilization": 0.9,
+        "catch_up_seconds": 10,
+        "stabilization_seconds": STABILIZATION_SECONDS,
+        "scale_down_delay_seconds": 30,
+        "max_factor_per_step": 2,
+    }
+    (conf_dir / "jobs" / f"{JOB}.yaml").write_text(yaml.safe_dump(router, sort_keys=False))
+    return load_platform(conf_dir)
+
+
+class Scenario:
+    """One run of the router under the ticked load, with a pass per tick."""
+
+    def __init__(self, platform: PlatformConfig, echo: Callable[[str], None]) -> None:
+        self.platform = platform
+        self.echo = echo
+        self.supervisor = Supervisor.for_platform(platform)
+        self.spec = find_job(JOB, platform.conf_dir)
+        self.paths = JobPaths.of(platform, self.spec)
+        self.load = FileLoad(self.paths.landing["events"], EVENTS_PER_FILE)
+        self.figures = RunFigures()
+        self.last_state = ""
+
+    def tick(self, files: int, noise: float = 0.0) -> int | None:
+        """Write a tick's files, run a pass, sample the true rate; the backlog in files."""
+        started = time.monotonic()
+        self.load.write(files, noise)
+        summary = self.supervisor.reconcile(JOB)
+        if summary.state != self.last_state:
+            self.echo(f"  {summary.line()[:160]}")
+            self.last_state = summary.state
+        observation = self.supervisor.observe(self.spec)
+        if observation.run is not None and observation.heartbeat is not None:
+            scaling = observe_scaling(
+                self.spec, self.supervisor.ledger, observation.run, observation.heartbeat, []
+            )
+            if scaling is not None and scaling.window is not None and scaling.window.true_rate > 0:
+                cores = observation.run.cores or 1
+                self.figures.true_rates.setdefault(cores, []).append(scaling.window.true_rate)
+        time.sleep(max(0.0, TICK_SECONDS - (time.monotonic() - started)))
+        return observation.backlog_files
+
+    def start(self) -> None:
+        """Launch the router with one file to read; the cold start is launch -> its first commit."""
+        launched = time.time()
+        self.tick(1)
+        while (job := self.supervisor.ledger.job(JOB)) is None or job.state != "RUNNING":
+            self.tick(0)
+        commits = log_entries(self.paths.commits)
+        first = min(commits)
+        self.figures.cold_start = commits[first][0].stat().st_mtime - launched
+
+    def step(self, step_seconds: float) -> tuple[datetime, float]:
+        """The base, then the 4x step; the step's start (UTC, monotonic)."""
+        for _ in range(BASE_TICKS):
+            self.tick(1)
+        at, started = utcnow(), time.monotonic()
+        self.echo(f"  4x step for {step_seconds:g} s")
+        while time.monotonic() - started < step_seconds:
+            self.tick(4)
+        return at, started
+
+    def drain(self, started: float, noise: float) -> None:
+        while True:
+            backlog = self.tick(1, noise)
+            if backlog is not None and backlog <= DRAINED_FILES:
+                self.figures.drain = time.monotonic() - started
+                self.echo(f"  drained {self.figures.drain:.0f} s after the step started")
+                return
+            if time.monotonic() - started > DRAIN_TIMEOUT_SECONDS:
+                self.echo("  not drained within the timeout")
+                return
+
+    def finish(self, step_at: datetime) -> None:
+        ledger = self.supervisor.ledger
+        decisions = [d for d in ledger.decisions(JOB, limit=2000, action=RESCALE) if d.at >= step_at]
+        if decisions:
+            first = min(decisions, key=lambda d: d.at)
+            self.figures.step_to_decision = (first.at - step_at).total_seconds()
+        rescales = [op for op in ledger.operations(JOB, limit=200) if op.kind == RESCALE]
+        self.figures.restart_costs = [
+            op.restart_cost_seconds for op in rescales if op.restart_cost_seconds is not None
+        ]
+
+
+def run_autoscaled(
+    root: Path, ports: dict[str, int], args: argparse.Namespace, echo: Callable[[str], None]
+) -> RunFigures:
+    echo("== autoscaled run (mode apply, 1..2 cores) ==")
+    scenario = Scenario(prepare(root, ports, "apply"), echo)
+    try:
+        scenario.start()
+        step_at, started = scenario.step(args.step_seconds)
+        scenario.drain(started, 0.15)
+        ledger = scenario.supervisor.ledger
+        # The plateau: base load +-15 %; the first rescale after the step (back down) settles it.
+        plateau_started = utcnow()
+        echo(f"  noisy plateau for {args.plateau_seconds:g} s")
+        while (utcnow() - plateau_started).total_seconds() < args.plateau_seconds:
+            scenario.tick(1, 0.15)
+        scenario.finish(step_at)
+        after_step = sorted(
+            (
+                op
+                for op in ledger.operations(JOB, limit=200)
+                if op.kind == RESCALE and op.requested_at >= step_at
+            ),
+            key=lambda op: op.requested_at,
+        )
+        settled = next((op.finished_at for op in after_step if op.to_cores == 1 and op.finished_at), None)
+        scenario.figures.plateau_rescales = (
+            None if settled is None else sum(1 for op in after_step if op.requested_at > settled)
+        )
+    finally:
+        stop_all_jobs(scenario.platform)
+    return scenario.figures
+
+
+def run_pinned(
+    root: Path, ports: dict[str, int], args: argparse.Namespace, echo: Callable[[str], None]
+) -> RunFigures:
+    echo("== pinned at the minimum (1 core, 2 files per batch) ==")
+    platform = prepare(root, ports, "apply")
+    scenario = Scenario(platform, echo)
+    scenario.supervisor.scale(JOB, 1, "benchmark baseline: pinned at the minimum")
+    try:
+        scenario.start()
+        _, started = scenario.step(args.step_seconds)
+        scenario.drain(started, 0.0)
+    finally:
+        stop_all_jobs(platform)
+    return scenario.figures
+
+
+def seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} s"
+
+
+def report(auto: RunFigures, pinned: RunFigures) -> list[tuple[str, str, str]]:
+    """(figure, value, target) rows."""
+    ratio = auto.drain / pinned.drain if auto.drain and pinned.drain else None
+    cold = auto.cold_start
+    worst = max(auto.restart_costs, default=None)
+    windows = (auto.step_to_decision or 0) / STABILIZATION_SECONDS
+    rates = {**pinned.true_rates, **{k: v for k, v in auto.true_rates.items() if k == 2}}
+    per_core = {cores: statistics.median(values) / cores for cores, values in sorted(rates.items()) if values}
+    return [
+        ("backlog drain after the 4x step, pinned at 1 core (baseline)", seconds(pinned.drain), "-"),
+        (
+            "backlog drain after the 4x step, autoscaled",
+            f"{seconds(auto.drain)} ({ratio:.2f}x)" if ratio else seconds(auto.drain),
+            "<= 0.6x",
+        ),
+        (
+            "step -> scale decision",
+            f"{seconds(auto.step_to_decision)} ({windows:.1f} windows)",
+            f"<= 2 windows ({2 * STABILIZATION_SECONDS:g} s)",
+        ),
+        ("cold start: launch -> first committed batch", seconds(cold), "-"),
+        (
+            "downtime per rescale (stop -> first committed batch), each",
+            ", ".join(f"{c:.1f} s" for c in auto.restart_costs) or "-",
+            f"<= cold start + 5 s ({(cold or 0) + 5:.1f} s); worst {seconds(worst)}",
+        ),
+        (
+            "rescales during the noisy plateau after the first settled",
+            "-" if auto.plateau_rescales is None else str(auto.plateau_rescales),
+            "0",
+        ),
+        *[
+            (f"events per busy second per core at {cores} core(s)", f"{rate:,.0f}", "-")
+            for cores, rate in per_core.items()
+        ],
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.autoscaling", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--step-seconds", type=float, default=60.0, help="how long the 4x step lasts")
+    parser.add_argument(
+        "--plateau-seconds", type=float, default=1200.0, help="the noisy plateau after the step (20 min)"
+    )
+    args = parser.parse_args(argv)
+
+    def echo(line: str) -> None:
+        print(line, flush=True)
+
+    ports = cluster_ports()
+    cluster = SparkCluster.for_platform(prepare(WORKDIR / "cluster", ports, "apply"))
+    assert cluster is not None
+    echo(f"starting the embedded cluster at {cluster.master_url}")
+    cluster.start(timeout=240)
+    try:
+        pinned = run_pinned(WORKDIR / "pinned", ports, args, echo)
+        auto = run_autoscaled(WORKDIR / "autoscaled", ports, args, echo)
+    finally:
+        cluster.stop()
+    rows = report(auto, pinned)
+    print("| figure | value | target |\n|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,231 @@
+"""Scaling on a real embedded standalone cluster (a master and two one-core workers on loopback):
+the real supervisor launches real drivers in client mode, rescales them through SCALING, and the
+sink is compared with a clean run over the same input, row for row.
+
+The router runs under a load written by the test, a landing file per tick: a base rate, a step to
+4x, and back. It starts at one core reading two files per batch, falls behind under the step, is
+scaled up to two cores (and four files per batch) from the backlog it builds, catches up, and after
+the load falls and the scale-down delay passes is scaled back down. The sessionizer (RocksDB state)
+is pinned from one core to two between its batches and keeps its state: its sink equals the batch
+run's. `warden decisions` keeps every step, as a ledger row with its inputs.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.testing import assertDataFrameEqual
+
+from jobs.batch import batch_rows
+from ops.control.supervisor import Supervisor, stop_all_jobs
+from ops.embedded.cluster import SparkCluster
+from ops.ledger.store import Ledger, OperationRecord
+from ops.spec.job import find_job
+from ops.spec.platform import PlatformConfig
+from synthetic.generator import FileLoad
+from synthetic.scenarios import SCENARIOS
+from tests.support.drivers import caught_up, edit_job, wait_for
+from tests.support.platform import job_paths
+from tests.support.slack import SlackReceiver
+
+pytestmark = pytest.mark.slow
+
+TICK_SECONDS = 4.0
+EVENTS_PER_FILE = 50
+
+
+def autoscaled_router(spec: dict[str, Any]) -> None:
+    operations = spec["operations"]
+    operations["trigger"] = {"interval_seconds": TICK_SECONDS, "max_files_per_trigger": 2}
+    operations["resources"] = {"executor_memory": "512m", "shuffle_partitions": 4}
+    operations["savepoints"]["interval_minutes"] = None
+    operations["autoscaling"] = {
+        "mode": "apply",
+        "min_cores": 1,
+        "max_cores": 2,
+        # A light batch keeps the driver busy well under half its trigger interval on this
+        # machine, a step to 4x makes it fall behind its input.
+        "target_utilization": 0.9,
+        "catch_up_seconds": 10,
+        "stabilization_seconds": 20,
+        "scale_down_delay_seconds": 20,
+        "max_factor_per_step": 2,
+    }
+
+
+@pytest.fixture
+def platform(cluster: SparkCluster) -> Iterator[PlatformConfig]:
+    cluster.start(timeout=180)
+    yield cluster.platform
+    stop_all_jobs(cluster.platform)
+
+
+def rescales(ledger: Ledger, job: str) -> list[OperationRecord]:
+    return [op for op in reversed(ledger.operations(job)) if op.kind == "scale"]
+
+
+def drive(
+    supervisor: Supervisor,
+    load: FileLoad,
+    files_per_tick: int,
+    until: Callable[[], bool],
+    timeout: float,
+    what: str,
+) -> None:
+    """Write `files_per_tick` files and run a reconcile pass every tick until `until()` holds."""
+    deadline = time.monotonic() + timeout
+    while not until():
+        assert time.monotonic() < deadline, f"{what} did not happen within {timeout:g}s"
+        started = time.monotonic()
+        load.write(files_per_tick)
+        supervisor.reconcile("router")
+        time.sleep(max(0.0, TICK_SECONDS - (time.monotonic() - started)))
+
+
+def assert_sink_is_a_clean_run(
+    spark: SparkSession, platform: PlatformConfig, job: str, landing_root: Path
+) -> None:
+    spec = find_job(job, platform.conf_dir)
+    sink = spark.read.parquet(str(platform.lake_root / spec.pipeline.sink.path))
+    clean = batch_rows(spark, platform, spec, landing_root)
+    assert clean.count() > 0
+    assertDataFrameEqual(sink.select(*clean.columns), clean)
+
+
+def test_the_router_scales_up_under_a_4x_step_catches_up_and_scales_back_down(
+    platform: PlatformConfig, ledger: Ledger, slack_webhook: SlackReceiver, spark: SparkSession
+) -> None:
+    edit_job(platform, "router", autoscaled_router)
+    supervisor = Supervisor.for_platform(platform)
+    load = FileLoad(platform.landing_root / "events", EVENTS_PER_FILE)
+    ran_at: list[int | None] = []
+
+    def running_at(cores: int) -> Callable[[], bool]:
+        def check() -> bool:
+            job, run = ledger.job("router"), ledger.current_run("router")
+            ran_at.append(run.cores if run else None)
+            return job is not None and job.state == "RUNNING" and run is not None and run.cores == cores
+
+        return check
+
+    # The job launches at its minimum, one core; then the base load, one file a tick.
+    drive(supervisor, load, 0, running_at(1), 300, "the router running at 1 core")
+
+    def batches(count: int) -> Callable[[], bool]:
+        return lambda: (job := ledger.job("router")) is not None and (job.last_batch_id or 0) >= count
+
+    drive(supervisor, load, 1, batches(12), 120, "a window of batches at the base load")
+    assert rescales(ledger, "router") == []
+
+    # 4x: four files a tick, two read per batch. The backlog grows until the autoscaler scales up.
+    step_at = time.monotonic()
+    drive(
+        supervisor,
+        load,
+        4,
+        lambda: any(op.to_cores == 2 for op in rescales(ledger, "router")),
+        300,
+        "a scale-up",
+    )
+    decided_after = time.monotonic() - step_at
+    up = rescales(ledger, "router")[0]
+    [decision] = [d for d in ledger.decisions("router", limit=500, action="scale") if d.id == up.decision_id]
+    assert (
+        decision.inputs["autoscaler"]["recommended"] == 2
+        and decision.inputs["autoscaler"]["backlog_rows"] > 0
+    )
+    assert (up.from_cores, up.to_cores, up.to_max_files) == (1, 2, 4)
+    drive(supervisor, load, 4, running_at(2), 300, "the router running at 2 cores")
+    up = rescales(ledger, "router")[0]
+    assert up.outcome is not None and up.restart_cost_seconds is not None and up.restart_cost_seconds > 0
+
+    # The load falls back to the base: the backlog drains at 2 cores, and once the lower
+    # recommendation has held for the delay, the job goes back to 1 core.
+    drive(supervisor, load, 1, lambda: len(rescales(ledger, "router")) == 2, 600, "a scale-down")
+    down = rescales(ledger, "router")[1]
+    assert (down.from_cores, down.to_cores, down.to_max_files) == (2, 1, 2)
+    [down_decision] = [
+        d for d in ledger.decisions("router", limit=500, action="scale") if d.id == down.decision_id
+    ]
+    assert down_decision.inputs["autoscaler"]["backlog_rows"] == 0
+    drive(supervisor, load, 0, running_at(1), 300, "the router back at 1 core")
+    assert [n for n in ran_at if n is not None][-1] == 1
+
+    notices = [m["text"] for m in slack_webhook.messages if "rescaled" in m["text"]]
+    assert (
+        len(notices) == 2
+        and "rescaled from 1 to 2 cores" in notices[0]
+        and "rescaled from 2 to 1 cores" in notices[1]
+    )
+    print(
+        f"scale-up decided {decided_after:.0f} s after the step; restart cost {up.restart_cost_seconds:.1f} s"
+    )
+
+    # No input lost or doubled by the two rescales: the sink is the batch run's, row for row.
+    wait_for(lambda: caught_up(platform, "router", files=load.written), 300, "the router reading every file")
+    stop_all_jobs(platform)
+    assert_sink_is_a_clean_run(spark, platform, "router", platform.landing_root)
+
+
+def test_the_sessionizer_scales_up_with_its_rocksdb_state_intact(
+    platform: PlatformConfig, ledger: Ledger, spark: SparkSession
+) -> None:
+    def one_file_per_batch(spec: dict[str, Any]) -> None:
+        spec["operations"]["trigger"] = {"interval_seconds": 2, "max_files_per_trigger": 1}
+        spec["operations"]["resources"] = {"executor_memory": "512m", "shuffle_partitions": 4}
+        spec["operations"]["savepoints"]["interval_minutes"] = None
+
+    edit_job(platform, "sessionizer", one_file_per_batch)
+    spec = find_job("sessionizer", platform.conf_dir)
+    scenario = SCENARIOS[spec.pipeline.kind]
+    assert scenario.flush is not None
+    written = scenario.write(platform.landing_root, 900, 3)
+    batch_landing = platform.runtime_root / "batch-landing"
+    shutil.copytree(platform.landing_root, batch_landing)
+    supervisor = Supervisor.for_platform(platform)
+    supervisor.scale("sessionizer", 1, "start small")
+    commits = job_paths(platform, "sessionizer").checkpoint / "commits"
+
+    def reconciled(condition: Callable[[], bool]) -> Callable[[], bool]:
+        def check() -> bool:
+            supervisor.reconcile("sessionizer")
+            return condition()
+
+        return check
+
+    wait_for(
+        reconciled(lambda: commits.is_dir() and any(commits.iterdir())), 300, "the first batch at 1 core"
+    )
+    # Sessions are open in the state store now; the rescale stops the driver between batches.
+    supervisor.scale("sessionizer", 2, "more cores mid-stream")
+    wait_for(
+        reconciled(
+            lambda: (
+                (run := ledger.current_run("sessionizer")) is not None
+                and run.cores == 2
+                and ledger.operation("sessionizer") is None
+            )
+        ),
+        300,
+        "the sessionizer rescaled to 2 cores",
+    )
+    [rescale] = rescales(ledger, "sessionizer")
+    assert (rescale.from_cores, rescale.to_cores) == (1, 2) and rescale.outcome is not None
+    files_per_source = len(written) // len(spec.pipeline.inputs)
+    assert ledger.runs("sessionizer")[1].exit_reason == "stopped: rescale"
+    wait_for(
+        reconciled(lambda: caught_up(platform, "sessionizer", files=files_per_source)), 300, "every file"
+    )
+    # The sessions still open (in the state the second driver restored) close on the flush.
+    scenario.flush(platform.landing_root)
+    wait_for(
+        reconciled(lambda: caught_up(platform, "sessionizer", files=files_per_source + 1)), 300, "the flush"
+    )
+    stop_all_jobs(platform)
+    assert_sink_is_a_clean_run(spark, platform, "sessionizer", batch_landing)
