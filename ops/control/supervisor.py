@@ -499,7 +499,14 @@ class Supervisor:
             true_rate_before=rescale.true_rate_before,
         )
         target = Scale(rescale.cores, rescale.max_files_per_trigger).describe()
-        return f"rescale to {target} opened (operation {operation.id})"
+        retired = ""
+        standby = view.standby.record
+        if standby is not None:
+            # It runs the old scale: a new one is launched once the job runs at the new one.
+            self.backend.stop(standby.as_run(), STANDBY_STOP_SECONDS)
+            self.ledger.finish_standby(standby.run_id, "stopped: rescale")
+            retired = f"; standby {standby.run_id} retired"
+        return f"rescale to {target} opened (operation {operation.id}){retired}"
 
     def scale(self, job: str, cores: int | None, reason: str) -> str:
         """An operator's scale: pin the job at `cores` until released, or release it (None) to the

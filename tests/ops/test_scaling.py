@@ -392,3 +392,35 @@ def test_warden_scale_and_status_show_cores_and_the_recommendation(
     with pytest.raises(SystemExit):
         main(["scale", JOB, "--reason", "neither"])
     assert "one of the arguments --cores --auto is required" in capsys.readouterr().err
+
+
+def test_a_rescale_retires_the_warm_standby_of_the_old_scale_and_a_new_one_follows(
+    supervisor: Supervisor,
+    platform_conf: PlatformConfig,
+    ledger: Ledger,
+    fake_backend: FakeBackend,
+    fake_clock: FakeClock,
+) -> None:
+    def with_standby(spec: dict[str, Any]) -> None:
+        spec["operations"]["savepoints"].update(interval_minutes=None)
+        spec["operations"]["restart"]["warm_standby"] = True
+
+    edit_job(platform_conf, JOB, with_standby)
+    start(supervisor, fake_backend, fake_clock)
+    old_standby = ledger.current_standby(JOB)
+    assert old_standby is not None
+    supervisor.scale(JOB, 2, "bigger")
+    fake_clock.advance(1)
+    opened = supervisor.reconcile(JOB)
+    assert any(f"standby {old_standby.run_id} retired" in action for action in opened.actions)
+    assert ledger.standbys(JOB)[0].exit_reason == "stopped: rescale"
+    for _ in range(3):
+        fake_clock.advance(1)
+        supervisor.reconcile(JOB)
+    fake_backend.commit(JOB)
+    fake_clock.advance(1)
+    supervisor.reconcile(JOB)
+    supervisor.reconcile(JOB)
+    new_standby = ledger.current_standby(JOB)
+    assert new_standby is not None and new_standby.run_id != old_standby.run_id
+    assert fake_backend.drivers[new_standby.run_id].cores == 2
