@@ -8,9 +8,10 @@ warden migrate                  create or upgrade the ledger's schema (the team 
 warden decisions JOB            the supervisor's recent decisions for a job, newest first
 warden start JOB / stop JOB     resume or suspend a job and reconcile it now (stop: its standby too)
 warden reconcile JOB            run one supervisor pass now
-warden scale JOB --cores N | --auto [--reason R]
+warden scale JOB --cores N | --auto [--reason R] [--wait SECONDS]
                                 pin the job's cores (the batch size follows) until released with
                                 --auto to the autoscaler (or the job file); the supervisor rescales
+                                (--wait: run its passes here until the driver runs at the scale)
 warden savepoint JOB [--reason R]
                                 take a savepoint now (the job keeps running), then apply retention
 warden savepoints JOB           the job's savepoint catalogue, newest first
@@ -280,9 +281,20 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 
 def cmd_scale(args: argparse.Namespace) -> int:
-    """Record the pin or its release; the job's supervision passes carry out the rescale."""
-    print(_supervisor().scale(args.job, None if args.auto else args.cores, args.reason))
-    return 0
+    """Record the pin or its release; the job's supervision passes carry out the rescale, or with
+    --wait this command runs them until the job's driver runs at its scale (exit 1 on timeout)."""
+    supervisor = _supervisor()
+    print(supervisor.scale(args.job, None if args.auto else args.cores, args.reason))
+    if args.wait is None:
+        return 0
+    if supervisor.await_scale(args.job, timeout=args.wait, progress=_progress):
+        scale = supervisor.scale_of(find_job(args.job, supervisor.platform.conf_dir))
+        print(f"{args.job}: runs at {scale.describe()}")
+        return 0
+    print(
+        f"{args.job}: not at its scale after {args.wait:g}s; the supervision DAG carries on", file=sys.stderr
+    )
+    return 1
 
 
 def _cores_cell(job: JobRecord | None, run: RunRecord | None, spec: JobSpec | None) -> str:
@@ -515,6 +527,12 @@ def build_parser() -> argparse.ArgumentParser:
     pin.add_argument("--cores", type=_cores_argument, help="the cores to pin the job at")
     pin.add_argument("--auto", action="store_true", help="release the pin to the autoscaler")
     scale.add_argument("--reason", default="scale from the warden CLI")
+    scale.add_argument(
+        "--wait",
+        type=float,
+        metavar="SECONDS",
+        help="run reconcile passes until the driver runs at the new scale (at most SECONDS)",
+    )
     scale.set_defaults(run=cmd_scale)
     reconcile = commands.add_parser("reconcile", help="run one supervisor pass for a job")
     reconcile.add_argument("job")

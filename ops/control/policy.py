@@ -35,6 +35,16 @@ wanted (job suspended or failed, option off) or usable (another config, its proc
 retired; a standby that died by itself is replaced after a backoff of its own. The take-over's
 fencing (grant after the active is confirmed gone, the checkpoint lock) is in `ops.driver.takeover`.
 
+Scaling (`ops.control.scaling`): a running job whose driver runs at another scale than the job
+should (the autoscaler's in `apply` mode, an operator's pin, the file's) is rescaled, and otherwise
+the autoscaler's decision (`ops.control.autoscaler`) is applied or, when it is not (recommend mode,
+a guard), recorded as a `scale_recommendation`. A rescale is an operation too:
+
+    scale    SCALING       stop the driver at a batch boundary (its time recorded) -> launch at the
+                           new scale (the ordinary rules: a driver that fails is restarted) -> its
+                           first committed batch or idle trigger: done, with the restart cost
+                           measured from the stop; a job to be suspended abandons it
+
 Which step comes next follows from facts the steps record: a rewind is done once `rewound_at` is
 set (its replay plan is recorded before it starts, so a redo reports the same rows); an upgrade's
 savepoint, dry-run driver and verdict, and `failure`. Until its dry run has passed, an upgrade

@@ -82,7 +82,7 @@ from ops.control.policy import (
     TakeUpgradeSavepoint,
     decide,
 )
-from ops.control.scaling import Scale, desired_scale, low_since, observe_scaling
+from ops.control.scaling import Scale, desired_scale, low_since, observe_scaling, run_scale
 from ops.driver.checkpoint import log_entries
 from ops.driver.takeover import Grant, checkpoint_lock_holder, checkpoint_lock_taken, write_grant
 from ops.exceptions import (
@@ -548,6 +548,33 @@ class Supervisor:
             outcome = f"{said}: the job runs at {after.describe()}"
             self.ledger.set_outcome(decision, outcome)
         return f"{job}: {outcome} ({reason}); the supervisor rescales a running driver within seconds"
+
+    def await_scale(
+        self,
+        job: str,
+        *,
+        timeout: float,
+        progress: Callable[[str], None] | None = None,
+        poll_seconds: float = OPERATION_POLL_SECONDS,
+    ) -> bool:
+        """Run reconcile passes until `job` runs at the scale it should, with no rescale open, or
+        `timeout` seconds have passed; whether it does. Like `await_operation`, nothing here is
+        needed for the rescale to finish: the next pass by anyone carries on."""
+        deadline = time.monotonic() + timeout
+        said = None
+        while True:
+            line = self.reconcile(job).line()
+            if progress is not None and line != said:
+                progress(line)
+                said = line
+            spec = find_job(job, self.platform.conf_dir)
+            run, operation = self.ledger.current_run(job), self.ledger.operation(job)
+            settled = operation is None or operation.kind != OperationKind.SCALE
+            if settled and run is not None and run_scale(run, spec) == self.scale_of(spec):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(poll_seconds)
 
     # warm standbys -----------------------------------------------------------------------------
 

@@ -9,7 +9,8 @@ exposes on 127.0.0.1.
 
 The progress record is read from its JSON form, which is the same in classic PySpark and Spark
 Connect. `backlog_files` is filled from a source's `numFilesOutstanding` metric when one reports
-it; Spark 4.3's file source reports no metrics, so it is null for landing-zone jobs.
+it; Spark 4.3's file source reports no metrics, so for landing-zone jobs it is the landing backlog
+measured after the batch when the job is autoscaled (the autoscaler's window needs it), else null.
 """
 
 from __future__ import annotations
