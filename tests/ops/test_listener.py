@@ -213,3 +213,27 @@ def test_listener_exports_thresholds_backlog_and_watermark_for_the_alert_rules(
     racing = TelemetryListener(job_paths(platform_conf, "router").heartbeat, "router", "run-3")
     racing.export_operations(spec.operations, purged_under_the_listing)
     assert math.isnan(scrape(racing)["streamwarden_backlog_files"]), "a listing race fails no scrape"
+
+
+def test_an_autoscaled_job_records_its_landing_backlog_with_each_batch(platform_conf: PlatformConfig) -> None:
+    spec = find_job("router", platform_conf.conf_dir)
+    autoscaled = spec.operations.model_copy(
+        update={"autoscaling": spec.operations.autoscaling.model_copy(update={"mode": "recommend"})}
+    )
+    backlog = [4]
+    listener = TelemetryListener(job_paths(platform_conf, "router").heartbeat, "router", "run-1")
+    listener.export_operations(autoscaled, lambda: backlog[0])
+    for batch_id in range(2):
+        progress = {"batchId": batch_id, "numInputRows": 5, "batchDuration": 100}
+        listener.onQueryProgress(SimpleNamespace(progress=SimpleNamespace(json=json.dumps(progress))))  # type: ignore[arg-type]
+        backlog[0] = 9
+    heartbeat = read_heartbeat(job_paths(platform_conf, "router").heartbeat)
+    assert heartbeat is not None
+    assert [sample.backlog_files for sample in heartbeat.recent] == [4, 9]
+
+    # Autoscaling off (the file's default): no listing per batch.
+    plain = TelemetryListener(job_paths(platform_conf, "router").heartbeat, "router", "run-2")
+    plain.export_operations(spec.operations, lambda: backlog[0])
+    plain.onQueryProgress(SimpleNamespace(progress=SimpleNamespace(json=json.dumps({"batchId": 0}))))  # type: ignore[arg-type]
+    heartbeat = read_heartbeat(job_paths(platform_conf, "router").heartbeat)
+    assert heartbeat is not None and [sample.backlog_files for sample in heartbeat.recent] == [None]
