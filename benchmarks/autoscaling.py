@@ -58,6 +58,9 @@ STABILIZATION_SECONDS = 20.0
 # A drained backlog: at most what one tick writes at the base load.
 DRAINED_FILES = 1
 DRAIN_TIMEOUT_SECONDS = 900.0
+STEP_SECONDS = 60.0
+# The issue's 20 minutes; `--plateau-seconds` runs a shorter one.
+PLATEAU_SECONDS = 1200.0
 
 
 @dataclass
@@ -196,19 +199,23 @@ class Scenario:
 
 
 def run_autoscaled(
-    root: Path, ports: dict[str, int], args: argparse.Namespace, echo: Callable[[str], None]
+    root: Path,
+    ports: dict[str, int],
+    step_seconds: float,
+    plateau_seconds: float,
+    echo: Callable[[str], None],
 ) -> RunFigures:
     echo("== autoscaled run (mode apply, 1..2 cores) ==")
     scenario = Scenario(prepare(root, ports, "apply"), echo)
     try:
         scenario.start()
-        step_at, started = scenario.step(args.step_seconds)
+        step_at, started = scenario.step(step_seconds)
         scenario.drain(started, 0.15)
         ledger = scenario.supervisor.ledger
         # The plateau: base load +-15 %; the first rescale after the step (back down) settles it.
         plateau_started = utcnow()
-        echo(f"  noisy plateau for {args.plateau_seconds:g} s")
-        while (utcnow() - plateau_started).total_seconds() < args.plateau_seconds:
+        echo(f"  noisy plateau for {plateau_seconds:g} s")
+        while (utcnow() - plateau_started).total_seconds() < plateau_seconds:
             scenario.tick(1, 0.15)
         scenario.finish(step_at)
         after_step = sorted(
@@ -229,7 +236,7 @@ def run_autoscaled(
 
 
 def run_pinned(
-    root: Path, ports: dict[str, int], args: argparse.Namespace, echo: Callable[[str], None]
+    root: Path, ports: dict[str, int], step_seconds: float, echo: Callable[[str], None]
 ) -> RunFigures:
     echo("== pinned at the minimum (1 core, 2 files per batch) ==")
     platform = prepare(root, ports, "apply")
@@ -237,7 +244,7 @@ def run_pinned(
     scenario.supervisor.scale(JOB, 1, "benchmark baseline: pinned at the minimum")
     try:
         scenario.start()
-        _, started = scenario.step(args.step_seconds)
+        _, started = scenario.step(step_seconds)
         scenario.drain(started, 0.0)
     finally:
         stop_all_jobs(platform)
@@ -286,33 +293,33 @@ def report(auto: RunFigures, pinned: RunFigures) -> list[tuple[str, str, str]]:
     ]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.autoscaling", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument("--step-seconds", type=float, default=60.0, help="how long the 4x step lasts")
-    parser.add_argument(
-        "--plateau-seconds", type=float, default=1200.0, help="the noisy plateau after the step (20 min)"
-    )
-    args = parser.parse_args(argv)
-
-    def echo(line: str) -> None:
-        print(line, flush=True)
-
+def benchmark(step_seconds: float, plateau_seconds: float, echo: Callable[[str], None]) -> str:
+    """Both runs on one embedded cluster; the figures as a Markdown table."""
     ports = cluster_ports()
     cluster = SparkCluster.for_platform(prepare(WORKDIR / "cluster", ports, "apply"))
     assert cluster is not None
     echo(f"starting the embedded cluster at {cluster.master_url}")
     cluster.start(timeout=240)
     try:
-        pinned = run_pinned(WORKDIR / "pinned", ports, args, echo)
-        auto = run_autoscaled(WORKDIR / "autoscaled", ports, args, echo)
+        pinned = run_pinned(WORKDIR / "pinned", ports, step_seconds, echo)
+        auto = run_autoscaled(WORKDIR / "autoscaled", ports, step_seconds, plateau_seconds, echo)
     finally:
         cluster.stop()
-    rows = report(auto, pinned)
-    print("| figure | value | target |\n|---|---|---|")
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
+    lines = ["| figure | value | target |", "|---|---|---|"]
+    lines += ["| " + " | ".join(row) + " |" for row in report(auto, pinned)]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.autoscaling", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--step-seconds", type=float, default=STEP_SECONDS, help="how long the 4x step lasts")
+    parser.add_argument(
+        "--plateau-seconds", type=float, default=PLATEAU_SECONDS, help="the noisy plateau after the step"
+    )
+    args = parser.parse_args(argv)
+    print(benchmark(args.step_seconds, args.plateau_seconds, lambda line: print(line, flush=True)))
     return 0
 
 

@@ -1,7 +1,7 @@
 """`make bench`: every benchmark, its figures and ratios, written to benchmarks/RESULTS.md.
 
-python -m benchmarks.run [--only throughput|recovery|restatement|jobs|flink] [--rounds N]
-                         [--events N | --quick]
+python -m benchmarks.run [--only throughput|recovery|restatement|jobs|flink|autoscaling]
+                         [--rounds N] [--events N | --quick] [--plateau-seconds S]
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 from datetime import date
 from pathlib import Path
 
-from benchmarks import flink_compare, jobs, recovery, restatement, throughput
+from benchmarks import autoscaling, flink_compare, jobs, recovery, restatement, throughput
 
 HERE = Path(__file__).resolve().parent
 WORKDIR = HERE / "out"
@@ -107,7 +107,15 @@ def flink_section(events: int, rounds: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=["throughput", "recovery", "restatement", "jobs", "flink"])
+    parser.add_argument(
+        "--only", choices=["throughput", "recovery", "restatement", "jobs", "flink", "autoscaling"]
+    )
+    parser.add_argument(
+        "--plateau-seconds",
+        type=float,
+        default=autoscaling.PLATEAU_SECONDS,
+        help="the autoscaling benchmark's noisy plateau (default 20 minutes)",
+    )
     parser.add_argument("--rounds", type=int, default=2, help="throughput and flink rounds")
     size = parser.add_mutually_exclusive_group()
     size.add_argument(
@@ -130,6 +138,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.only in (None, "flink"):
         sections.append(
             ("Streamwarden vs PyFlink 2.3 SQL (2 cores)", flink_section(args.events, args.rounds))
+        )
+    if args.only in (None, "autoscaling"):
+        sections.append(
+            (
+                "Autoscaling on the embedded standalone cluster (2 one-core workers)",
+                autoscaling.benchmark(autoscaling.STEP_SECONDS, args.plateau_seconds, echo),
+            )
         )
     report = f"\n## {date.today()}: `{command}` on {host.machine()}, {host.python_version()}\n"
     for title, body in sections:
