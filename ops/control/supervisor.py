@@ -856,6 +856,8 @@ class Supervisor:
             outcome = rewind_outcome(operation.savepoint_batch, operation.replay_to)
         elif result == Result.DONE:
             outcome = f"upgraded: config {operation.previous_version} -> {operation.candidate_version}"
+        elif result == Result.ABANDONED:
+            outcome = f"{result}: the job is to be suspended, at the scale it had"
         else:
             outcome = f"{result}: {failure}"
         self.ledger.set_outcome(operation.decision_id, outcome)

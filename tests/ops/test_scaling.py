@@ -424,3 +424,19 @@ def test_a_rescale_retires_the_warm_standby_of_the_old_scale_and_a_new_one_follo
     new_standby = ledger.current_standby(JOB)
     assert new_standby is not None and new_standby.run_id != old_standby.run_id
     assert fake_backend.drivers[new_standby.run_id].cores == 2
+
+
+def test_a_rescale_of_a_job_being_suspended_is_abandoned_and_the_job_stops(
+    supervisor: Supervisor, ledger: Ledger, fake_backend: FakeBackend, fake_clock: FakeClock
+) -> None:
+    start(supervisor, fake_backend, fake_clock)
+    supervisor.scale(JOB, 2, "bigger")
+    fake_clock.advance(1)
+    assert supervisor.reconcile(JOB).state == "SCALING"
+    supervisor.request(JOB, "suspend", "maintenance")
+    fake_clock.advance(1)
+    abandoned = supervisor.reconcile(JOB)
+    assert abandoned.actions == ("finish: abandoned: the job is to be suspended, at the scale it had",)
+    fake_clock.advance(1)
+    assert supervisor.reconcile(JOB).state == "SUSPENDED"
+    assert ledger.runs(JOB)[0].exit_reason == "stopped: suspended" and fake_backend.launches == 1
