@@ -440,3 +440,29 @@ def test_a_rescale_of_a_job_being_suspended_is_abandoned_and_the_job_stops(
     fake_clock.advance(1)
     assert supervisor.reconcile(JOB).state == "SUSPENDED"
     assert ledger.runs(JOB)[0].exit_reason == "stopped: suspended" and fake_backend.launches == 1
+
+
+def test_a_scale_up_that_did_not_raise_the_true_rate_blocks_the_next_one(
+    supervisor: Supervisor,
+    platform_conf: PlatformConfig,
+    ledger: Ledger,
+    fake_backend: FakeBackend,
+    fake_clock: FakeClock,
+) -> None:
+    edit_job(platform_conf, JOB, autoscaled("apply"))
+    start(supervisor, fake_backend, fake_clock, HEAVY)
+    assert run_batches(supervisor, fake_backend, fake_clock, 10, **HEAVY)[-1] == "SCALING"
+    for _ in range(2):
+        fake_clock.advance(1)
+        supervisor.reconcile(JOB)
+    fake_backend.commit(JOB, **HEAVY)
+    supervisor.reconcile(JOB)
+    assert fake_backend.driver(JOB).cores == 2
+    # Two cores process the same 25 rows per busy second as one (the bottleneck is elsewhere): the
+    # formula asks for 4, and the guard refuses, naming the rates.
+    assert run_batches(supervisor, fake_backend, fake_clock, 12, **HEAVY) == ["RUNNING"]
+    blocked = [d for d in ledger.decisions(JOB, action="scale_recommendation") if "ineffective" in d.reason]
+    assert blocked, [d.reason for d in ledger.decisions(JOB)]
+    assert blocked[0].inputs["autoscaler"]["recommended"] == 4
+    assert "1 -> 2 cores moved the true rate from 25 to 25 rows/s" in blocked[0].reason
+    assert len(ledger.operations(JOB)) == 1

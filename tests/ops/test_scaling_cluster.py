@@ -179,7 +179,7 @@ def test_the_sessionizer_scales_up_with_its_rocksdb_state_intact(
     def one_file_per_batch(spec: dict[str, Any]) -> None:
         spec["operations"]["trigger"] = {"interval_seconds": 2, "max_files_per_trigger": 1}
         spec["operations"]["resources"] = {"executor_memory": "512m", "shuffle_partitions": 4}
-        spec["operations"]["savepoints"]["interval_minutes"] = None
+        spec["operations"]["savepoints"] = {"interval_minutes": None}
 
     edit_job(platform, "sessionizer", one_file_per_batch)
     spec = find_job("sessionizer", platform.conf_dir)
