@@ -42,7 +42,7 @@ from ops.control.scaling import RESCALE, observe_scaling
 from ops.control.supervisor import Supervisor, stop_all_jobs
 from ops.driver.checkpoint import log_entries
 from ops.embedded.cluster import SparkCluster
-from ops.ports import free_loopback_port
+from ops.ports import free_loopback_port, port_is_free
 from ops.spec.job import find_job
 from ops.spec.paths import JobPaths
 from ops.spec.platform import DEFAULT_CONF_DIR, PlatformConfig, load_platform
@@ -77,9 +77,10 @@ class RunFigures:
 
 def cluster_ports() -> dict[str, int]:
     def pair() -> int:
-        first, second = free_loopback_port(), free_loopback_port()
-        while second != first + 1:
-            first, second = second, free_loopback_port()
+        # Worker i listens on base + i: a free port whose next one is free too.
+        first = free_loopback_port()
+        while not port_is_free(first + 1):
+            first = free_loopback_port()
         return first
 
     return {
