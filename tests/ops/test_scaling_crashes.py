@@ -48,7 +48,12 @@ def test_a_rescale_killed_midway_is_finished_by_the_next_pass_and_loses_nothing(
         wait_for(lambda: supervisor.reconcile(JOB).state == "RUNNING", 240, "the router running")
         # Input for a dozen batches: the rescale stops the driver between two of them.
         load.write(12)
-        wait_for(lambda: (ledger.job(JOB).last_batch_id or 0) >= 3, 120, "a few batches")  # type: ignore[union-attr]
+        # A pass records the heartbeat's batch in the ledger.
+        wait_for(
+            lambda: supervisor.reconcile(JOB) is not None and (ledger.job(JOB).last_batch_id or 0) >= 3,  # type: ignore[union-attr]
+            120,
+            "a few batches",
+        )
         command = Warden(platform, "scale", JOB, "--cores", "2", "--reason", f"kill {kill}", "--wait", "300")
         if kill == "supervisor_between_stop_and_relaunch":
             command.kill_when(
