@@ -24,6 +24,7 @@ import sqlalchemy as sa
 from ops.console.diagnosis import Diagnosis, diagnose, master_cores
 from ops.console.state_lookup import StateLookup, StateLookupForm, StateRows, lookup_form
 from ops.control.policy import FAILURE, Lifecycle
+from ops.control.scaling import desired_scale
 from ops.driver.history import MinuteRates, ProgressHistory, rates_since, read_history, read_rates
 from ops.driver.preview import load_preview_file, preview_path, preview_rows
 from ops.driver.telemetry import Heartbeat, read_heartbeat
@@ -134,6 +135,8 @@ class BoardRow:
     down: bool
     config_error: str | None
     cores: int | None
+    cores_pinned: bool
+    recommended_cores: int | None
     master: str | None
     last_batch_id: int | None
     last_batch_age_seconds: float | None
@@ -281,11 +284,12 @@ class Console:
         if isinstance(spec, ConfigError) or spec is None:
             state = "INVALID" if isinstance(spec, ConfigError) else (record.state if record else "NEW")
             config_error = str(spec) if isinstance(spec, ConfigError) else None
-            master = None
+            master, scaled_cores = None, None
         else:
             state = record.state if record else "NEW"
             config_error = None
             master = spec.operations.resources.master or self.platform.spark.master
+            scaled_cores = desired_scale(spec, record).cores
         sample = heartbeat.last_sample if heartbeat else None
         return BoardRow(
             job=name,
@@ -295,7 +299,9 @@ class Console:
             desired_state=record.desired_state if record else "-",
             down=state in DOWN_STATES or state == "INVALID",
             config_error=config_error,
-            cores=master_cores(master) if master else None,
+            cores=scaled_cores or (master_cores(master) if master else None),
+            cores_pinned=bool(record and record.scale_pinned),
+            recommended_cores=record.recommended_cores if record else None,
             master=master,
             last_batch_id=_last_batch_id(heartbeat, record),
             last_batch_age_seconds=_last_batch_age(history, heartbeat, now),

@@ -223,6 +223,8 @@ def test_the_board_has_a_row_per_job_with_its_figures(platform_conf: PlatformCon
             )
         )
 
+    ledger.update_job("sessionizer", scale_cores=3, scale_pinned=True, recommended_cores=1)
+
     rows = {row.job: row for row in Console(platform_conf, ledger).board(NOW)}
 
     assert set(rows) == {spec.stem for spec in (platform_conf.conf_dir / "jobs").glob("*.yaml")}
@@ -230,7 +232,8 @@ def test_the_board_has_a_row_per_job_with_its_figures(platform_conf: PlatformCon
     assert (router.state, router.down, router.desired_state) == ("RUNNING", False, "running")
     assert (sessionizer.state, sessionizer.down) == ("RESTARTING", True)
     assert rows["enricher"].state == "NEW" and not rows["enricher"].down
-    assert router.cores == 2, "local[2] from platform.yaml"
+    assert (router.cores, router.cores_pinned, router.recommended_cores) == (2, False, None), "local[2]"
+    assert (sessionizer.cores, sessionizer.cores_pinned, sessionizer.recommended_cores) == (3, True, 1)
     assert router.last_batch_id == 41 and router.backlog_files == 3
     assert (router.input_rate, router.processed_rate) == (50.0, 80.0)
     assert router.watermark_lag_seconds == pytest.approx(120)
