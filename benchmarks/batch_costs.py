@@ -9,6 +9,8 @@ start). In one warm Spark session (the job's own `build_session`), rotated over 
 * `router + telemetry`: the real query (`jobs.runner.plan_job`) with the driver's
   `TelemetryListener` attached (heartbeat, history files, metrics) as `jobs.runtime` runs it;
 * `router`: the same query without the listener;
+* `router, Spark's listing job`: the same with Spark's default listing threshold (32 paths), as
+  before `jobs.runtime.listing_conf`: each batch's 50 files listed by a Spark job;
 * `bare`: `benchmarks.bare_router` (native JSON reader, no dead letters), same trigger and files.
 
 Printed per variant: the medians over the batches after the first of Spark's own phases
@@ -37,7 +39,9 @@ from synthetic.generator import write_batch
 REPO = Path(__file__).resolve().parent.parent
 WORKDIR = REPO / "benchmarks" / "out" / "batch_costs"
 FILES_PER_BATCH = 50
-VARIANTS = ("router + telemetry", "router", "bare")
+BEFORE = "router, Spark's listing job"
+VARIANTS = ("router + telemetry", "router", BEFORE, "bare")
+LISTING_THRESHOLD = "spark.sql.sources.parallelPartitionDiscovery.threshold"
 PHASES = ("latestOffset", "queryPlanning", "getBatch", "addBatch", "walCommit", "commitOffsets")
 
 
@@ -67,6 +71,9 @@ def run_variant(variant: str, spark: Any, run: Run, lines: int) -> list[dict[str
         paths.runtime.mkdir(parents=True, exist_ok=True)
         listener = TelemetryListener(paths.runtime / HEARTBEAT_FILE, spec.name, "batch-costs")
         spark.streams.addListener(listener)
+    threshold = spark.conf.get(LISTING_THRESHOLD)
+    if variant == BEFORE:
+        spark.conf.set(LISTING_THRESHOLD, "32")
     if variant == "bare":
         writer = bare_writer(spark, spec, paths.landing["events"], paths.sink, paths.checkpoint)
         interval = f"{spec.operations.trigger.interval_seconds} seconds"
@@ -80,6 +87,7 @@ def run_variant(variant: str, spark: Any, run: Run, lines: int) -> list[dict[str
             time.sleep(0.5)
     finally:
         query.stop()
+        spark.conf.set(LISTING_THRESHOLD, threshold)
         if listener is not None:
             spark.streams.removeListener(listener)
     return [p for p in query.recentProgress if p["numInputRows"] > 0]
@@ -113,11 +121,11 @@ def benchmark(batches: int, events_per_file: int, rounds: int, echo: Callable[[s
         shift = (round_no - 1) % len(VARIANTS)
         for variant in [*VARIANTS[shift:], *VARIANTS[:shift]]:
             load = os.getloadavg()[0]
-            out = WORKDIR / f"{variant.replace(' + ', '-')}-{round_no}"
+            out = WORKDIR / f"{''.join(c if c.isalnum() else '-' for c in variant)}-{round_no}"
             figures = summary(run_variant(variant, spark, Run(variant, landing_root, out), lines))
             results[variant].append(figures)
             echo(
-                f"  round {round_no}: {variant:18} batch {figures['triggerExecution']:6.0f} ms  "
+                f"  round {round_no}: {variant:28} batch {figures['triggerExecution']:6.0f} ms  "
                 f"{figures['events/s per batch']:8,.0f} events/s per batch  "
                 f"{figures['events/s over the run']:8,.0f} over the run  load {load:5.2f}"
             )

@@ -39,10 +39,12 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 from benchmarks.flink import router_json
 from benchmarks.flink_compare import (
+    CHUNKS_START,
     FLINK_RUNNER,
     RESULT_PREFIX,
     Run,
@@ -84,7 +86,10 @@ def write_input(landing: Path, events: int, malformed: float, seed: int) -> tupl
     written = 0
     for chunk in range(max(1, round(events / CHUNK_EVENTS))):
         size = min(events, CHUNK_EVENTS)
-        written += write_batch(landing, size, malformed_fraction=malformed, seed=seed + chunk).total
+        # An hour of event time per file, so the sink has as many hour partitions as files.
+        start = CHUNKS_START + timedelta(hours=chunk)
+        batch = write_batch(landing, size, malformed_fraction=malformed, seed=seed + chunk, start=start)
+        written += batch.total
     return written, sum(path.stat().st_size for path in landing.glob("*.json")) / 1e6
 
 
