@@ -1,6 +1,6 @@
 # Streamwarden: one machine, no Docker. `make demo` to try it, `make test` for what CI runs.
 .DEFAULT_GOAL := help
-.PHONY: help install system-deps demo stop test test-fast check bench bench-flink checkov-tool checkov
+.PHONY: help install system-deps demo stop test test-fast check bench bench-flink bench-peers checkov-tool checkov
 
 UV_VERSION := 0.13.9
 VENV := .venv
@@ -27,6 +27,7 @@ help:
 	@echo "make check    ruff format --check, ruff check (the import walls too), mypy --strict"
 	@echo "make bench    print benchmark figures"
 	@echo "make bench-flink  the jobs against PyFlink SQL (installs .tools/flink-venv on first use)"
+	@echo "make bench-peers  the router against bare PySpark, PyFlink json and pyarrow, rotated rounds"
 	@echo "make checkov  scan terraform/ with checkov, offline (installs .tools/checkov on first use)"
 
 $(UV):
@@ -80,6 +81,9 @@ bench: install
 
 bench-flink: install
 	$(VENV)/bin/python -m benchmarks.run --only flink
+
+bench-peers: install
+	$(VENV)/bin/python -m benchmarks.peers
 
 # checkov pins libraries Airflow also pins, differently, so it lives in a venv of its own, installed
 # once from the pinned requirements file (again when that file changes). tests/deploy runs it.

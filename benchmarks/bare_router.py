@@ -1,9 +1,10 @@
-"""The baseline for the router benchmark: the same read -> filter -> write in bare PySpark.
+"""The bare PySpark baseline of the router benchmarks: Spark's native JSON reader, read once.
 
-No platform: no listener, heartbeat, metrics or dead-letter parsing. It reads the same files with
-the `json` source and the same explicit schema, fans each event out to the same routes in one
-query, and writes the same partitioned Parquet sink with an available-now trigger. It prints the
-sum of its batch durations as JSON on its last line.
+No platform: no listener, heartbeat, metrics or dead letters. It reads the landing files with the
+`json` source and the typed schema of the source's fields, fans each event out with the router's
+own projection (`route_events`, so the sink has the same columns and partitions) and writes the
+same partitioned Parquet sink with an available-now trigger. As a script it prints the sum of its
+batch durations as JSON on its last line.
 
     python -m benchmarks.bare_router --conf-dir DIR --landing DIR --out DIR --checkpoint DIR
 """
@@ -17,15 +18,37 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+from pyspark.sql.streaming import DataStreamWriter
 
-from ops.spec.job import find_job
+from jobs.parsing import DEAD_LETTER_REASON, LANDING_GLOB, RAW, SPARK_TYPES, with_event_partitions
+from jobs.router.transform import PARTITION_COLUMNS, route_events
+from ops.spec.job import JobSpec, find_job
+from ops.spec.pipelines import RouterPipeline
 
-TYPES = {
-    "string": T.StringType(),
-    "long": T.LongType(),
-    "double": T.DoubleType(),
-    "timestamp": T.TimestampType(),
-}
+
+def bare_writer(
+    spark: SparkSession, spec: JobSpec, landing: Path, out: Path, checkpoint: Path
+) -> DataStreamWriter:
+    """The baseline query over `landing`, writing to `out`, available-now."""
+    pipeline = spec.pipeline
+    assert isinstance(pipeline, RouterPipeline)
+    source = pipeline.source
+    schema = T.StructType([T.StructField(f.name, SPARK_TYPES[f.type]) for f in source.fields])
+    events = (
+        spark.readStream.schema(schema)
+        .option("maxFilesPerTrigger", spec.operations.trigger.max_files_per_trigger)
+        .option("pathGlobFilter", LANDING_GLOB)
+        .json(str(landing))
+        .withColumns({DEAD_LETTER_REASON: F.lit(None).cast("string"), RAW: F.lit(None).cast("string")})
+    )
+    routed = route_events(with_event_partitions(events, source), pipeline.routes)
+    return (
+        routed.writeStream.format("parquet")
+        .partitionBy(*PARTITION_COLUMNS)
+        .option("checkpointLocation", str(checkpoint))
+        .option("path", str(out))
+        .trigger(availableNow=True)
+    )
 
 
 def main() -> None:
@@ -34,7 +57,6 @@ def main() -> None:
         parser.add_argument(name, required=True)
     args = parser.parse_args()
     spec = find_job("router", Path(args.conf_dir))
-    source, routes = spec.pipeline.source, spec.pipeline.routes
     spark = (
         SparkSession.builder.master("local[2]")
         .config("spark.driver.memory", spec.operations.resources.driver_memory)
@@ -44,30 +66,7 @@ def main() -> None:
         .config("spark.ui.showConsoleProgress", "false")
         .getOrCreate()
     )
-    schema = T.StructType([T.StructField(f.name, TYPES[f.type]) for f in source.fields])
-    events = (
-        spark.readStream.schema(schema)
-        .option("maxFilesPerTrigger", spec.operations.trigger.max_files_per_trigger)
-        .json(args.landing)
-    )
-    columns = sorted(
-        {c for route in routes for c in route.columns}, key=[f.name for f in source.fields].index
-    )
-    matched = F.array(*[F.when(F.expr(route.filter), F.lit(route.name)) for route in routes])
-    routed = (
-        events.withColumn("route", F.explode(F.filter(matched, lambda r: r.isNotNull())))
-        .withColumn("event_date", F.to_date(source.event_time_field))
-        .withColumn("event_hour", F.hour(source.event_time_field))
-        .select("route", *columns, "event_date", "event_hour")
-    )
-    query = (
-        routed.writeStream.format("parquet")
-        .partitionBy("route", "event_date", "event_hour")
-        .option("checkpointLocation", args.checkpoint)
-        .option("path", args.out)
-        .trigger(availableNow=True)
-        .start()
-    )
+    query = bare_writer(spark, spec, Path(args.landing), Path(args.out), Path(args.checkpoint)).start()
     query.awaitTermination()
     batches = [p["durationMs"]["triggerExecution"] for p in query.recentProgress if p["numInputRows"] > 0]
     spark.stop()

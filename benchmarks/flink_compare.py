@@ -367,8 +367,50 @@ def compared_counts(
     return compared
 
 
-def compare(name: str, events: int, rounds: int, workdir: Path, echo: Callable[[str], None]) -> Result:
-    """Generate the input, run both sides, check they agree, and return the figures."""
+def rotated_rounds(
+    comparison: Comparison, spec: JobSpec, workdir: Path, rounds: int, echo: Callable[[str], None]
+) -> tuple[dict, dict]:
+    """`rounds` rounds of one warm run per side, each side in a fresh child, the side that goes
+    first alternating; echo each run's load average and each round's ratio, then the median.
+
+    Returns each side's RESULT with the warm-up and the timed runs of every round (so
+    `SideTiming.median_of` gives the median of the rounds) and the counts of the last round.
+    """
+    sides = {
+        "spark": lambda: run_spark(comparison_name(comparison), workdir, 1, echo),
+        "flink": lambda: run_flink(comparison, spec, workdir, 1, echo),
+    }
+    walls: dict[str, list[float]] = {"spark": [], "flink": []}
+    results: dict[str, dict] = {}
+    for round_no in range(1, rounds + 1):
+        order = ["spark", "flink"] if round_no % 2 else ["flink", "spark"]
+        for side in order:
+            shutil.rmtree(workdir / side, ignore_errors=True)
+            load = os.getloadavg()[0]
+            result = sides[side]()
+            walls[side].append(result["runs"][-1]["wall_seconds"])
+            echo(f"  round {round_no}: {side} {walls[side][-1]:.1f} s wall, load {load:.2f}")
+            previous = results.get(side, {"runs": [result["runs"][0]]})
+            results[side] = {**result, "runs": [*previous["runs"], result["runs"][-1]]}
+        echo(f"  round {round_no}: spark/flink {walls['flink'][-1] / walls['spark'][-1]:.2f}x")
+    ratios = [flink / spark for spark, flink in zip(walls["spark"], walls["flink"], strict=True)]
+    echo(f"  median spark/flink over {rounds} rotated rounds: {statistics.median(ratios):.2f}x")
+    return results["spark"], results["flink"]
+
+
+def comparison_name(comparison: Comparison) -> str:
+    """The key of `comparison` in `COMPARISONS`."""
+    return next(name for name, known in COMPARISONS.items() if known is comparison)
+
+
+def compare(
+    name: str, events: int, rounds: int, workdir: Path, echo: Callable[[str], None], rotate: bool = False
+) -> Result:
+    """Generate the input, run both sides, check they agree, and return the figures.
+
+    With `rotate`, each round runs both sides in fresh children, alternating which goes first
+    (`rotated_rounds`); otherwise one child per side runs every round in turn.
+    """
     comparison = COMPARISONS[name]
     job = comparison.job
     spec = find_job(job)
@@ -379,17 +421,22 @@ def compare(name: str, events: int, rounds: int, workdir: Path, echo: Callable[[
     write_input(spec, workdir / "warm-up" / "landing", WARMUP_EVENTS, WARMUP_SEED, lambda _line: None)
     input_mb = sum(p.stat().st_size for p in landing_root.rglob("*.json")) / 1e6
     echo(f"  {written:,} lines, {input_mb:.0f} MB")
-    echo(f"spark (the real job, available-now; warm-up, then {rounds} timed rounds):")
-    spark = run_spark(name, workdir, rounds, echo)
-    echo(
-        f"flink (PyFlink {FLINK_VERSION}, {comparison.flink_mode} mode; warm-up, then {rounds} timed rounds):"
-    )
-    flink = run_flink(comparison, spec, workdir, rounds, echo)
+    if rotate:
+        spark, flink = rotated_rounds(comparison, spec, workdir, rounds, echo)
+    else:
+        echo(f"spark (the real job, available-now; warm-up, then {rounds} timed rounds):")
+        spark = run_spark(name, workdir, rounds, echo)
+        echo(
+            f"flink (PyFlink {FLINK_VERSION}, {comparison.flink_mode} mode; warm-up, "
+            f"then {rounds} timed rounds):"
+        )
+        flink = run_flink(comparison, spec, workdir, rounds, echo)
     spark_counts = compared_counts(
         Counter({tuple(row[:-1]): row[-1] for row in spark["counts"]}), comparison, flush_dates, echo
     )
     flink_counts = compared_counts(
-        flink_partition_counts(side_runs(workdir, "flink", rounds)[-1].out_root),
+        # A rotated round's children run one timed round each.
+        flink_partition_counts(side_runs(workdir, "flink", 1 if rotate else rounds)[-1].out_root),
         comparison,
         flush_dates,
         echo,
@@ -523,6 +570,12 @@ def main(argv: list[str] | None = None) -> int:
         "--job", choices=sorted(COMPARISONS), action="append", help="default: every compared job"
     )
     parser.add_argument("--rounds", type=int, default=2, help="timed rounds per side (median reported)")
+    parser.add_argument(
+        "--rotate",
+        action="store_true",
+        help="each round in fresh children, the side that goes first alternating, with the load "
+        "average at each run and the ratio per round",
+    )
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--events", type=int, default=DEFAULT_EVENTS)
     size.add_argument(
@@ -533,7 +586,7 @@ def main(argv: list[str] | None = None) -> int:
         spark_child(args.comparison, args.workdir, args.rounds)
         return 0
     jobs = args.job or sorted(COMPARISONS)
-    print(table([compare(job, args.events, args.rounds, WORKDIR / job, print) for job in jobs]))
+    print(table([compare(job, args.events, args.rounds, WORKDIR / job, print, args.rotate) for job in jobs]))
     return 0
 
 

@@ -30,6 +30,15 @@ def statements(spec: JobSpec, landing_root: Path, out_dir: Path) -> list[str]:
     """DDL, then the INSERT that writes the router's sink rows to `out_dir`."""
     pipeline = spec.pipeline
     assert isinstance(pipeline, RouterPipeline)
+    return [
+        source_table("landing", landing_root / pipeline.source.path),
+        *parsed_view("events", "landing", pipeline.source),
+        *fan_out(pipeline, out_dir),
+    ]
+
+
+def fan_out(pipeline: RouterPipeline, out_dir: Path) -> list[str]:
+    """The sink's DDL and the INSERT that fans the parsed `events` view out to it."""
     source = pipeline.source
     projected = {column for route in pipeline.routes for column in route.columns}
     fields = [(f.name, FLINK_TYPES[f.type]) for f in source.fields if f.name in projected]
@@ -51,9 +60,4 @@ def statements(spec: JobSpec, landing_root: Path, out_dir: Path) -> list[str]:
         f"INSERT INTO router_sink SELECT route, {', '.join(values)}, CAST(event_date AS STRING), event_hour "
         f"FROM events CROSS JOIN UNNEST(ARRAY[{', '.join(matches)}]) AS routed(route) WHERE route IS NOT NULL"
     )
-    return [
-        source_table("landing", landing_root / source.path),
-        *parsed_view("events", "landing", source),
-        sink_table("router_sink", out_dir, sink_columns, PARTITIONS),
-        insert,
-    ]
+    return [sink_table("router_sink", out_dir, sink_columns, PARTITIONS), insert]
