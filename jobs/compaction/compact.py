@@ -18,6 +18,7 @@ overlap.
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
@@ -79,6 +80,8 @@ class PartitionOutcome:
     output_rows: int
     rows_before: int | None
     audit: AuditResult
+    # Wall seconds of each step: "write" (count, stage, rewrite), "audit", "publish" (or block).
+    seconds: dict[str, float]
 
     def line(self) -> str:
         before = "new" if self.rows_before is None else f"rows {self.rows_before} -> {self.output_rows}"
@@ -140,6 +143,7 @@ def compact_partition(
 ) -> PartitionOutcome:
     """Write, audit and publish (or block) one partition; see the module docstring."""
     policy = spec.operations.compaction or CompactionPolicy()
+    started = time.monotonic()
     input_rows = read_partition(spark, sink, list(partition.files)).count()
     staged = stage(
         spark,
@@ -154,12 +158,14 @@ def compact_partition(
     rewrite = rewrite_partition(
         spark, sink, partition.values, Path(staged.location), int(policy.target_file_mb * BYTES_PER_MB)
     )
+    written = time.monotonic()
     result = audit(
         with_partition_values(spark.read.parquet(staged.location), table, partition.values),
         spec.operations.quality,
         expected_rows=input_rows,
         partition_values=partition.values,
     )
+    audited = time.monotonic()
     if not result.passed:
         blocked = block(
             ledger,
@@ -169,7 +175,8 @@ def compact_partition(
             output_rows=rewrite.rows,
         )
         alerts.raise_alert(_quality_alert(spec, table, partition.key, blocked.version, result, blocking=True))
-        return _outcome(partition, blocked.version, BLOCKED, input_rows, rewrite, None, result)
+        seconds = _steps(started, written, audited)
+        return _outcome(partition, blocked.version, BLOCKED, input_rows, rewrite, None, result, seconds)
     published = publish(
         spark,
         ledger,
@@ -179,11 +186,16 @@ def compact_partition(
         output_rows=rewrite.rows,
         audit=result.to_dict(),
     )
+    seconds = _steps(started, written, audited)
     if result.warnings:
         alerts.notify(_quality_alert(spec, table, partition.key, published.version, result, blocking=False))
     return _outcome(
-        partition, published.version, PUBLISHED, input_rows, rewrite, published.rows_before, result
+        partition, published.version, PUBLISHED, input_rows, rewrite, published.rows_before, result, seconds
     )
+
+
+def _steps(started: float, written: float, audited: float) -> dict[str, float]:
+    return {"write": written - started, "audit": audited - written, "publish": time.monotonic() - audited}
 
 
 def _outcome(
@@ -194,6 +206,7 @@ def _outcome(
     rewrite: Rewrite,
     rows_before: int | None,
     result: AuditResult,
+    seconds: dict[str, float],
 ) -> PartitionOutcome:
     return PartitionOutcome(
         key=partition.key,
@@ -205,6 +218,7 @@ def _outcome(
         output_rows=rewrite.rows,
         rows_before=rows_before,
         audit=result,
+        seconds=seconds,
     )
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import structlog
 from pyspark.sql import SparkSession
@@ -32,7 +32,7 @@ from ops.spec.job import JobSpec, find_job
 from ops.spec.paths import JobPaths
 from ops.spec.platform import PlatformConfig, load_platform
 from ops.warehouse.metastore import metastore_conf
-from ops.warehouse.table import WarehouseTable
+from ops.warehouse.table import WarehouseTable, expire_versions
 
 EXIT_JOB_BUSY = 4
 # How long a nightly run waits for a restatement or rewind of the job to finish.
@@ -64,19 +64,25 @@ def run_compaction(
     ledger = Ledger.open(platform.resolved_ledger_url)
     with job_lock(platform, spec.name, "compaction", timeout=lock_timeout):
         spark = warehouse_session(platform, spec)
+        table = warehouse_table(platform, spec)
         try:
-            return compact(
+            outcomes = compact(
                 spark,
                 ledger,
                 AlertCenter(ledger, platform.slack),
                 spec,
-                warehouse_table(platform, spec),
+                table,
                 JobPaths.of(platform, spec).sink,
                 now,
                 only=partitions,
             )
         finally:
             spark.stop()
+        for expired in expire_versions(
+            ledger, table, timedelta(hours=platform.warehouse.version_retention_hours)
+        ):
+            log.info("version expired", partition=expired.partition, version=expired.version)
+        return outcomes
 
 
 def _parse_now(text: str) -> datetime:

@@ -13,9 +13,14 @@ same process's open metastore transaction already holds, and the two connections
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ops.exceptions import ConfigError
 from ops.secrets import lookup_secret
 from ops.spec.platform import PlatformConfig
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 METASTORE_DATABASE = "metastore"
 # The embedded PostgreSQL server's superuser and host (ops.embedded.services), trusted on loopback.
@@ -62,3 +67,19 @@ def metastore_conf(platform: PlatformConfig) -> dict[str, str]:
     if password is not None:
         conf["spark.hadoop.javax.jdo.option.ConnectionPassword"] = password.reveal()
     return conf
+
+
+def open_session(platform: PlatformConfig, app_name: str) -> SparkSession:
+    """A small local SparkSession on the warehouse catalog, for catalog-only work (a rollback is
+    one metastore call): one thread, no UI, bound to the platform's address."""
+    import os
+    import sys
+
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.update(platform.spark.network_env())
+    builder = SparkSession.builder.appName(app_name).master("local[1]").config("spark.ui.enabled", "false")
+    for key, value in {**platform.spark.network_conf(), **metastore_conf(platform)}.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()

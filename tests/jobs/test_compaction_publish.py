@@ -4,8 +4,6 @@ on PostgreSQL."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -15,31 +13,18 @@ from pyspark.sql import SparkSession
 
 from jobs.compaction.rewrite import read_partition
 from ops.ledger.store import Ledger
-from ops.spec.platform import CONF_DIR_ENV, PlatformConfig
+from ops.spec.platform import PlatformConfig
 from synthetic.scenarios import router_scenario
 from tests.support.drivers import edit_job
-from tests.support.warehouse import REPO_ROOT, compact_job, query_table
+from tests.support.warehouse import compact_job, one_file_per_batch, query_table, run_available_now
 
 pytestmark = pytest.mark.slow
 LATER = "2030-01-01T00:00:00"
 
 
 def small_batches(spec: dict[str, Any]) -> None:
-    spec["operations"]["trigger"] = {"interval_seconds": 1, "max_files_per_trigger": 1}
-    spec["operations"]["compaction"] = {"closed_after_hours": 2, "target_file_mb": 64}
+    one_file_per_batch(spec)
     spec["operations"]["quality"] = {"unique": ["event_id"]}
-
-
-def run_router(platform: PlatformConfig) -> None:
-    """The router over the landing files present, one file per batch, until it has read them."""
-    subprocess.run(
-        [sys.executable, "-m", "jobs.runner", "--job", "router", "--run-id", "r1", "--available-now"],
-        cwd=REPO_ROOT,
-        env={**__import__("os").environ, CONF_DIR_ENV: str(platform.conf_dir)},
-        check=True,
-        capture_output=True,
-        timeout=900,
-    )
 
 
 def committed_rows(spark: SparkSession, platform: PlatformConfig) -> Counter[tuple[str, ...]]:
@@ -67,7 +52,7 @@ def test_nightly_compaction_publishes_the_committed_rows_in_target_size_files(
     edit_job(platform, "router", small_batches)
     for seed in (1, 2):
         router_scenario(platform.landing_root, 240, seed)
-    run_router(platform)
+    run_available_now(platform, "router")
 
     compact_job(platform, "router", "--now", LATER)
 

@@ -68,6 +68,18 @@ def compact_job(platform: PlatformConfig, job: str, *args: str) -> subprocess.Co
     return result
 
 
+def run_available_now(platform: PlatformConfig, job: str) -> None:
+    """The job's driver over the landing files present (`--available-now`), until it has read them."""
+    result = run_module(platform, "jobs.runner", ["--job", job, "--run-id", f"{job}-fill", "--available-now"])
+    assert result.returncode == 0, result.stderr[-6000:]
+
+
+def one_file_per_batch(spec: dict[str, Any]) -> None:
+    """A job spec edit: many small batches (one landing file each), and compaction turned on."""
+    spec["operations"]["trigger"] = {"interval_seconds": 1, "max_files_per_trigger": 1}
+    spec["operations"].setdefault("compaction", {"closed_after_hours": 2, "target_file_mb": 64})
+
+
 def query_table(platform: PlatformConfig, sql: str) -> list[dict[str, Any]]:
     """The rows of a SQL query, run by a Spark process of its own on the shared metastore."""
     result = run_module(platform, "tests.support.warehouse", [sql])
