@@ -48,6 +48,7 @@ BYTES_PER_MB = 1 << 20
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 BLOCKED_ALERT_KIND = "quality_blocked"
 WARNED_ALERT_KIND = "quality_warned"
+REPUBLISHED_KIND = "warehouse_republished"
 
 
 @dataclass(frozen=True)
@@ -276,4 +277,23 @@ def compact(
     if not chosen:
         return []
     ensure_table(spark, table, read_partition(spark, sink, list(chosen[0].files)).schema)
-    return [compact_partition(spark, ledger, alerts, spec, table, sink, partition) for partition in chosen]
+    outcomes = [
+        compact_partition(spark, ledger, alerts, spec, table, sink, partition) for partition in chosen
+    ]
+    republished = [o for o in outcomes if o.status == PUBLISHED and o.rows_before is not None]
+    if republished:
+        # A restatement or late data changed published partitions: say which, with their rows.
+        alerts.notify(
+            Alert(
+                job=spec.name,
+                kind=REPUBLISHED_KIND,
+                severity="info",
+                state=f"{len(republished)} partitions of {table.name} republished",
+                reason="; ".join(outcome.line() for outcome in republished),
+                last_batch=None,
+                run_url=None,
+                runbook=spec.operations.alerts.runbook,
+                channel=spec.operations.alerts.channel,
+            )
+        )
+    return outcomes

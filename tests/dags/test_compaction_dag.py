@@ -62,7 +62,9 @@ def test_nightly_dags_compact_the_router_and_the_sessionizer(
         assert set(versions) == set(expected)
         for key, version in versions.items():
             assert (version.status, version.output_rows) == ("published", expected[key])
-            assert version.input_files is not None and version.output_files == 1 < version.input_files
+            assert version.input_files is not None and version.output_files == 1 <= version.input_files
+        # Files per partition drop to the target (one file here): many small batches became one.
+        assert sum(version.input_files or 0 for version in versions.values()) > len(versions)
         columns = ", ".join(warehouse_table(platform, find_job(job, platform.conf_dir)).partition_columns)
         counted = query_table(
             platform, f"SELECT {columns}, count(*) AS n FROM warehouse.{job} GROUP BY {columns}"

@@ -5,7 +5,6 @@ shows the earlier version again; `warden table history` tells the story."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -25,6 +24,7 @@ from synthetic.scenarios import router_scenario
 from tests.support.drivers import edit_job
 from tests.support.warehouse import (
     REPO_ROOT,
+    append_to_sink_log,
     compact_job,
     one_file_per_batch,
     query_table,
@@ -40,28 +40,12 @@ def with_unique_event_ids(spec: dict[str, object]) -> None:
     spec["operations"]["quality"] = {"unique": ["event_id"]}  # type: ignore[index]
 
 
-def duplicate_a_committed_file(sink: Path, files: tuple[Path, ...]) -> None:
-    """A batch that committed a copy of an earlier file: every event id in it twice."""
+def duplicate_a_committed_file(sink: Path, files: tuple[Path, ...]) -> tuple[Path, Path]:
+    """A batch that committed a copy of an earlier file: every event id in it twice. Returns
+    the copy and its log entry."""
     copy = files[0].with_name("part-99999-duplicate.c000.snappy.parquet")
     shutil.copy(files[0], copy)
-    log = sink / "_spark_metadata"
-    next_batch = max(int(entry.name.split(".")[0]) for entry in log.iterdir() if entry.name[0].isdigit()) + 1
-    record = {
-        "path": copy.as_uri(),
-        "size": copy.stat().st_size,
-        "isDir": False,
-        "modificationTime": int(time.time() * 1000),
-        "blockReplication": 1,
-        "blockSize": 33554432,
-        "action": "add",
-    }
-    (log / str(next_batch)).write_text("v1\n" + json.dumps(record))
-
-
-def remove_the_duplicate(sink: Path, files: tuple[Path, ...]) -> None:
-    files[0].with_name("part-99999-duplicate.c000.snappy.parquet").unlink()
-    log = sink / "_spark_metadata"
-    max(log.iterdir(), key=lambda entry: int(entry.name.split(".")[0])).unlink()
+    return copy, append_to_sink_log(sink, copy)
 
 
 def table_count(platform: PlatformConfig, where: str) -> int:
@@ -125,7 +109,7 @@ def test_blocked_killed_and_rolled_back_compactions_never_show_a_half_published_
     assert first.status == "published" and table_count(platform, where) == first.output_rows
 
     # Duplicate event ids: the unique check blocks, nothing is published, Slack is paged.
-    duplicate_a_committed_file(sink, partition.files)
+    duplicate = duplicate_a_committed_file(sink, partition.files)
     compact_job(platform, "router", "--partition", key)
     blocked = ledger.partition_versions("router", key)[0]
     assert (blocked.version, blocked.status) == (2, "blocked")
@@ -134,7 +118,8 @@ def test_blocked_killed_and_rolled_back_compactions_never_show_a_half_published_
     assert "expect_column_values_to_be_unique(column=event_id) [block]: observed" in reason
     assert key in page.payload["alert"]["state"] and page.severity == "critical"
     assert table_count(platform, where) == first.output_rows
-    remove_the_duplicate(sink, partition.files)
+    for path in duplicate:
+        path.unlink()
 
     # Killed before and after the staging write: the table keeps version 1 throughout.
     kill_when(platform, key, ledger, ready="staged")

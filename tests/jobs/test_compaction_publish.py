@@ -8,6 +8,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
@@ -16,7 +18,13 @@ from ops.ledger.store import Ledger
 from ops.spec.platform import PlatformConfig
 from synthetic.scenarios import router_scenario
 from tests.support.drivers import edit_job
-from tests.support.warehouse import compact_job, one_file_per_batch, query_table, run_available_now
+from tests.support.warehouse import (
+    append_to_sink_log,
+    compact_job,
+    one_file_per_batch,
+    query_table,
+    run_available_now,
+)
 
 pytestmark = pytest.mark.slow
 LATER = "2030-01-01T00:00:00"
@@ -25,6 +33,18 @@ LATER = "2030-01-01T00:00:00"
 def small_batches(spec: dict[str, Any]) -> None:
     one_file_per_batch(spec)
     spec["operations"]["quality"] = {"unique": ["event_id"]}
+
+
+def add_late_rows(platform: PlatformConfig, key: str, count: int) -> None:
+    """A late batch's file in partition `key`: `count` rows with new event ids."""
+    sink = platform.lake_root / "router"
+    first = sorted((sink / key).glob("*.parquet"))[0]
+    rows = pq.read_table(first).slice(0, count)
+    late_ids = pa.array([f"late-{n}" for n in range(count)])
+    rows = rows.set_column(rows.schema.get_field_index("event_id"), "event_id", late_ids)
+    late_file = sink / key / "part-88888-late.c000.snappy.parquet"
+    pq.write_table(rows, late_file, coerce_timestamps="us", allow_truncated_timestamps=True)
+    append_to_sink_log(sink, late_file)
 
 
 def committed_rows(spark: SparkSession, platform: PlatformConfig) -> Counter[tuple[str, ...]]:
@@ -77,3 +97,21 @@ def test_nightly_compaction_publishes_the_committed_rows_in_target_size_files(
     # Nothing changed: the next night publishes nothing new.
     compact_job(platform, "router", "--now", LATER)
     assert len(ledger.partition_versions("router")) == len(versions)
+
+    # Late rows land in one partition: the next night compacts exactly that one again.
+    late_partition = next(version.partition for version in versions if "purchases" in version.partition)
+    add_late_rows(platform, late_partition, count=5)
+    compact_job(platform, "router", "--now", LATER)
+    republished = [version for version in ledger.partition_versions("router") if version.version == 2]
+    assert [version.partition for version in republished] == [late_partition]
+    before = next(version for version in versions if version.partition == late_partition)
+    assert (republished[0].rows_before, republished[0].output_rows) == (
+        before.output_rows,
+        before.output_rows + 5,
+    )
+    [notice] = [alert for alert in ledger.alerts("router") if alert.kind == "warehouse_republished"]
+    assert f"{late_partition} v2 published" in notice.payload["alert"]["reason"]
+    assert f"rows {before.output_rows} -> {before.output_rows + 5}" in notice.payload["alert"]["reason"]
+    table_rows = query_table(platform, "SELECT event_id, route, event_date, event_hour FROM warehouse.router")
+    published = Counter(tuple(str(value) for value in row.values()) for row in table_rows)
+    assert published == committed_rows(spark, platform)

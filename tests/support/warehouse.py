@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,25 @@ def one_file_per_batch(spec: dict[str, Any]) -> None:
     """A job spec edit: many small batches (one landing file each), and compaction turned on."""
     spec["operations"]["trigger"] = {"interval_seconds": 1, "max_files_per_trigger": 1}
     spec["operations"].setdefault("compaction", {"closed_after_hours": 2, "target_file_mb": 64})
+
+
+def append_to_sink_log(sink: Path, data_file: Path) -> Path:
+    """Record `data_file` as committed by a new batch of the sink's log, as Spark's file sink
+    would; returns the log entry."""
+    log = sink / "_spark_metadata"
+    next_batch = max(int(entry.name.split(".")[0]) for entry in log.iterdir() if entry.name[0].isdigit()) + 1
+    record = {
+        "path": data_file.as_uri(),
+        "size": data_file.stat().st_size,
+        "isDir": False,
+        "modificationTime": int(time.time() * 1000),
+        "blockReplication": 1,
+        "blockSize": 33554432,
+        "action": "add",
+    }
+    entry = log / str(next_batch)
+    entry.write_text("v1\n" + json.dumps(record))
+    return entry
 
 
 def query_table(platform: PlatformConfig, sql: str) -> list[dict[str, Any]]:
