@@ -103,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
             }
         )
         builder = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+        builder = builder.config("spark.ui.showConsoleProgress", "false")
         for key, value in {
             **metastore_conf(platform),
             **platform.spark.network_conf(),

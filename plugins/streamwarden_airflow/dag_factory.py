@@ -215,7 +215,8 @@ def compaction_dag(job: str, policy: CompactionPolicy) -> DAG:
         start_date=datetime.combine(policy.since, datetime.min.time()),
         catchup=True,
         max_active_runs=1,
-        is_paused_upon_creation=True,
+        # Like a scheduled restatement: the job file's schedule is the decision to run it.
+        is_paused_upon_creation=False,
         tags=["streamwarden", "compaction", job],
         default_args={
             "retries": 2,

@@ -22,7 +22,8 @@ from synthetic.scenarios import router_scenario, sessionizer_scenario
 from tests.support.drivers import edit_job
 from tests.support.warehouse import one_file_per_batch, query_table, run_available_now
 
-pytestmark = pytest.mark.slow
+# Several Spark processes (driver, compactions, readers), each a cold start with the cores shared.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 DAGS = Path(__file__).resolve().parents[2] / "dags"
 NIGHT = datetime(2026, 11, 20, 2, tzinfo=UTC)
 

@@ -26,7 +26,8 @@ from tests.support.warehouse import (
     run_available_now,
 )
 
-pytestmark = pytest.mark.slow
+# Several Spark processes (driver, compactions, readers), each a cold start with the cores shared.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 LATER = "2030-01-01T00:00:00"
 
 
