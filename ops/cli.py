@@ -29,6 +29,11 @@ warden archive [--list SOURCE | --verify SOURCE --hour T]
                                 list a source's archived hours, or check one against its manifest
 warden preview JOB STAGE [--limit N]
                                 the newest records a running job's preview tap captured at STAGE
+warden table history JOB [--partition KEY]
+                                a warehouse table's partition versions: published, blocked, rolled
+                                back, rows before/after, audit verdict, newest first
+warden table rollback JOB --partition KEY --version N
+                                point a warehouse partition back at an earlier published version
 warden scrape-targets [FILE]    write the Prometheus file_sd targets of the jobs meant to run (default:
                                 monitoring.scrape_targets_file; warden_platform does it every minute)
 
@@ -497,6 +502,70 @@ def cmd_scrape_targets(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_table_history(args: argparse.Namespace) -> int:
+    platform = load_platform()
+    versions = Ledger.open(platform.resolved_ledger_url).partition_versions(args.job, args.partition)
+    if not versions:
+        print(f"no versions of warehouse.{args.job}{' ' + args.partition if args.partition else ''} yet")
+        return 0
+    rows = [
+        [
+            version.partition,
+            version.version,
+            version.status + (" (expired)" if version.expired_at else ""),
+            version.source,
+            f"{version.published_at or version.created_at:%Y-%m-%d %H:%M:%S}",
+            f"{version.input_files} -> {version.output_files}",
+            "-" if version.rows_before is None else version.rows_before,
+            "-" if version.output_rows is None else version.output_rows,
+            _audit_verdict(version.audit),
+        ]
+        for version in versions
+    ]
+    _print_table(
+        ["partition", "version", "status", "source", "at (UTC)", "files", "rows before", "rows", "audit"],
+        rows,
+    )
+    return 0
+
+
+def _audit_verdict(audit: dict[str, object] | None) -> str:
+    """`passed`, or the failed checks' lines, as `warden table history` shows an audit."""
+    if audit is None:
+        return "-"
+    checks = audit.get("checks")
+    failed = [
+        f"{check['check']} [{check['severity']}] observed {check['observed']}"
+        for check in (checks if isinstance(checks, list) else [])
+        if not check["passed"]
+    ]
+    return "; ".join(failed) if failed else "passed"
+
+
+def cmd_table_rollback(args: argparse.Namespace) -> int:
+    from ops.control.locks import job_lock
+    from ops.warehouse.metastore import open_session
+    from ops.warehouse.table import WarehouseTable, rollback
+
+    platform = load_platform()
+    ledger = Ledger.open(platform.resolved_ledger_url)
+    columns = tuple(part.partition("=")[0] for part in args.partition.strip("/").split("/"))
+    table = WarehouseTable.of(platform, args.job, columns)
+    with job_lock(platform, args.job, "table rollback", timeout=60):
+        spark = open_session(platform, f"streamwarden-rollback-{args.job}")
+        try:
+            record = rollback(
+                spark, ledger, table, table.partition_key(table.parse_partition(args.partition)), args.version
+            )
+        finally:
+            spark.stop()
+    print(
+        f"{table.name} {record.partition} now shows version {args.version}'s files "
+        f"(recorded as version {record.version}, {record.output_rows} rows; before: {record.rows_before})"
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="warden", description="Operate Streamwarden's streaming jobs.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -588,6 +657,21 @@ def build_parser() -> argparse.ArgumentParser:
     preview.add_argument("stage", help="a tapped stage (operations.preview.stages), e.g. parsed, output")
     preview.add_argument("--limit", type=int, default=None, help="show only the newest N records")
     preview.set_defaults(run=cmd_preview)
+    table = commands.add_parser("table", help="a job's warehouse table: history and rollback")
+    table_commands = table.add_subparsers(dest="table_command", required=True)
+    history = table_commands.add_parser("history", help="the versions of a table's partitions")
+    history.add_argument("job")
+    history.add_argument(
+        "--partition", help="one partition, e.g. route=purchases/event_date=2025-01-01/event_hour=0"
+    )
+    history.set_defaults(run=cmd_table_history)
+    roll_back = table_commands.add_parser("rollback", help="show an earlier version of a partition again")
+    roll_back.add_argument("job")
+    roll_back.add_argument("--partition", required=True)
+    roll_back.add_argument(
+        "--version", type=int, required=True, help="a published version (warden table history)"
+    )
+    roll_back.set_defaults(run=cmd_table_rollback)
     targets = commands.add_parser(
         "scrape-targets", help="write the Prometheus file_sd targets of the jobs meant to run"
     )

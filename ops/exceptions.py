@@ -21,7 +21,9 @@ Hierarchy::
     ├── StateLookupError        the job board's out-of-process state read gave no answer
     │   ├── StateLookupBusyError     another lookup is running
     │   └── StateLookupTimeoutError  the read took longer than its limit (it was stopped)
-    └── PreviewError            a preview tap is not enabled or has captured nothing yet
+    ├── PreviewError            a preview tap is not enabled or has captured nothing yet
+    └── WarehouseError          a warehouse table or partition version cannot be staged, published,
+                                rolled back or found (the catalog is left as it was)
 """
 
 from __future__ import annotations
@@ -140,3 +142,7 @@ class StateLookupTimeoutError(StateLookupError):
 
 class PreviewError(WardenError):
     """A preview tap cannot be shown: not enabled for the stage, or nothing captured yet."""
+
+
+class WarehouseError(WardenError):
+    """A warehouse table operation was refused or failed; the catalog shows what it showed before."""

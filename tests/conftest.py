@@ -23,6 +23,7 @@ pytest_plugins = [
     "tests.support.s3",
     "tests.support.secrets",
     "tests.support.spark",
+    "tests.support.warehouse",
 ]
 
 # Fixture -> the marker of what it starts. The markers are registered in pyproject.toml.

@@ -37,7 +37,7 @@ from ops.exceptions import LedgerError
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 # The newest revision in MIGRATIONS_DIR (a test holds it to Alembic's head): bump it with each
 # new migration, or every `Ledger.open` runs Alembic to find out there is nothing to do.
-SCHEMA_REVISION = "0006"
+SCHEMA_REVISION = "0007"
 # Alembic's bookkeeping table: one row, the revision the database is at.
 VERSION_TABLE = "alembic_version"
 
@@ -201,6 +201,33 @@ standbys_table = sa.Table(
     sa.Column("replaces_run_id", sa.String(RUN_ID_LENGTH)),
     sa.Column("stopped_at", sa.DateTime(timezone=True)),
     sa.Column("exit_reason", sa.Text),
+)
+
+
+# One row per version of a warehouse partition (`ops.warehouse`): staged, then published or
+# blocked by its audit; a published version stays current until a newer one is published, and its
+# files are deleted (`expired_at`) once it is neither current nor inside the retention period.
+partition_versions_table = sa.Table(
+    "partition_versions",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("job", sa.String(64), nullable=False, index=True),
+    sa.Column("partition", sa.String(512), nullable=False, index=True),
+    sa.Column("version", sa.Integer, nullable=False),
+    sa.Column("location", sa.Text, nullable=False),
+    sa.Column("source", sa.String(16), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("published_at", sa.DateTime(timezone=True)),
+    sa.Column("input_files", sa.Integer),
+    sa.Column("input_rows", sa.BigInteger),
+    sa.Column("input_fingerprint", sa.String(64)),
+    sa.Column("output_files", sa.Integer),
+    sa.Column("output_rows", sa.BigInteger),
+    sa.Column("rows_before", sa.BigInteger),
+    sa.Column("audit", sa.JSON),
+    sa.Column("expired_at", sa.DateTime(timezone=True)),
+    sa.UniqueConstraint("job", "partition", "version", name="uq_partition_versions_version"),
 )
 
 
@@ -383,6 +410,36 @@ class OperationRecord:
     true_rate_before: float | None = None
     stop_requested_at: datetime | None = None
     restart_cost_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class PartitionVersionRecord:
+    """One version of a warehouse partition (`partition` is its path, `route=a/event_hour=10`).
+
+    `status`: "staged" (written, not audited yet), "published" (the catalog pointed at it, now or
+    before), "blocked" (its audit failed: never published). `source` says what wrote it:
+    "compaction", "backfill" or "rollback" (a rollback re-publishes an older version's location).
+    `input_fingerprint` identifies the committed input files it was made from, so a partition
+    whose input changed since (a restatement, late files) is compacted again.
+    """
+
+    id: int
+    job: str
+    partition: str
+    version: int
+    location: str
+    source: str
+    status: str
+    created_at: datetime
+    published_at: datetime | None = None
+    input_files: int | None = None
+    input_rows: int | None = None
+    input_fingerprint: str | None = None
+    output_files: int | None = None
+    output_rows: int | None = None
+    rows_before: int | None = None
+    audit: dict[str, Any] | None = None
+    expired_at: datetime | None = None
 
 
 RecordT = TypeVar("RecordT")
@@ -855,3 +912,51 @@ class Ledger:
                 .where(operations_table.c.id == operation_id, operations_table.c.finished_at.is_(None))
                 .values(finished_at=utcnow(), outcome=outcome)
             )
+
+    # --- warehouse partition versions ------------------------------------------------------------
+
+    def add_partition_version(
+        self, job: str, partition: str, location: str, source: str, **values: Any
+    ) -> PartitionVersionRecord:
+        """Record a new version of a partition, numbered one past its newest, as "staged"."""
+        with self._tx() as tx:
+            newest = tx.execute(
+                sa.select(sa.func.max(partition_versions_table.c.version)).where(
+                    partition_versions_table.c.job == job, partition_versions_table.c.partition == partition
+                )
+            ).scalar()
+            result = tx.execute(
+                partition_versions_table.insert().values(
+                    job=job,
+                    partition=partition,
+                    version=(newest or 0) + 1,
+                    location=location,
+                    source=source,
+                    status="staged",
+                    created_at=utcnow(),
+                    **values,
+                )
+            )
+            row = tx.execute(
+                sa.select(partition_versions_table).where(
+                    partition_versions_table.c.id == result.inserted_primary_key[0]  # type: ignore[index]
+                )
+            ).one()
+        return _record(PartitionVersionRecord, row)
+
+    def update_partition_version(self, version_id: int, **values: Any) -> None:
+        with self._tx() as tx:
+            tx.execute(
+                partition_versions_table.update()
+                .where(partition_versions_table.c.id == version_id)
+                .values(**values)
+            )
+
+    def partition_versions(self, job: str, partition: str | None = None) -> list[PartitionVersionRecord]:
+        """A job's partition versions (of one partition), newest first."""
+        query = sa.select(partition_versions_table).where(partition_versions_table.c.job == job)
+        if partition is not None:
+            query = query.where(partition_versions_table.c.partition == partition)
+        with self._tx() as tx:
+            rows = tx.execute(query.order_by(partition_versions_table.c.id.desc())).all()
+        return [_record(PartitionVersionRecord, row) for row in rows]

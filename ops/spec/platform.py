@@ -193,6 +193,28 @@ class MonitoringConfig(Model):
     scrape_host: str | None = None
 
 
+class WarehouseConfig(Model):
+    """The warehouse tables compaction and backfill publish into (`ops.warehouse`): one Spark
+    catalog table per job, `<database>.<job>`, in a Hive metastore every Spark process shares."""
+
+    root: Path = Field(Path(".runtime/warehouse"), description="Where the versioned partitions live.")
+    database: str = Field("warehouse", pattern=r"^[a-z][a-z0-9_]*$")
+    metastore_jdbc_url: str | None = Field(
+        None,
+        description="The metastore database, jdbc:postgresql://HOST:PORT/DB; null: the embedded "
+        "PostgreSQL server's `metastore` database.",
+    )
+    metastore_user: str = "streamwarden"
+    metastore_password: SecretRef | None = None
+    jdbc_driver_jar: Path = Field(
+        Path("/usr/share/java/postgresql.jar"),
+        description="PostgreSQL's JDBC driver (libpostgresql-jdbc-java).",
+    )
+    version_retention_hours: float = Field(
+        7 * 24.0, gt=0, description="How long a replaced partition version is kept for rollback."
+    )
+
+
 class PlatformConfig(Model):
     """The platform-wide settings of `conf/platform.yaml`."""
 
@@ -206,6 +228,7 @@ class PlatformConfig(Model):
     airflow: AirflowConfig = Field(default_factory=AirflowConfig)
     spark: SparkDefaults = Field(default_factory=SparkDefaults)
     monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)
+    warehouse: WarehouseConfig = Field(default_factory=WarehouseConfig)
     # The jobs whose supervision DAGs `warden platform up` unpauses (and so launches); the others'
     # DAGs are registered paused, to be unpaused from the UI. 2 cores run one or two drivers well.
     autostart_jobs: tuple[str, ...] = ("router",)
@@ -235,6 +258,10 @@ class PlatformConfig(Model):
     @property
     def checkpoint_root(self) -> Path:
         return self.resolve(self.storage.checkpoint_root)
+
+    @property
+    def warehouse_root(self) -> Path:
+        return self.resolve(self.warehouse.root)
 
     @property
     def resolved_ledger_url(self) -> str:

@@ -22,8 +22,9 @@ from ops.exceptions import ConfigError, LedgerError
 from ops.ledger.store import SCHEMA_REVISION, Ledger, schema_revision
 from ops.prometheus_targets import refresh_scrape_targets
 from ops.spec.analysis import with_verdicts
-from ops.spec.job import JobLoadResult, RestatementSchedule, load_jobs
+from ops.spec.job import CompactionPolicy, JobLoadResult, RestatementSchedule, load_jobs
 from ops.spec.platform import SUPERVISE_DAG_PREFIX, load_platform
+from streamwarden_airflow.compaction import CompactOperator, page_compaction_failure
 from streamwarden_airflow.operators import (
     JobRequestOperator,
     ReconcileOperator,
@@ -237,6 +238,39 @@ def restate_dag(jobs: list[str], schedule: RestatementSchedule | None = None) ->
     return dag
 
 
+def compaction_dag(job: str, policy: CompactionPolicy) -> DAG:
+    """A job's nightly write-audit-publish (`operations.compaction`): catch-up runs for missed
+    nights from `policy.since`, retries, a page when it still fails. Triggered with a form, it
+    compacts the partitions named there now, closed or not."""
+    with DAG(
+        dag_id=f"warden_compact_{job}",
+        description=f"Nightly compaction of {job}'s sink into warehouse.{job}",
+        schedule=policy.schedule,
+        start_date=datetime.combine(policy.since, datetime.min.time()),
+        catchup=True,
+        max_active_runs=1,
+        # Like a scheduled restatement: the job file's schedule is the decision to run it.
+        is_paused_upon_creation=False,
+        tags=["streamwarden", "compaction", job],
+        default_args={
+            "retries": 2,
+            "retry_delay": timedelta(minutes=5),
+            "on_failure_callback": page_compaction_failure,
+        },
+        params={
+            "partitions": Param(
+                "",
+                type="string",
+                description="Partitions to compact now, one per line, e.g. "
+                "route=purchases/event_date=2026-11-24/event_hour=10; empty: every closed partition "
+                "that changed since it was published.",
+            )
+        },
+    ) as dag:
+        CompactOperator(task_id="compact", job=job, partitions="{{ params.partitions }}")
+    return dag
+
+
 def platform_dag() -> DAG:
     """Housekeeping every minute: page about invalid job files, deliver alerts still in the outbox,
     apply savepoint retention (also for jobs that are down), remove sink files of batches that
@@ -318,6 +352,11 @@ def build_dags() -> list[DAG]:
         restate_dag([name], spec.operations.restatement)
         for name, spec in loaded.specs.items()
         if spec.operations.restatement is not None
+    ]
+    dags += [
+        compaction_dag(name, spec.operations.compaction)
+        for name, spec in loaded.specs.items()
+        if spec.operations.compaction is not None
     ]
     dags.append(platform_dag())
     return dags

@@ -1,0 +1,133 @@
+"""`python -m jobs.compaction.main --job NAME`: compact a job's sink into its warehouse table.
+
+The entry point the nightly DAG runs through `spark-submit` (SparkSubmitOperator), and `warden
+table compact` locally. Without `--partition` it compacts every closed partition whose committed
+input changed since it was published (`jobs.compaction.compact`); with `--partition KEY` (any
+number), exactly those. `--now` is the time partitions are judged closed at: a catch-up run for a
+missed night passes that night's time.
+
+Exit codes: 0 done (a partition blocked by its audit is reported, paged and left unpublished:
+the run itself did its job), 2 config error, 4 the job lock is held by another operation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+
+import structlog
+from pyspark.sql import SparkSession
+
+from jobs.catalog import kind_of
+from jobs.compaction.compact import PartitionOutcome, compact
+from jobs.runtime import EXIT_CONFIG_ERROR, EXIT_STOPPED, build_session, configure_logging
+from ops.clock import utcnow
+from ops.control.alerts import AlertCenter
+from ops.control.locks import job_lock
+from ops.exceptions import ConfigError, JobBusyError, WarehouseError
+from ops.ledger.store import Ledger
+from ops.spec.job import JobSpec, find_job
+from ops.spec.paths import JobPaths
+from ops.spec.platform import PlatformConfig, load_platform
+from ops.warehouse.metastore import metastore_conf
+from ops.warehouse.table import WarehouseTable, expire_versions
+
+EXIT_JOB_BUSY = 4
+# How long a nightly run waits for a restatement or rewind of the job to finish.
+LOCK_TIMEOUT_SECONDS = 3600.0
+
+log = structlog.get_logger("streamwarden.compaction")
+
+
+def warehouse_session(platform: PlatformConfig, spec: JobSpec) -> SparkSession:
+    """The job's SparkSession with the warehouse catalog (the shared Hive metastore)."""
+    spark_defaults = platform.spark.model_copy(
+        update={"extra_conf": {**platform.spark.extra_conf, **metastore_conf(platform)}}
+    )
+    return build_session(platform.model_copy(update={"spark": spark_defaults}), spec)
+
+
+def warehouse_table(platform: PlatformConfig, spec: JobSpec) -> WarehouseTable:
+    return WarehouseTable.of(platform, spec.name, kind_of(spec).partition_columns)
+
+
+def run_compaction(
+    platform: PlatformConfig,
+    spec: JobSpec,
+    now: datetime,
+    partitions: Sequence[str] | None = None,
+    lock_timeout: float | None = LOCK_TIMEOUT_SECONDS,
+) -> list[PartitionOutcome]:
+    """Compact under the job lock in a warehouse session; the outcomes, one per partition."""
+    ledger = Ledger.open(platform.resolved_ledger_url)
+    with job_lock(platform, spec.name, "compaction", timeout=lock_timeout):
+        spark = warehouse_session(platform, spec)
+        table = warehouse_table(platform, spec)
+        try:
+            outcomes = compact(
+                spark,
+                ledger,
+                AlertCenter(ledger, platform.slack),
+                spec,
+                table,
+                JobPaths.of(platform, spec).sink,
+                now,
+                only=partitions,
+            )
+        finally:
+            spark.stop()
+        for expired in expire_versions(
+            ledger, table, timedelta(hours=platform.warehouse.version_retention_hours)
+        ):
+            log.info("version expired", partition=expired.partition, version=expired.version)
+        return outcomes
+
+
+def _parse_now(text: str) -> datetime:
+    moment = datetime.fromisoformat(text)
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m jobs.compaction.main", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--job", required=True, help="job name (conf/jobs/<name>.yaml)")
+    parser.add_argument(
+        "--partition",
+        action="append",
+        help="a partition to compact, e.g. route=a/event_date=2026-11-24/event_hour=10",
+    )
+    parser.add_argument(
+        "--now", type=_parse_now, help="judge partitions closed at this ISO time (default: now)"
+    )
+    args = parser.parse_args(argv)
+    configure_logging(job=args.job, mode="compaction")
+    try:
+        platform = load_platform()
+        spec = find_job(args.job, platform.conf_dir)
+        outcomes = run_compaction(platform, spec, args.now or utcnow(), args.partition)
+    except (ConfigError, WarehouseError, ValueError) as exc:
+        log.error("cannot compact", error=str(exc))
+        return EXIT_CONFIG_ERROR
+    except JobBusyError as exc:
+        log.error("job busy", error=str(exc))
+        return EXIT_JOB_BUSY
+    for outcome in outcomes:
+        log.info(
+            "partition compacted",
+            summary=outcome.line(),
+            audit=json.dumps(outcome.audit.to_dict(), default=str),
+        )
+    log.info(
+        "compaction done",
+        published=sum(outcome.status == "published" for outcome in outcomes),
+        blocked=sum(outcome.status == "blocked" for outcome in outcomes),
+    )
+    return EXIT_STOPPED
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,97 @@
+"""The nightly compaction task: `jobs/compaction/main.py` through the Spark provider's
+SparkSubmitOperator, against the master of platform.yaml, and the Slack page when it fails.
+
+Compaction is bounded batch work, so it runs through spark-submit (streams never do: DESIGN.md
+§2). The master, the metastore confs and the Python the driver runs are the platform's, read
+when the task runs, never when the DAG file is parsed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import Context
+
+from ops.control.alerts import Alert, AlertCenter
+from ops.ledger.store import Ledger
+from ops.spec.platform import PlatformConfig, load_platform
+from ops.warehouse.metastore import metastore_conf
+
+COMPACTION_APPLICATION = Path(__file__).resolve().parents[2] / "jobs" / "compaction" / "main.py"
+COMPACTION_FAILED_KIND = "compaction_failed"
+
+
+class CompactOperator(SparkSubmitOperator):
+    """spark-submit `jobs/compaction/main.py --job JOB --now <the run's interval end>` (plus the
+    `partitions` the trigger form names, templated) on the platform's Spark master."""
+
+    def __init__(self, *, job: str, partitions: str = "", **kwargs: Any) -> None:
+        super().__init__(
+            application=str(COMPACTION_APPLICATION),
+            name=f"streamwarden-compaction-{job}",
+            application_args=["--job", job, "--now", "{{ data_interval_end.isoformat() }}"],
+            **kwargs,
+        )
+        self.job = job
+        self.partitions = partitions
+
+    template_fields = (*SparkSubmitOperator.template_fields, "partitions")
+
+    @cached_property
+    def platform(self) -> PlatformConfig:
+        return load_platform()
+
+    def execute(self, context: Context) -> None:
+        platform = self.platform
+        self.conf = {**platform.spark.network_conf(), **metastore_conf(platform), **(self.conf or {})}
+        # The driver and its Python workers run this interpreter, with the repo importable.
+        bin_dir = str(Path(sys.executable).parent)
+        self.env_vars = {
+            "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+            "PYTHONPATH": str(COMPACTION_APPLICATION.parents[2]),
+            **platform.spark.network_env(),
+            **(self.env_vars or {}),
+        }
+        self.application_args = [*self.application_args, *_partition_args(self.partitions)]
+        super().execute(context)
+
+    def _get_hook(self) -> SparkSubmitHook:
+        hook = super()._get_hook()
+        # The hook takes its master from an Airflow connection; the platform's master is the one
+        # every Streamwarden driver uses (local[N], the embedded cluster, or a spark:// URL).
+        hook._connection["master"] = self.platform.spark.master_url
+        return hook
+
+
+def _partition_args(partitions: str) -> list[str]:
+    """`--partition KEY` for each non-empty line or comma-separated key of the form field."""
+    keys = [key.strip() for line in partitions.splitlines() for key in line.split(",")]
+    return [arg for key in keys if key for arg in ("--partition", key)]
+
+
+def page_compaction_failure(context: Context) -> None:
+    """on_failure_callback: page that a job's compaction task failed (after its retries)."""
+    platform = load_platform()
+    ledger = Ledger.open(platform.resolved_ledger_url)
+    task = context["task"]
+    job = getattr(task, "job", "unknown")
+    dag_run = context["dag_run"]
+    AlertCenter(ledger, platform.slack).raise_alert(
+        Alert(
+            job=job,
+            kind=COMPACTION_FAILED_KIND,
+            severity="critical",
+            state="compaction failed",
+            reason=f"{dag_run.dag_id} run {dag_run.run_id}: {context.get('exception')}",
+            last_batch=None,
+            run_url=f"{platform.airflow.base_url}/dags/{dag_run.dag_id}/runs/{dag_run.run_id}",
+        )
+    )

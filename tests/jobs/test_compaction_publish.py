@@ -1,0 +1,118 @@
+"""Write-audit-publish end to end: a real router sink of many small batches, the compaction entry
+point in its own Spark process, the table read with SQL by another, over a real Hive metastore
+on PostgreSQL."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import SparkSession
+
+from jobs.compaction.rewrite import read_partition
+from ops.ledger.store import Ledger
+from ops.spec.platform import PlatformConfig
+from synthetic.scenarios import router_scenario
+from tests.support.drivers import edit_job
+from tests.support.warehouse import (
+    append_to_sink_log,
+    compact_job,
+    one_file_per_batch,
+    query_table,
+    run_available_now,
+)
+
+# Several Spark processes (driver, compactions, readers), each a cold start with the cores shared.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+LATER = "2030-01-01T00:00:00"
+
+
+def small_batches(spec: dict[str, Any]) -> None:
+    one_file_per_batch(spec)
+    spec["operations"]["quality"] = {"unique": ["event_id"]}
+
+
+def add_late_rows(platform: PlatformConfig, key: str, count: int) -> None:
+    """A late batch's file in partition `key`: `count` rows with new event ids."""
+    sink = platform.lake_root / "router"
+    first = sorted((sink / key).glob("*.parquet"))[0]
+    rows = pq.read_table(first).slice(0, count)
+    late_ids = pa.array([f"late-{n}" for n in range(count)])
+    rows = rows.set_column(rows.schema.get_field_index("event_id"), "event_id", late_ids)
+    late_file = sink / key / "part-88888-late.c000.snappy.parquet"
+    pq.write_table(rows, late_file, coerce_timestamps="us", allow_truncated_timestamps=True)
+    append_to_sink_log(sink, late_file)
+
+
+def committed_rows(spark: SparkSession, platform: PlatformConfig) -> Counter[tuple[str, ...]]:
+    """(event_id, route, event_date, event_hour) of every row the sink log lists as committed."""
+    from jobs.compaction.compact import NULL_PARTITION, sink_partitions
+    from jobs.compaction.main import warehouse_table
+    from ops.spec.job import find_job
+
+    spec = find_job("router", platform.conf_dir)
+    sink = platform.lake_root / spec.pipeline.sink.path
+    rows: Counter[tuple[str, ...]] = Counter()
+    for partition in sink_partitions(sink, warehouse_table(platform, spec)):
+        if NULL_PARTITION in partition.key:
+            continue  # dead letters without an event time never close
+        frame = read_partition(spark, sink, list(partition.files))
+        for row in frame.select("event_id", "route", "event_date", "event_hour").collect():
+            rows[tuple(str(value) for value in row)] += 1
+    return rows
+
+
+def test_nightly_compaction_publishes_the_committed_rows_in_target_size_files(
+    spark: SparkSession, warehouse_platform: PlatformConfig, tmp_path: Path
+) -> None:
+    platform = warehouse_platform
+    edit_job(platform, "router", small_batches)
+    for seed in (1, 2):
+        router_scenario(platform.landing_root, 240, seed)
+    run_available_now(platform, "router")
+
+    compact_job(platform, "router", "--now", LATER)
+
+    ledger = Ledger.open(platform.resolved_ledger_url)
+    versions = ledger.partition_versions("router")
+    failed = [
+        (version.partition, check["check"], check["observed"], check["sample"])
+        for version in versions
+        for check in (version.audit or {}).get("checks", [])
+        if not check["passed"]
+    ]
+    assert versions and not failed
+    for version in versions:
+        assert version.input_rows == version.output_rows
+        assert version.input_files is not None and version.input_files > 1
+        assert version.output_files == 1 == len(list(Path(version.location).glob("*.parquet")))
+        assert version.audit is not None and version.audit["passed"]
+    table_rows = query_table(platform, "SELECT event_id, route, event_date, event_hour FROM warehouse.router")
+    published = Counter(tuple(str(value) for value in row.values()) for row in table_rows)
+    assert published == committed_rows(spark, platform)
+
+    # Nothing changed: the next night publishes nothing new.
+    compact_job(platform, "router", "--now", LATER)
+    assert len(ledger.partition_versions("router")) == len(versions)
+
+    # Late rows land in one partition: the next night compacts exactly that one again.
+    late_partition = next(version.partition for version in versions if "purchases" in version.partition)
+    add_late_rows(platform, late_partition, count=5)
+    compact_job(platform, "router", "--now", LATER)
+    republished = [version for version in ledger.partition_versions("router") if version.version == 2]
+    assert [version.partition for version in republished] == [late_partition]
+    before = next(version for version in versions if version.partition == late_partition)
+    assert (republished[0].rows_before, republished[0].output_rows) == (
+        before.output_rows,
+        before.output_rows + 5,
+    )
+    [notice] = [alert for alert in ledger.alerts("router") if alert.kind == "warehouse_republished"]
+    assert f"{late_partition} v2 published" in notice.payload["alert"]["reason"]
+    assert f"rows {before.output_rows} -> {before.output_rows + 5}" in notice.payload["alert"]["reason"]
+    table_rows = query_table(platform, "SELECT event_id, route, event_date, event_hour FROM warehouse.router")
+    published = Counter(tuple(str(value) for value in row.values()) for row in table_rows)
+    assert published == committed_rows(spark, platform)
