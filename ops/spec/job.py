@@ -17,7 +17,6 @@ import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import date
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -221,10 +220,6 @@ class CompactionPolicy(Model):
         2.0, gt=0, description="A partition is closed (compacted) this long after its hour ends."
     )
     target_file_mb: float = Field(128.0, gt=0, description="Size of the compacted Parquet files.")
-    since: date = Field(
-        date(2026, 11, 1),
-        description="The first night the DAG runs for: missed nights after it are caught up.",
-    )
 
 
 class Operations(Model):

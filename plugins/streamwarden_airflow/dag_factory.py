@@ -239,15 +239,18 @@ def restate_dag(jobs: list[str], schedule: RestatementSchedule | None = None) ->
 
 
 def compaction_dag(job: str, policy: CompactionPolicy) -> DAG:
-    """A job's nightly write-audit-publish (`operations.compaction`): catch-up runs for missed
-    nights from `policy.since`, retries, a page when it still fails. Triggered with a form, it
-    compacts the partitions named there now, closed or not."""
+    """A job's nightly write-audit-publish (`operations.compaction`): retries, a page when it still
+    fails. Triggered with a form, it compacts the partitions named there now, closed or not.
+
+    No Airflow catch-up: a run compacts every closed partition that changed since it was published,
+    so the first run after missed nights catches all of them up; catch-up runs would each start a
+    Spark application that finds nothing left to do."""
     with DAG(
         dag_id=f"warden_compact_{job}",
         description=f"Nightly compaction of {job}'s sink into warehouse.{job}",
         schedule=policy.schedule,
-        start_date=datetime.combine(policy.since, datetime.min.time()),
-        catchup=True,
+        start_date=START,
+        catchup=False,
         max_active_runs=1,
         # Like a scheduled restatement: the job file's schedule is the decision to run it.
         is_paused_upon_creation=False,
