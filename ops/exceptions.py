@@ -21,7 +21,8 @@ Hierarchy::
     ├── StateLookupError        the job board's out-of-process state read gave no answer
     │   ├── StateLookupBusyError     another lookup is running
     │   └── StateLookupTimeoutError  the read took longer than its limit (it was stopped)
-    └── PreviewError            a preview tap is not enabled or has captured nothing yet
+    ├── PreviewError            a preview tap is not enabled or has captured nothing yet
+    └── BackfillError           a backfill cannot be planned (range not archived), fed or verified
 """
 
 from __future__ import annotations
@@ -140,3 +141,8 @@ class StateLookupTimeoutError(StateLookupError):
 
 class PreviewError(WardenError):
     """A preview tap cannot be shown: not enabled for the stage, or nothing captured yet."""
+
+
+class BackfillError(WardenError):
+    """A backfill cannot be planned (hours of the range not sealed in the archive, or expired), its
+    partitions cannot be fed to the query, or its staged output does not check out."""
