@@ -14,6 +14,10 @@ import os
 import random
 import re
 import shutil
+import signal
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -28,8 +32,8 @@ from pyspark.testing import assertDataFrameEqual
 from jobs.runner import plan_job
 from jobs.runtime import state_conf, with_trigger
 from ops import archive
-from ops.backfill.plan import BackfillRequest, plan_backfill
-from ops.backfill.run import run_backfill
+from ops.backfill.plan import BackfillRequest, fetch_partitions, plan_backfill, prepare_run
+from ops.backfill.run import application_env, run_backfill, submit_arguments
 from ops.driver.backfill import BackfillRun
 from ops.exceptions import BackfillError
 from ops.spec.job import JobSpec, find_job
@@ -205,3 +209,42 @@ def test_a_range_not_sealed_or_not_archived_is_refused_before_anything_runs(plat
         platform, BackfillRequest("router", start=FIRST_ARRIVAL, end=FIRST_ARRIVAL + timedelta(hours=2)), NOW
     )
     assert not BackfillRun(run.root).root.exists()
+
+
+def test_a_killed_backfill_resumes_without_redoing_partitions_and_a_rerun_changes_nothing(
+    spark: SparkSession, platform: PlatformConfig
+) -> None:
+    write_input(platform, "router", seed=11)
+    archive.archive_landing(platform, ["events"], NOW)
+    request = BackfillRequest(
+        "router", start=FIRST_ARRIVAL, end=FIRST_ARRIVAL + timedelta(hours=HOURS), throttle_seconds=4
+    )
+    run, plan, spec_bytes = plan_backfill(platform, request, NOW)
+    prepare_run(run, plan, spec_bytes)
+    fetch_partitions(platform, run, plan)
+    application = subprocess.Popen(
+        [sys.executable, "-m", "jobs.backfill", *submit_arguments(run)],
+        env={**os.environ, **application_env(platform)},
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 240
+    while not run.done() and application.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    os.killpg(application.pid, signal.SIGKILL)
+    application.wait()
+    first = run.done()
+    assert 1 <= len(first) < HOURS, first
+    first_commit = JobPaths.of(run.platform(platform), find_job("router", platform.conf_dir)).commits / "0"
+    committed_at = first_commit.stat().st_mtime_ns
+
+    resumed_plan, resumed = run_backfill(platform, request, NOW)
+
+    assert resumed_plan.run_id == plan.run_id
+    assert {index: resumed.partitions[index] for index in first} == first  # not run again
+    assert first_commit.stat().st_mtime_ns == committed_at
+    resumed_rows = spark.read.parquet(str(resumed.sink)).collect()
+    _, rerun = run_backfill(platform, BackfillRequest("router", start=request.start, end=request.end), NOW)
+    assert rerun.rows_by_target == resumed.rows_by_target
+    assertDataFrameEqual(spark.read.parquet(str(rerun.sink)), resumed_rows)
