@@ -32,10 +32,14 @@ from pyspark.testing import assertDataFrameEqual
 from jobs.runner import plan_job
 from jobs.runtime import state_conf, with_trigger
 from ops import archive
+from ops.backfill.bootstrap import bootstrap_savepoint
 from ops.backfill.plan import BackfillRequest, fetch_partitions, plan_backfill, prepare_run
 from ops.backfill.run import application_env, run_backfill, submit_arguments
+from ops.control.supervisor import Supervisor
 from ops.driver.backfill import BackfillRun
 from ops.exceptions import BackfillError
+from ops.ledger.store import Ledger
+from ops.recovery.rewind import rewind_job
 from ops.spec.job import JobSpec, find_job
 from ops.spec.paths import JobPaths
 from ops.spec.platform import PlatformConfig, StorageConfig, load_platform
@@ -248,3 +252,35 @@ def test_a_killed_backfill_resumes_without_redoing_partitions_and_a_rerun_change
     _, rerun = run_backfill(platform, BackfillRequest("router", start=request.start, end=request.end), NOW)
     assert rerun.rows_by_target == resumed.rows_by_target
     assertDataFrameEqual(spark.read.parquet(str(rerun.sink)), resumed_rows)
+
+
+def test_a_job_bootstrapped_from_a_backfill_savepoint_continues_live_as_if_it_had_run_from_the_start(
+    spark: SparkSession, platform: PlatformConfig, ledger: Ledger
+) -> None:
+    by_hour = write_input(platform, "sessionizer", seed=5)
+    spec = find_job("sessionizer", platform.conf_dir)
+    archive.archive_landing(platform, ["app_events", "web_events"], NOW)
+    history_end = FIRST_ARRIVAL + timedelta(hours=HOURS - 1)
+
+    plan, staged = run_backfill(
+        platform, BackfillRequest("sessionizer", end=history_end, bootstrap=True), NOW
+    )
+    assert plan.start == FIRST_ARRIVAL  # from the oldest archived hour
+    savepoint = bootstrap_savepoint(platform, ledger, staged.run)
+    rewind_job(
+        Supervisor.for_platform(platform), "sessionizer", reason="bootstrap", savepoint_id=savepoint.id
+    )
+    # Live, the job reads its landing zone, which still holds the history: only the last hour is new.
+    for key, value in state_conf(spec).items():
+        spark.conf.set(key, value)
+    query = with_trigger(plan_job(platform, spec), spec, available_now=True)(spark).start()
+    query.awaitTermination(300)
+    assert query.exception() is None
+    assert sum(p["numInputRows"] for p in query.recentProgress) == sum(
+        len(path.read_text().splitlines()) for path in by_hour[HOURS - 1]
+    )
+    live = spark.read.parquet(str(JobPaths.of(platform, spec).sink))
+
+    reference = live_reference(spark, platform, spec, by_hour)
+    assert live.count() > 0
+    assertDataFrameEqual(spark.read.parquet(str(staged.sink)).unionByName(live), reference)
