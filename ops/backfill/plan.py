@@ -26,6 +26,7 @@ from ops.driver.backfill import BackfillPlan, BackfillRun, PlannedPartition
 from ops.exceptions import BackfillError, ConfigError
 from ops.s3 import file_digest, platform_client
 from ops.spec.job import JobSpec, find_job, job_file, load_job
+from ops.spec.paths import JobPaths
 from ops.spec.platform import PlatformConfig
 
 
@@ -90,6 +91,11 @@ def plan_backfill(
     """
     client = platform_client(platform, client, BackfillError)
     spec, spec_bytes = _spec_text(platform, request)
+    installed = find_job(request.job, platform.conf_dir)
+    if request.candidate is not None and request.bootstrap:
+        raise BackfillError(
+            "--bootstrap takes the installed job's state; a --spec candidate is only compared"
+        )
     sources = {name: source.path for name, source in spec.pipeline.inputs.items()}
     archived = {name: archive.partitions(platform, path, client) for name, path in sources.items()}
     end = whole_hour(request.end, "--to")
@@ -151,6 +157,8 @@ def plan_backfill(
         sources=sources,
         throttle_seconds=request.throttle_seconds,
         bootstrap=request.bootstrap,
+        # Until the warehouse table exists, the published output is the job's own sink.
+        compare_with=str(JobPaths.of(platform, installed).sink) if request.candidate is not None else None,
     )
     return BackfillRun(backfill_root(platform) / run_id), plan, spec_bytes
 

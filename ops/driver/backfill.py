@@ -15,6 +15,7 @@ a time. Both sides share only this directory, so the application needs no S3 cli
     <root>/lake/<sink path>/         the query's Parquet sink: the staged output
     <root>/progress.json             every completed partition: batches, rows, seconds
     <root>/running.json              the partition under way and the first batch it may use
+    <root>/diff.json                 a candidate's run: its output against the published, per partition
     <root>/complete.json             written last, once every partition is done
 
 A completed partition is recorded after its batches commit, so a killed run resumes from the
@@ -77,6 +78,8 @@ class BackfillPlan:
     sources: dict[str, str]
     throttle_seconds: float = 0.0
     bootstrap: bool = False
+    # A candidate's run: the published output its side table is compared with (`diff.json`).
+    compare_with: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -90,6 +93,7 @@ class BackfillPlan:
             "sources": self.sources,
             "throttle_seconds": self.throttle_seconds,
             "bootstrap": self.bootstrap,
+            "compare_with": self.compare_with,
             "partitions": [partition.as_json() for partition in self.partitions],
         }
 
@@ -105,6 +109,7 @@ class BackfillPlan:
             sources=dict(document["sources"]),
             throttle_seconds=float(document["throttle_seconds"]),
             bootstrap=bool(document["bootstrap"]),
+            compare_with=document["compare_with"],
             partitions=tuple(PlannedPartition.from_json(p) for p in document["partitions"]),
         )
 
@@ -138,6 +143,10 @@ class BackfillRun:
     @property
     def running_file(self) -> Path:
         return self.root / "running.json"
+
+    @property
+    def diff_file(self) -> Path:
+        return self.root / "diff.json"
 
     @property
     def complete_file(self) -> Path:

@@ -35,6 +35,7 @@ from ops import archive
 from ops.backfill.bootstrap import bootstrap_savepoint
 from ops.backfill.plan import BackfillRequest, fetch_partitions, plan_backfill, prepare_run
 from ops.backfill.run import application_env, run_backfill, submit_arguments
+from ops.cli import main
 from ops.control.supervisor import Supervisor
 from ops.driver.backfill import BackfillRun
 from ops.exceptions import BackfillError
@@ -284,3 +285,61 @@ def test_a_job_bootstrapped_from_a_backfill_savepoint_continues_live_as_if_it_ha
     reference = live_reference(spark, platform, spec, by_hour)
     assert live.count() > 0
     assertDataFrameEqual(spark.read.parquet(str(staged.sink)).unionByName(live), reference)
+
+
+def test_a_candidate_runs_into_a_side_table_and_is_diffed_per_partition_without_publishing(
+    spark: SparkSession, platform: PlatformConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_input(platform, "router", seed=13)
+    archive.archive_landing(platform, ["events"], NOW)
+    spec = find_job("router", platform.conf_dir)
+    published = JobPaths.of(platform, spec).sink
+    query = with_trigger(plan_job(platform, spec), spec, available_now=True)(spark).start()
+    query.awaitTermination(300)
+    published_files = sorted(published.rglob("*"))
+    candidate_file = platform.runtime_root / "candidate.yaml"
+    document = yaml.safe_load((platform.conf_dir / "jobs" / "router.yaml").read_text())
+    routes = {route["name"]: route for route in document["pipeline"]["routes"]}
+    routes["purchases"]["filter"] = "event_type = 'purchase' AND amount > 100"
+    routes["eu_views"]["filter"] = "event_type = 'view' AND country IN ('DE', 'FR', 'ES', 'IT', 'NL', 'GB')"
+    candidate_file.write_text(yaml.safe_dump(document, sort_keys=False))
+
+    exit_code = main(
+        [
+            "backfill",
+            "router",
+            "--from",
+            FIRST_ARRIVAL.isoformat(),
+            "--to",
+            (FIRST_ARRIVAL + timedelta(hours=HOURS)).isoformat(),
+            "--spec",
+            str(candidate_file),
+        ]
+    )
+
+    assert exit_code == 0
+    output = capsys.readouterr().out
+    [run_dir] = (platform.runtime_root / "backfill").glob("router-*-candidate-*")
+    diff = {entry["partition"]: entry for entry in json.loads((run_dir / "diff.json").read_text())}
+    rows = spark.read.parquet(str(published))
+    expected_removed = {
+        f"route=purchases/event_date={row['event_date']}/event_hour={row['event_hour']}": row["count"]
+        for row in rows.where("route = 'purchases' AND amount <= 100")
+        .groupBy("event_date", "event_hour")
+        .count()
+        .collect()
+    }
+    side = spark.read.parquet(str(run_dir / "lake" / "router"))
+    expected_added = {
+        f"route=eu_views/event_date={row['event_date']}/event_hour={row['event_hour']}": row["count"]
+        for row in side.where("route = 'eu_views' AND country = 'GB'")
+        .groupBy("event_date", "event_hour")
+        .count()
+        .collect()
+    }
+    assert expected_removed and expected_added
+    assert {k: v["removed"] for k, v in diff.items() if v["removed"]} == expected_removed
+    assert {k: v["added"] for k, v in diff.items() if v["added"]} == expected_added
+    assert all(entry["changed"] == 0 for entry in diff.values())
+    assert "purchases" in output and "added" in output
+    assert sorted(published.rglob("*")) == published_files  # nothing published
