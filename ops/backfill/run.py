@@ -23,39 +23,16 @@ from botocore.client import BaseClient
 
 from ops import progress
 from ops.backfill.plan import BackfillRequest, fetch_partitions, plan_backfill, prepare_run
+from ops.backfill.submit import APPLICATION_MODULE, REPO_ROOT, application_env, submit_arguments
 from ops.driver.backfill import BackfillPlan, BackfillRun, PartitionDone
 from ops.driver.checkpoint import sink_files
 from ops.exceptions import BackfillError
 from ops.spec.job import load_job
 from ops.spec.paths import JobPaths
-from ops.spec.platform import CONF_DIR_ENV, PlatformConfig
+from ops.spec.platform import PlatformConfig
 
-APPLICATION_MODULE = "jobs.backfill"
-# The repository the application is imported from (a platform's conf dir may live elsewhere).
-REPO_ROOT = Path(__file__).resolve().parents[2]
 POLL_SECONDS = 0.5
 LOG_TAIL_LINES = 15
-
-
-def application_file() -> Path:
-    """The application file spark-submit runs (`jobs/backfill.py` in the repository)."""
-    return REPO_ROOT / "jobs" / "backfill.py"
-
-
-def submit_arguments(run: BackfillRun) -> list[str]:
-    """The application's arguments, for a spark-submit of `application_file`."""
-    return ["--run-dir", str(run.root)]
-
-
-def application_env(platform: PlatformConfig) -> dict[str, str]:
-    """What the application's process needs: the conf dir, the repository on the import path and
-    the venv's python for Spark's Python workers."""
-    return {
-        CONF_DIR_ENV: str(platform.conf_dir),
-        "PYTHONPATH": str(REPO_ROOT),
-        "PYSPARK_PYTHON": sys.executable,
-        "PYSPARK_DRIVER_PYTHON": sys.executable,
-    }
 
 
 def _status(
@@ -86,7 +63,7 @@ def run_application(platform: PlatformConfig, run: BackfillRun, plan: BackfillPl
         process = subprocess.Popen(
             [sys.executable, "-m", APPLICATION_MODULE, *submit_arguments(run)],
             cwd=REPO_ROOT,
-            env={**os.environ, **application_env(platform)},
+            env={**os.environ, **application_env(platform.conf_dir)},
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=subprocess.STDOUT,
@@ -173,12 +150,20 @@ def report_lines(plan: BackfillPlan, output: StagedOutput) -> list[str]:
     return lines
 
 
+def prepare_backfill(
+    platform: PlatformConfig, request: BackfillRequest, now: datetime, client: BaseClient | None = None
+) -> tuple[BackfillRun, BackfillPlan]:
+    """Plan `request` and stage its partitions (or keep a killed run's, to resume it)."""
+    run, plan, spec_bytes = plan_backfill(platform, request, now, client)
+    prepare_run(run, plan, spec_bytes)
+    fetch_partitions(platform, run, plan, client)
+    return run, plan
+
+
 def run_backfill(
     platform: PlatformConfig, request: BackfillRequest, now: datetime, client: BaseClient | None = None
 ) -> tuple[BackfillPlan, StagedOutput]:
     """Plan `request`, stage its partitions, run (or resume) the application and check its output."""
-    run, plan, spec_bytes = plan_backfill(platform, request, now, client)
-    prepare_run(run, plan, spec_bytes)
-    fetch_partitions(platform, run, plan, client)
+    run, plan = prepare_backfill(platform, request, now, client)
     run_application(platform, run, plan)
     return plan, verify_output(platform, run)

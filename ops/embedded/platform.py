@@ -88,6 +88,11 @@ def _base_env(platform: PlatformConfig) -> dict[str, str]:
     return env
 
 
+def spark_connection(platform: PlatformConfig) -> str:
+    """The Airflow connection (JSON) of the platform's Spark master, for spark-submit."""
+    return json.dumps({"conn_type": "spark", "host": platform.spark.master_url})
+
+
 def airflow_env(platform: PlatformConfig) -> dict[str, str]:
     """The environment of every Airflow component and Airflow CLI call for this platform."""
     env = {
@@ -115,6 +120,8 @@ def airflow_env(platform: PlatformConfig) -> dict[str, str]:
             "AIRFLOW__API__BASE_URL": api_url,
             # Task processes reach the api-server here; Airflow's default assumes localhost:8080.
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{api_url}/execution/",
+            # The master the `warden_backfill` DAG's SparkSubmitOperator submits to.
+            "AIRFLOW_CONN_SPARK_STREAMWARDEN": spark_connection(platform),
         }
     )
     return env

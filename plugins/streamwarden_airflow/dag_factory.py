@@ -14,8 +14,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, Param, task
 
+from ops.backfill.submit import SPARK_CONNECTION, application_env, application_file
 from ops.clock import utcnow
 from ops.control.supervisor import Supervisor
 from ops.exceptions import ConfigError, LedgerError
@@ -23,9 +25,11 @@ from ops.ledger.store import SCHEMA_REVISION, Ledger, schema_revision
 from ops.prometheus_targets import refresh_scrape_targets
 from ops.spec.analysis import with_verdicts
 from ops.spec.job import JobLoadResult, RestatementSchedule, load_jobs
-from ops.spec.platform import SUPERVISE_DAG_PREFIX, load_platform
+from ops.spec.platform import SUPERVISE_DAG_PREFIX, conf_dir, load_platform
 from streamwarden_airflow.operators import (
+    BackfillReportOperator,
     JobRequestOperator,
+    PrepareBackfillOperator,
     ReconcileOperator,
     RestateOperator,
     SavepointOperator,
@@ -203,6 +207,66 @@ def restate_dag(jobs: list[str], schedule: RestatementSchedule | None = None) ->
     return dag
 
 
+def backfill_dag(jobs: list[str]) -> DAG:
+    """Backfill a job the Kappa+ way: `prepare` plans the range and stages the archive partitions,
+    the Spark provider's SparkSubmitOperator runs the bounded work (the job's own query, one
+    partition per micro-batch, its log a line per partition), `report` checks the staged output and
+    logs a row per partition. A dry run stops after `prepare`'s plan."""
+    with DAG(
+        dag_id="warden_backfill",
+        description="Run a job's streaming query over archived input, one arrival hour per micro-batch",
+        schedule=None,
+        start_date=START,
+        catchup=False,
+        is_paused_upon_creation=False,
+        max_active_runs=1,
+        tags=["streamwarden", "operator", "backfill"],
+        params={
+            "job": _job_param(jobs, "The job to backfill."),
+            "start": Param(
+                None,
+                type=["null", "string"],
+                description=(
+                    "The first arrival hour, ISO 8601 UTC (2026-11-24T06); "
+                    "left empty with bootstrap: the oldest archived hour."
+                ),
+            ),
+            "end": Param(type="string", description="The arrival hour to stop before, ISO 8601 UTC."),
+            "spec": Param(
+                None,
+                type=["null", "string"],
+                description="A candidate job file (path): run into a side table and diffed, never published.",
+            ),
+            "throttle_seconds": Param(0, type="number", minimum=0, description="Pause after each partition."),
+            "bootstrap": Param(
+                False, type="boolean", description="End with a savepoint the live job starts from."
+            ),
+            "dry_run": Param(False, type="boolean", description="Only list the partitions it would run."),
+        },
+    ) as dag:
+        prepared = PrepareBackfillOperator(
+            task_id="prepare",
+            job="{{ params.job }}",
+            start="{{ params.start or '' }}",
+            end="{{ params.end }}",
+            candidate="{{ params.spec or '' }}",
+            throttle_seconds="{{ params.throttle_seconds }}",
+            bootstrap="{{ params.bootstrap }}",
+            dry_run="{{ params.dry_run }}",
+        )
+        submitted = SparkSubmitOperator(
+            task_id="run_partitions",
+            application=str(application_file()),
+            application_args=["--run-dir", "{{ ti.xcom_pull(task_ids='prepare') }}"],
+            conn_id=SPARK_CONNECTION,
+            name="streamwarden-backfill",
+            env_vars=application_env(conf_dir()),
+        )
+        report = BackfillReportOperator(task_id="report", run_dir="{{ ti.xcom_pull(task_ids='prepare') }}")
+        prepared >> submitted >> report
+    return dag
+
+
 def platform_dag() -> DAG:
     """Housekeeping every minute: page about invalid job files, deliver alerts still in the outbox,
     apply savepoint retention (also for jobs that are down), remove sink files of batches that
@@ -284,5 +348,6 @@ def build_dags() -> list[DAG]:
         for name, spec in loaded.specs.items()
         if spec.operations.restatement is not None
     ]
+    dags.append(backfill_dag(jobs))
     dags.append(platform_dag())
     return dags

@@ -33,6 +33,7 @@ def test_dags_import_without_errors(platform_conf: PlatformConfig) -> None:
         "warden_restart",
         "warden_savepoint",
         "warden_restate",
+        "warden_backfill",
         "warden_platform",
     }
     supervise = bag.get_dag("warden_supervise_router")

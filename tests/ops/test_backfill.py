@@ -34,7 +34,8 @@ from jobs.runtime import state_conf, with_trigger
 from ops import archive
 from ops.backfill.bootstrap import bootstrap_savepoint
 from ops.backfill.plan import BackfillRequest, fetch_partitions, plan_backfill, prepare_run
-from ops.backfill.run import application_env, run_backfill, submit_arguments
+from ops.backfill.run import run_backfill
+from ops.backfill.submit import application_env, submit_arguments
 from ops.cli import main
 from ops.control.supervisor import Supervisor
 from ops.driver.backfill import BackfillRun
@@ -229,7 +230,7 @@ def test_a_killed_backfill_resumes_without_redoing_partitions_and_a_rerun_change
     fetch_partitions(platform, run, plan)
     application = subprocess.Popen(
         [sys.executable, "-m", "jobs.backfill", *submit_arguments(run)],
-        env={**os.environ, **application_env(platform)},
+        env={**os.environ, **application_env(platform.conf_dir)},
         start_new_session=True,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
