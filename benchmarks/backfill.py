@@ -57,10 +57,15 @@ class Measured:
         return self.rows / self.seconds
 
 
-def measure(name: str, partitions: int, rows: int, argv: list[str], env: dict[str, str]) -> Measured:
+def measure(
+    name: str, partitions: int, rows: int, argv: list[str], env: dict[str, str], log_dir: Path
+) -> Measured:
     """Run `argv` to its end, sampling its process tree's resident memory."""
     started = time.monotonic()
-    process = psutil.Popen(argv, env=env, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # The run's log goes to a file: a pipe nobody reads fills up and blocks the run.
+    log = log_dir / f"{name.split()[0]}-{partitions}.log"
+    with log.open("wb") as log_file:
+        process = psutil.Popen(argv, env=env, cwd=REPO_ROOT, stdout=log_file, stderr=subprocess.STDOUT)
     peaks = {"jvm": 0.0, "driver": 0.0, "workers": 0.0}
     while process.poll() is None:
         sample = {"jvm": 0.0, "driver": 0.0, "workers": 0.0}
@@ -80,7 +85,7 @@ def measure(name: str, partitions: int, rows: int, argv: list[str], env: dict[st
         time.sleep(SAMPLE_SECONDS)
     seconds = time.monotonic() - started
     if process.returncode != 0:
-        raise SystemExit(f"{name} failed ({process.returncode}):\n{process.stderr.read().decode()[-3000:]}")
+        raise SystemExit(f"{name} failed ({process.returncode}):\n{log.read_text()[-3000:]}")
     return Measured(name, partitions, rows, seconds, peaks["jvm"], peaks["driver"], peaks["workers"])
 
 
@@ -159,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
                     rows,
                     [sys.executable, "-m", "jobs.backfill", *submit_arguments(run)],
                     env,
+                    workdir,
                 )
             )
             assert json.loads(run.complete_file.read_text())["partitions"] == hours
@@ -181,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
                         str(landing),
                     ],
                     env,
+                    workdir,
                 )
             )
     finally:
