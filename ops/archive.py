@@ -21,6 +21,7 @@ new manifest that lists it too.
 from __future__ import annotations
 
 import json
+import os
 from collections import defaultdict
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -214,6 +215,53 @@ def fetch(
     with ThreadPoolExecutor(max_workers=UPLOAD_THREADS) as pool:
         list(pool.map(download, entries))
     return entries
+
+
+def locate(
+    platform: PlatformConfig, source: str, names: Iterable[str], client: BaseClient | None = None
+) -> dict[str, tuple[Partition, ArchivedFile]]:
+    """Where the archive holds the named files of a source (a file it does not hold is left out).
+
+    Landing file names are unique within a source (the archive keys its files by name within an
+    hour), so a name found in a sealed partition is that file. Reads manifests newest first and
+    stops once every name is found.
+    """
+    client = platform_client(platform, client, ArchiveError)
+    wanted = set(names)
+    found: dict[str, tuple[Partition, ArchivedFile]] = {}
+    for partition in reversed(partitions(platform, source, client)):
+        if not wanted:
+            break
+        for entry in read_manifest(platform, partition, client) or ():
+            if entry.name in wanted:
+                found[entry.name] = (partition, entry)
+                wanted.discard(entry.name)
+    return found
+
+
+def restore(
+    platform: PlatformConfig,
+    partition: Partition,
+    entry: ArchivedFile,
+    target: Path,
+    client: BaseClient | None = None,
+) -> None:
+    """Put an archived file back at `target`, checked against its manifest entry, with its arrival
+    hour as its modification time (so a file source that read it long ago does not take the copy
+    for a new file). Written under a temporary name and renamed: readers see all of it or nothing.
+    """
+    client = platform_client(platform, client, ArchiveError)
+    key = _key(platform, partition, entry.name)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f".{target.name}.restoring")
+    with s3_errors(platform, f"reading {key}", ArchiveError):
+        client.download_file(platform.s3.bucket, key, str(partial))
+    if file_digest(partial) != (entry.size, entry.sha256):
+        partial.unlink()
+        raise ArchiveError(f"{key} does not match its manifest's size and sha256")
+    arrived = partition.hour.timestamp()
+    os.utime(partial, (arrived, arrived))
+    partial.rename(target)
 
 
 def expire(

@@ -27,6 +27,12 @@ warden state JOB [--key K] [--json]
 warden archive [--list SOURCE | --verify SOURCE --hour T]
                                 archive the sealed arrival hours of every landing directory now,
                                 list a source's archived hours, or check one against its manifest
+warden backfill JOB --from T1 --to T2 [--spec FILE] [--throttle S] [--dry-run]
+warden backfill JOB --bootstrap --to T
+                                run the job's own streaming query over the archived arrival hours
+                                [T1, T2), one hour per micro-batch (resumes a killed run); with
+                                --spec a candidate into a side table, diffed against the job's
+                                output; --bootstrap ends with a savepoint the live job starts from
 warden preview JOB STAGE [--limit N]
                                 the newest records a running job's preview tap captured at STAGE
 warden table history JOB [--partition KEY]
@@ -489,6 +495,51 @@ def cmd_archive(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_backfill(args: argparse.Namespace) -> int:
+    from ops.backfill.plan import BackfillRequest, describe, plan_backfill
+    from ops.backfill.run import report_lines, run_backfill
+
+    if args.start is None and not args.bootstrap:
+        print(
+            "warden: --from is required (only --bootstrap starts at the oldest archived hour)",
+            file=sys.stderr,
+        )
+        return 2
+    platform = load_platform()
+    request = BackfillRequest(
+        args.job,
+        end=args.end,
+        start=args.start,
+        candidate=args.spec,
+        throttle_seconds=args.throttle,
+        bootstrap=args.bootstrap,
+    )
+    if args.dry_run:
+        run, plan, _ = plan_backfill(platform, request, utcnow())
+        print("\n".join(describe(plan, run)))
+        return 0
+    plan, staged = run_backfill(platform, request, utcnow())
+    print("\n".join(report_lines(plan, staged)))
+    if staged.run.diff_file.is_file():
+        diff = json.loads(staged.run.diff_file.read_text())
+        rows = [[entry["partition"], entry["added"], entry["removed"], entry["changed"]] for entry in diff]
+        print(
+            f"candidate {args.spec} against {plan.compare_with} "
+            f"(side table {staged.sink}; nothing published):"
+        )
+        print("\n".join(_table_lines(["partition", "added", "removed", "changed"], rows)))
+    if args.bootstrap:
+        from ops.backfill.bootstrap import bootstrap_savepoint
+
+        savepoint = bootstrap_savepoint(platform, Ledger.open(platform.resolved_ledger_url), staged.run)
+        print(
+            f"savepoint {savepoint.id} holds {args.job}'s state at {plan.end:%Y-%m-%dT%H}:00 (batch "
+            f"{savepoint.batch_id}); start the job from it: warden rewind {args.job} --savepoint "
+            f"{savepoint.id} --reason bootstrap, then warden start {args.job}"
+        )
+    return 0
+
+
 def cmd_scrape_targets(args: argparse.Namespace) -> int:
     from ops.prometheus_targets import write_driver_targets
 
@@ -652,6 +703,21 @@ def build_parser() -> argparse.ArgumentParser:
     archive.add_argument("--verify", metavar="SOURCE", help="download one archived hour and check it")
     archive.add_argument("--hour", type=_moment_argument, help="the arrival hour --verify checks")
     archive.set_defaults(run=cmd_archive)
+    backfill = commands.add_parser("backfill", help="run a job's streaming query over archived input")
+    backfill.add_argument("job")
+    backfill.add_argument("--from", dest="start", type=_moment_argument, help="the first arrival hour")
+    backfill.add_argument(
+        "--to", dest="end", type=_moment_argument, required=True, help="the hour to stop at"
+    )
+    backfill.add_argument("--spec", type=Path, help="a candidate job file: run into a side table and diffed")
+    backfill.add_argument(
+        "--throttle", type=float, default=0.0, metavar="SECONDS", help="pause after each partition"
+    )
+    backfill.add_argument("--dry-run", action="store_true", help="print the partitions it would run")
+    backfill.add_argument(
+        "--bootstrap", action="store_true", help="end with a savepoint the live job continues from"
+    )
+    backfill.set_defaults(run=cmd_backfill)
     preview = commands.add_parser("preview", help="the newest records a job's preview tap captured")
     preview.add_argument("job")
     preview.add_argument("stage", help="a tapped stage (operations.preview.stages), e.g. parsed, output")

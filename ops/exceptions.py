@@ -22,8 +22,9 @@ Hierarchy::
     │   ├── StateLookupBusyError     another lookup is running
     │   └── StateLookupTimeoutError  the read took longer than its limit (it was stopped)
     ├── PreviewError            a preview tap is not enabled or has captured nothing yet
-    └── WarehouseError          a warehouse table or partition version cannot be staged, published,
-                                rolled back or found (the catalog is left as it was)
+    ├── WarehouseError          a warehouse table or partition version cannot be staged, published,
+    │                           rolled back or found (the catalog is left as it was)
+    └── BackfillError           a backfill cannot be planned (range not archived), fed or verified
 """
 
 from __future__ import annotations
@@ -146,3 +147,8 @@ class PreviewError(WardenError):
 
 class WarehouseError(WardenError):
     """A warehouse table operation was refused or failed; the catalog shows what it showed before."""
+
+
+class BackfillError(WardenError):
+    """A backfill cannot be planned (hours of the range not sealed in the archive, or expired), its
+    partitions cannot be fed to the query, or its staged output does not check out."""

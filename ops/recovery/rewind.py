@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow.parquet as pq
 from botocore.client import BaseClient
 
+from ops import archive
 from ops.atomic import write_atomically
 from ops.control.locks import job_lock
 from ops.driver.checkpoint import (
@@ -52,7 +53,7 @@ from ops.driver.checkpoint import (
     source_log_offset,
     write_log_entry,
 )
-from ops.exceptions import OperationInProgressError, RewindError, SavepointError
+from ops.exceptions import ArchiveError, OperationInProgressError, RewindError, SavepointError
 from ops.ledger.store import Ledger, OperationRecord, SavepointRecord
 from ops.recovery.refusals import Cause, Refusal, RewindRefused, record_refusal, refusal_text
 from ops.savepoints.store import STATUS_COMPLETE, STATUS_SUPERSEDED, fetch_savepoint
@@ -80,6 +81,9 @@ class RewindPlan:
     sink_rows: int
     input_files: tuple[Path, ...]
     input_bytes: int
+    # Input files of the batches to replay that the landing zone no longer holds but the archive
+    # does: put back before the replay (`execute_rewind`).
+    from_archive: tuple[tuple[Path, archive.Partition, archive.ArchivedFile], ...] = ()
 
     @property
     def batch_id(self) -> int:
@@ -104,7 +108,8 @@ class RewindPlan:
                 f"taken {self.savepoint.created_at:%Y-%m-%d %H:%M:%S} UTC)",
                 f"  recompute  {span} ({len(batches)}), one batch at a time with their original offsets",
                 f"  remove     {len(self.sink_files)} sink files holding {self.sink_rows:,} rows",
-                f"  replay     {len(self.input_files)} input files, {self.input_bytes:,} bytes",
+                f"  replay     {len(self.input_files)} input files, {self.input_bytes:,} bytes"
+                + (f" ({len(self.from_archive)} restored from the archive)" if self.from_archive else ""),
             ]
         )
 
@@ -251,13 +256,14 @@ def plan_rewind(
             saved = saved_source_offsets[index] if index < len(saved_source_offsets) else None
             source_log = paths.sources / str(index)
             inputs += source_files(source_log, source_log_offset(saved), source_log_offset(offset))
-    gone = [path for path in inputs if not path.is_file()]
+    from_archive, gone = _archived_inputs(platform, [path for path in inputs if not path.is_file()])
     if gone:
         refusals.append(
             Refusal(
                 Cause.INPUT_GONE,
                 f"cannot replay {job!r} from batch {n}: {len(gone)} input files of the batches to replay "
-                f"are no longer retained in the landing zone, e.g. {gone[0]}",
+                f"are no longer retained in the landing zone nor in the archive (archive.retention_days "
+                f"= {platform.archive.retention_days}), e.g. {gone[0]}",
             )
         )
     if refusals:
@@ -271,8 +277,33 @@ def plan_rewind(
         sink_files=tuple(later_files),
         sink_rows=sum(pq.ParquetFile(path).metadata.num_rows for path in later_files),
         input_files=tuple(inputs),
-        input_bytes=sum(path.stat().st_size for path in inputs),
+        input_bytes=sum(path.stat().st_size for path in inputs if path.is_file())
+        + sum(entry.size for _, _, entry in from_archive),
+        from_archive=tuple(from_archive),
     )
+
+
+def _archived_inputs(
+    platform: PlatformConfig, gone: list[Path]
+) -> tuple[list[tuple[Path, archive.Partition, archive.ArchivedFile]], list[Path]]:
+    """Of the input files gone from the landing zone, those the archive holds (with where) and
+    those it does not hold either. The rewind horizon is the archive's retention."""
+    if not gone:
+        return [], []
+    by_source: dict[str, list[Path]] = {}
+    for path in gone:
+        if path.is_relative_to(platform.landing_root):
+            by_source.setdefault(str(path.parent.relative_to(platform.landing_root)), []).append(path)
+    found: list[tuple[Path, archive.Partition, archive.ArchivedFile]] = []
+    try:
+        for source, paths in by_source.items():
+            located = archive.locate(platform, source, [path.name for path in paths])
+            found += [(path, *located[path.name]) for path in paths if path.name in located]
+    except ArchiveError:
+        # An archive that cannot be read holds nothing for this rewind: the files stay gone.
+        return [], gone
+    restored = {path for path, _, _ in found}
+    return found, [path for path in gone if path not in restored]
 
 
 def _staging_dir(platform: PlatformConfig, job: str) -> Path:
@@ -379,6 +410,11 @@ def execute_rewind(platform: PlatformConfig, plan: RewindPlan) -> None:
     checkpoint, sink_log = job_paths.checkpoint, job_paths.sink_log
     retired = staging / "retired"
     retired.mkdir(parents=True, exist_ok=True)
+
+    # 0. Input the landing zone no longer holds, back from the archive (each file is checked).
+    for path, partition, entry in plan.from_archive:
+        if not path.is_file():
+            archive.restore(platform, partition, entry, path)
 
     # 1. The replay queue first: from here on every step can be redone from the savepoint.
     queue = job_paths.replay

@@ -1,5 +1,5 @@
-"""The nightly compaction task: `jobs/compaction/main.py` through the Spark provider's
-SparkSubmitOperator, against the master of platform.yaml, and the Slack page when it fails.
+"""Bounded Spark work through the Spark provider's SparkSubmitOperator on the master of
+platform.yaml (compaction, backfill), the nightly compaction task, and its Slack page when it fails.
 
 Compaction is bounded batch work, so it runs through spark-submit (streams never do: DESIGN.md
 §2). The master, the metastore confs and the Python the driver runs are the platform's, read
@@ -20,14 +20,51 @@ from airflow.sdk import Context
 
 from ops.control.alerts import Alert, AlertCenter
 from ops.ledger.store import Ledger
-from ops.spec.platform import PlatformConfig, load_platform
+from ops.spec.platform import CONF_DIR_ENV, PlatformConfig, load_platform
 from ops.warehouse.metastore import metastore_conf
 
-COMPACTION_APPLICATION = Path(__file__).resolve().parents[2] / "jobs" / "compaction" / "main.py"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+COMPACTION_APPLICATION = REPO_ROOT / "jobs" / "compaction" / "main.py"
 COMPACTION_FAILED_KIND = "compaction_failed"
 
 
-class CompactOperator(SparkSubmitOperator):
+class PlatformSparkSubmitOperator(SparkSubmitOperator):
+    """The Spark provider's SparkSubmitOperator on the platform's Spark master (local[N], the
+    embedded cluster, or a spark:// URL: the one every Streamwarden driver uses, not an Airflow
+    connection's), with its network settings, and this interpreter and the repository for the
+    driver and its Python workers. Bounded batch work (compaction, backfill) runs through it;
+    streams never do (DESIGN.md §2)."""
+
+    @cached_property
+    def platform(self) -> PlatformConfig:
+        return load_platform()
+
+    def platform_conf(self, platform: PlatformConfig) -> dict[str, str]:
+        """The Spark confs the application gets from the platform."""
+        return platform.spark.network_conf()
+
+    def execute(self, context: Context) -> None:
+        platform = self.platform
+        self.conf = {**self.platform_conf(platform), **(self.conf or {})}
+        bin_dir = str(Path(sys.executable).parent)
+        self.env_vars = {
+            "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+            "PYTHONPATH": str(REPO_ROOT),
+            CONF_DIR_ENV: str(platform.conf_dir),
+            **platform.spark.network_env(),
+            **(self.env_vars or {}),
+        }
+        super().execute(context)
+
+    def _get_hook(self) -> SparkSubmitHook:
+        hook = super()._get_hook()
+        hook._connection["master"] = self.platform.spark.master_url
+        return hook
+
+
+class CompactOperator(PlatformSparkSubmitOperator):
     """spark-submit `jobs/compaction/main.py --job JOB --now <the run's interval end>` (plus the
     `partitions` the trigger form names, templated) on the platform's Spark master."""
 
@@ -43,32 +80,12 @@ class CompactOperator(SparkSubmitOperator):
 
     template_fields = (*SparkSubmitOperator.template_fields, "partitions")
 
-    @cached_property
-    def platform(self) -> PlatformConfig:
-        return load_platform()
+    def platform_conf(self, platform: PlatformConfig) -> dict[str, str]:
+        return {**super().platform_conf(platform), **metastore_conf(platform)}
 
     def execute(self, context: Context) -> None:
-        platform = self.platform
-        self.conf = {**platform.spark.network_conf(), **metastore_conf(platform), **(self.conf or {})}
-        # The driver and its Python workers run this interpreter, with the repo importable.
-        bin_dir = str(Path(sys.executable).parent)
-        self.env_vars = {
-            "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-            "PYSPARK_PYTHON": sys.executable,
-            "PYSPARK_DRIVER_PYTHON": sys.executable,
-            "PYTHONPATH": str(COMPACTION_APPLICATION.parents[2]),
-            **platform.spark.network_env(),
-            **(self.env_vars or {}),
-        }
         self.application_args = [*self.application_args, *_partition_args(self.partitions)]
         super().execute(context)
-
-    def _get_hook(self) -> SparkSubmitHook:
-        hook = super()._get_hook()
-        # The hook takes its master from an Airflow connection; the platform's master is the one
-        # every Streamwarden driver uses (local[N], the embedded cluster, or a spark:// URL).
-        hook._connection["master"] = self.platform.spark.master_url
-        return hook
 
 
 def _partition_args(partitions: str) -> list[str]:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from airflow.sdk import DAG, Param, task
 
+from ops.backfill.submit import application_file
 from ops.clock import utcnow
 from ops.control.supervisor import Supervisor
 from ops.exceptions import ConfigError, LedgerError
@@ -24,9 +25,15 @@ from ops.prometheus_targets import refresh_scrape_targets
 from ops.spec.analysis import with_verdicts
 from ops.spec.job import CompactionPolicy, JobLoadResult, RestatementSchedule, load_jobs
 from ops.spec.platform import SUPERVISE_DAG_PREFIX, load_platform
-from streamwarden_airflow.compaction import CompactOperator, page_compaction_failure
+from streamwarden_airflow.compaction import (
+    CompactOperator,
+    PlatformSparkSubmitOperator,
+    page_compaction_failure,
+)
 from streamwarden_airflow.operators import (
+    BackfillReportOperator,
     JobRequestOperator,
+    PrepareBackfillOperator,
     ReconcileOperator,
     RestateOperator,
     SavepointOperator,
@@ -274,6 +281,64 @@ def compaction_dag(job: str, policy: CompactionPolicy) -> DAG:
     return dag
 
 
+def backfill_dag(jobs: list[str]) -> DAG:
+    """Backfill a job the Kappa+ way: `prepare` plans the range and stages the archive partitions,
+    the Spark provider's SparkSubmitOperator runs the bounded work (the job's own query, one
+    partition per micro-batch, its log a line per partition), `report` checks the staged output and
+    logs a row per partition. A dry run stops after `prepare`'s plan."""
+    with DAG(
+        dag_id="warden_backfill",
+        description="Run a job's streaming query over archived input, one arrival hour per micro-batch",
+        schedule=None,
+        start_date=START,
+        catchup=False,
+        is_paused_upon_creation=False,
+        max_active_runs=1,
+        tags=["streamwarden", "operator", "backfill"],
+        params={
+            "job": _job_param(jobs, "The job to backfill."),
+            "start": Param(
+                None,
+                type=["null", "string"],
+                description=(
+                    "The first arrival hour, ISO 8601 UTC (2026-11-24T06); "
+                    "left empty with bootstrap: the oldest archived hour."
+                ),
+            ),
+            "end": Param(type="string", description="The arrival hour to stop before, ISO 8601 UTC."),
+            "spec": Param(
+                None,
+                type=["null", "string"],
+                description="A candidate job file (path): run into a side table and diffed, never published.",
+            ),
+            "throttle_seconds": Param(0, type="number", minimum=0, description="Pause after each partition."),
+            "bootstrap": Param(
+                False, type="boolean", description="End with a savepoint the live job starts from."
+            ),
+            "dry_run": Param(False, type="boolean", description="Only list the partitions it would run."),
+        },
+    ) as dag:
+        prepared = PrepareBackfillOperator(
+            task_id="prepare",
+            job="{{ params.job }}",
+            start="{{ params.start or '' }}",
+            end="{{ params.end }}",
+            candidate="{{ params.spec or '' }}",
+            throttle_seconds="{{ params.throttle_seconds }}",
+            bootstrap="{{ params.bootstrap }}",
+            dry_run="{{ params.dry_run }}",
+        )
+        submitted = PlatformSparkSubmitOperator(
+            task_id="run_partitions",
+            application=str(application_file()),
+            application_args=["--run-dir", "{{ ti.xcom_pull(task_ids='prepare') }}"],
+            name="streamwarden-backfill",
+        )
+        report = BackfillReportOperator(task_id="report", run_dir="{{ ti.xcom_pull(task_ids='prepare') }}")
+        prepared >> submitted >> report
+    return dag
+
+
 def platform_dag() -> DAG:
     """Housekeeping every minute: page about invalid job files, deliver alerts still in the outbox,
     apply savepoint retention (also for jobs that are down), remove sink files of batches that
@@ -361,5 +426,6 @@ def build_dags() -> list[DAG]:
         for name, spec in loaded.specs.items()
         if spec.operations.compaction is not None
     ]
+    dags.append(backfill_dag(jobs))
     dags.append(platform_dag())
     return dags

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import timedelta
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context
+from airflow.sdk.exceptions import AirflowSkipException
 
 from ops.clock import utcnow
 from ops.control.supervisor import PassSummary, Supervisor
 from ops.exceptions import WardenError
+from ops.ledger.store import Ledger
 from ops.spec.platform import PlatformConfig, load_platform
 from streamwarden_airflow.triggers import JobWatchTrigger
 
@@ -197,3 +201,87 @@ class RestateOperator(SupervisorOperator):
         )
         self.log.info("%s", summary)
         return summary
+
+
+class PrepareBackfillOperator(BaseOperator):
+    """Plan a backfill and stage its archive partitions; returns the run directory for the Spark
+    submit. A dry run logs the plan and skips the rest of the DAG run."""
+
+    template_fields = ("job", "start", "end", "candidate", "throttle_seconds", "bootstrap", "dry_run")
+
+    def __init__(
+        self,
+        *,
+        job: str,
+        end: str,
+        start: str = "",
+        candidate: str = "",
+        throttle_seconds: str = "0",
+        bootstrap: str = "False",
+        dry_run: str = "False",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.job = job
+        self.start = start
+        self.end = end
+        self.candidate = candidate
+        self.throttle_seconds = throttle_seconds
+        self.bootstrap = bootstrap
+        self.dry_run = dry_run
+
+    def execute(self, context: Context) -> str:
+        # Imported here: planning loads boto3 and pyarrow, which no DAG parse needs.
+        from ops.backfill.plan import BackfillRequest, describe, plan_backfill
+        from ops.backfill.run import prepare_backfill
+        from ops.recovery.rewind import parse_moment
+
+        platform = load_platform()
+        request = BackfillRequest(
+            self.job,
+            end=parse_moment(self.end),
+            start=parse_moment(self.start) if self.start.strip() else None,
+            candidate=Path(self.candidate) if self.candidate.strip() else None,
+            throttle_seconds=float(self.throttle_seconds),
+            bootstrap=_flag(self.bootstrap),
+        )
+        if _flag(self.dry_run):
+            run, plan, _ = plan_backfill(platform, request, utcnow())
+            self.log.info("dry run, nothing staged:\n%s", "\n".join(describe(plan, run)))
+            raise AirflowSkipException("dry run")
+        run, plan = prepare_backfill(platform, request, utcnow())
+        self.log.info("%s", "\n".join(describe(plan, run)))
+        return str(run.root)
+
+
+class BackfillReportOperator(BaseOperator):
+    """Check a finished backfill's staged output and log a row per partition; with bootstrap, take
+    the savepoint the live job starts from."""
+
+    template_fields = ("run_dir",)
+
+    def __init__(self, *, run_dir: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.run_dir = run_dir
+
+    def execute(self, context: Context) -> list[str]:
+        from ops.backfill.bootstrap import bootstrap_savepoint
+        from ops.backfill.run import report_lines, verify_output
+        from ops.driver.backfill import BackfillRun
+
+        platform = load_platform()
+        run = BackfillRun(Path(self.run_dir))
+        plan = run.read_plan()
+        lines = report_lines(plan, verify_output(platform, run))
+        if run.diff_file.is_file():
+            lines += [f"diff {entry}" for entry in json.loads(run.diff_file.read_text())]
+        if plan.bootstrap:
+            savepoint = bootstrap_savepoint(platform, Ledger.open(platform.resolved_ledger_url), run)
+            lines.append(f"bootstrap savepoint {savepoint.id} (batch {savepoint.batch_id})")
+        for line in lines:
+            self.log.info("%s", line)
+        return lines
+
+
+def _flag(value: str) -> bool:
+    return str(value).lower() in ("true", "1")

@@ -34,13 +34,16 @@ def test_dags_import_without_errors(platform_conf: PlatformConfig) -> None:
         "warden_savepoint",
         "warden_scale",
         "warden_restate",
+        "warden_backfill",
         "warden_platform",
         "warden_compact_router",
         "warden_compact_sessionizer",
     }
     compact = bag.get_dag("warden_compact_router")
     assert [t.task_id for t in compact.tasks] == ["compact"]
-    assert (compact.schedule, compact.catchup) == ("0 2 * * *", False), "a run catches up every changed partition"
+    assert (compact.schedule, compact.catchup) == ("0 2 * * *", False), (
+        "a run catches up every changed partition"
+    )
     supervise = bag.get_dag("warden_supervise_router")
     assert [t.task_id for t in supervise.tasks] == ["reconcile", "watch"]
     assert supervise.schedule == "@continuous"

@@ -7,19 +7,24 @@ its sink must then equal, row for row, one clean run of the right version over t
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
+import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from pyspark.sql import SparkSession
 from pyspark.testing import assertDataFrameEqual
 
 from jobs.batch import batch_rows
 from jobs.router.transform import read_route
+from ops import archive
 from ops.control.locks import job_lock
 from ops.control.supervisor import Supervisor
 from ops.driver.replay import pending_replay
@@ -29,7 +34,7 @@ from ops.recovery.restate import last_commit
 from ops.recovery.rewind import rewind_job
 from ops.savepoints.store import take_savepoint
 from ops.spec.job import find_job
-from ops.spec.platform import PlatformConfig
+from ops.spec.platform import PlatformConfig, load_platform
 from synthetic.generator import write_batch
 from tests.support.drivers import Driver, caught_up, edit_job, fast_trigger
 from tests.support.platform import job_paths
@@ -144,6 +149,42 @@ def test_rewind_past_input_retention_is_refused_before_anything_is_touched(
     (decision,) = ledger.decisions(JOB, action="rewind")
     assert decision.outcome == f"refused: {refused.value}"
     assert decision.inputs["refused"][0]["cause"] == "input_gone"
+
+
+def test_a_rewind_reads_replay_input_the_landing_zone_no_longer_holds_from_the_archive(
+    spark: SparkSession, platform: PlatformConfig, ledger: Ledger, start_driver: Callable[..., Driver]
+) -> None:
+    settings_file = platform.conf_dir / "platform.yaml"
+    settings = yaml.safe_load(settings_file.read_text())
+    settings["archive"] = {"prefix": f"archive-{uuid.uuid4().hex[:8]}"}
+    settings_file.write_text(yaml.safe_dump(settings))
+    platform = load_platform(platform.conf_dir)
+    landing = platform.landing_root / "events"
+    for seed in range(2):
+        write_batch(landing, 60, 0.05, seed)
+    run_until_read(start_driver("r-1"), platform, files=2)
+    savepoint = take_savepoint(platform, ledger, find_job(JOB, platform.conf_dir))
+    later = [write_batch(landing, 60, 0.05, seed) for seed in range(2, 4)]
+    run_until_read(start_driver("r-2"), platform, files=4)
+    # The input arrived two hours ago and was archived; then the landing zone let one file go.
+    arrived = time.time() - 2 * 3600
+    for path in landing.glob("*.json"):
+        os.utime(path, (arrived, arrived))
+    archive.archive_landing(platform, ["events"], datetime.now(UTC))
+    content = later[0].path.read_bytes()
+    later[0].path.unlink()
+
+    plan = rewind_job(
+        Supervisor.for_platform(platform), JOB, reason="replay from the archive", savepoint_id=savepoint.id
+    )
+
+    assert [path for path, _, _ in plan.from_archive] == [later[0].path]
+    assert later[0].path.read_bytes() == content
+    run_until_read(start_driver("r-3"), platform, files=4)
+    spec = find_job(JOB, platform.conf_dir)
+    clean = batch_rows(spark, platform, spec, platform.landing_root)
+    restated = spark.read.parquet(str(platform.lake_root / spec.pipeline.sink.path))
+    assertDataFrameEqual(restated.select(*clean.columns), clean)
 
 
 def test_two_rewinds_at_once_run_one_after_the_other(

@@ -1,0 +1,225 @@
+"""Backfill memory and throughput: the Kappa+ backfill against a one-shot batch run (the Lambda way).
+
+python -m benchmarks.backfill [--job sessionizer] [--events-per-partition N] [--short 10] [--long 30]
+
+Writes `--long` arrival hours of the job's scenario, archives them in an embedded S3 server of
+its own, then measures four runs, each a fresh process tree sampled every 0.1 s for its peak
+resident memory: the backfill application (`jobs.backfill`, one partition per micro-batch) over
+the first `--short` hours and over all `--long`, and the batch runner (`jobs.batch`, the same
+transform over all the files at once) over the same two ranges. In local mode the JVM is the
+driver and the executors; the Python workers run the job's pandas state function. Prints a
+markdown table: peak RSS per process kind, the long/short ratio, and rows/s against the batch run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import psutil
+import yaml
+
+from benchmarks.throughput import rooted_platform
+from ops import archive
+from ops.backfill.plan import BackfillRequest, fetch_partitions, plan_backfill, prepare_run
+from ops.backfill.submit import REPO_ROOT, application_env, submit_arguments
+from ops.embedded.services import SeaweedS3, free_seaweed_ports
+from ops.spec.platform import DEFAULT_CONF_DIR, PlatformConfig, load_platform
+from synthetic.scenarios import sessionizer_scenario
+
+HERE = Path(__file__).resolve().parent
+FIRST_ARRIVAL = datetime(2026, 11, 1, tzinfo=UTC)
+SAMPLE_SECONDS = 0.1
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One run's wall time and peak RSS (MiB) per kind of process."""
+
+    name: str
+    partitions: int
+    rows: int
+    seconds: float
+    jvm_mib: float
+    python_driver_mib: float
+    python_workers_mib: float
+
+    @property
+    def rows_per_second(self) -> float:
+        return self.rows / self.seconds
+
+
+def measure(
+    name: str, partitions: int, rows: int, argv: list[str], env: dict[str, str], log_dir: Path
+) -> Measured:
+    """Run `argv` to its end, sampling its process tree's resident memory."""
+    started = time.monotonic()
+    # The run's log goes to a file: a pipe nobody reads fills up and blocks the run.
+    log = log_dir / f"{name.split()[0]}-{partitions}.log"
+    with log.open("wb") as log_file:
+        process = psutil.Popen(argv, env=env, cwd=REPO_ROOT, stdout=log_file, stderr=subprocess.STDOUT)
+    peaks = {"jvm": 0.0, "driver": 0.0, "workers": 0.0}
+    while process.poll() is None:
+        sample = {"jvm": 0.0, "driver": 0.0, "workers": 0.0}
+        try:
+            tree = [process, *process.children(recursive=True)]
+            for member in tree:
+                rss = member.memory_info().rss / 2**20
+                if member.pid == process.pid:
+                    sample["driver"] += rss
+                elif member.name() == "java":
+                    sample["jvm"] += rss
+                else:
+                    sample["workers"] += rss
+        except psutil.NoSuchProcess:
+            pass
+        peaks = {kind: max(peaks[kind], sample[kind]) for kind in peaks}
+        time.sleep(SAMPLE_SECONDS)
+    seconds = time.monotonic() - started
+    if process.returncode != 0:
+        raise SystemExit(f"{name} failed ({process.returncode}):\n{log.read_text()[-3000:]}")
+    return Measured(name, partitions, rows, seconds, peaks["jvm"], peaks["driver"], peaks["workers"])
+
+
+def write_input(platform: PlatformConfig, source_root: Path, hours: int, events: int) -> dict[int, int]:
+    """The scenario, one write per arrival hour (3 event hours each, in order): lines per hour."""
+    lines = {}
+    for hour in range(hours):
+        written = sessionizer_scenario(
+            source_root / f"{hour:03d}",
+            events,
+            seed=hour,
+            start=datetime(2025, 1, 1, tzinfo=UTC) + timedelta(hours=3 * hour),
+        )
+        arrived = (FIRST_ARRIVAL + timedelta(hours=hour, minutes=30)).timestamp()
+        lines[hour] = 0
+        for path in written:
+            target = platform.landing_root / path.parent.name / path.name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(path, target)
+            os.utime(target, (arrived, arrived))
+            lines[hour] += len(path.read_text().splitlines())
+    return lines
+
+
+def batch_landing(source_root: Path, hours: int, target: Path) -> Path:
+    """A landing root holding the first `hours` hours' files, for the batch runner."""
+    for hour in range(hours):
+        for path in (source_root / f"{hour:03d}").rglob("*.json"):
+            destination = target / path.parent.name / path.name
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            os.link(path, destination)
+    return target
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.backfill", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--events-per-partition", type=int, default=3000)
+    parser.add_argument("--short", type=int, default=10)
+    parser.add_argument("--long", type=int, default=30)
+    args = parser.parse_args(argv)
+    workdir = HERE / "out" / "backfill"
+    shutil.rmtree(workdir, ignore_errors=True)
+    ports = free_seaweed_ports()
+    conf_dir = workdir / "conf"
+    (conf_dir / "jobs").mkdir(parents=True)
+    settings = rooted_platform(workdir)
+    settings["s3"] = {"endpoint_url": f"http://127.0.0.1:{ports.s3}", "bucket": "bench"}
+    (conf_dir / "platform.yaml").write_text(yaml.safe_dump(settings))
+    shutil.copy(DEFAULT_CONF_DIR / "jobs" / "sessionizer.yaml", conf_dir / "jobs" / "sessionizer.yaml")
+    platform = load_platform(conf_dir)
+    server = SeaweedS3.for_platform(platform)
+    assert server is not None
+    server.start()
+    env = {**os.environ, **application_env(conf_dir)}
+    try:
+        source_root = workdir / "written"
+        lines = write_input(platform, source_root, args.long, args.events_per_partition)
+        now = FIRST_ARRIVAL + timedelta(hours=args.long + 1)
+        archive.archive_landing(platform, ["app_events", "web_events"], now)
+        results = []
+        for hours in (args.short, args.long):
+            request = BackfillRequest(
+                "sessionizer", start=FIRST_ARRIVAL, end=FIRST_ARRIVAL + timedelta(hours=hours)
+            )
+            run, plan, spec_bytes = plan_backfill(platform, request, now)
+            prepare_run(run, plan, spec_bytes)
+            fetch_partitions(platform, run, plan)
+            rows = sum(lines[h] for h in range(hours))
+            print(f"backfill, {hours} partitions ({rows:,} lines)...", flush=True)
+            results.append(
+                measure(
+                    "backfill (Kappa+)",
+                    hours,
+                    rows,
+                    [sys.executable, "-m", "jobs.backfill", *submit_arguments(run)],
+                    env,
+                    workdir,
+                )
+            )
+            assert json.loads(run.complete_file.read_text())["partitions"] == hours
+            landing = batch_landing(source_root, hours, workdir / f"batch-landing-{hours}")
+            print(f"one-shot batch, {hours} partitions...", flush=True)
+            results.append(
+                measure(
+                    "one-shot batch (Lambda)",
+                    hours,
+                    rows,
+                    [
+                        sys.executable,
+                        "-m",
+                        "jobs.batch",
+                        "--job",
+                        "sessionizer",
+                        "--output",
+                        str(workdir / f"batch-output-{hours}"),
+                        "--landing-root",
+                        str(landing),
+                    ],
+                    env,
+                    workdir,
+                )
+            )
+    finally:
+        server.stop()
+    print_table(results, args.short, args.long)
+    return 0
+
+
+def print_table(results: list[Measured], short: int, long: int) -> None:
+    print("| run | partitions | lines | wall | rows/s | JVM peak RSS | Python driver | Python workers |")
+    print("|---|---|---|---|---|---|---|---|")
+    for m in results:
+        print(
+            f"| {m.name} | {m.partitions} | {m.rows:,} | {m.seconds:.1f} s | {m.rows_per_second:,.0f} | "
+            f"{m.jvm_mib:,.0f} MiB | {m.python_driver_mib:,.0f} MiB | {m.python_workers_mib:,.0f} MiB |"
+        )
+    by = {(m.name, m.partitions): m for m in results}
+    for name in ("backfill (Kappa+)", "one-shot batch (Lambda)"):
+        a, b = by[(name, long)], by[(name, short)]
+        total_long = a.jvm_mib + a.python_driver_mib + a.python_workers_mib
+        total_short = b.jvm_mib + b.python_driver_mib + b.python_workers_mib
+        print(
+            f"{name}: peak RSS {long} vs {short} partitions: JVM {a.jvm_mib / b.jvm_mib:.2f}x, "
+            f"workers {a.python_workers_mib / max(b.python_workers_mib, 1):.2f}x, "
+            f"all {total_long / total_short:.2f}x"
+        )
+    kappa, lam = by[("backfill (Kappa+)", long)], by[("one-shot batch (Lambda)", long)]
+    print(
+        f"throughput, {long} partitions: backfill "
+        f"{kappa.rows_per_second / lam.rows_per_second:.2f}x the batch run"
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

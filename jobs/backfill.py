@@ -1,0 +1,272 @@
+"""`python -m jobs.backfill --run-dir DIR` (or `spark-submit jobs/backfill.py`): a Kappa+ backfill.
+
+The job's own streaming query (`jobs.runner.plan_job`, the same transform, state and sink
+layout) over archived input: the control side (`ops.backfill`) has planned the range and staged
+each archive partition under the run directory (`ops.driver.backfill` has the layout). This
+application moves one partition at a time, every input of the job at once (lockstep), into the
+query's landing directories and runs the query available-now over it: one micro-batch reads the
+whole partition, and the watermark moves to the partition's end after it (Spark's own rule,
+`max event time - allowed lateness`, carried to the next partition by the commit log), with a
+no-data batch where state must be evicted under it. State carries across partitions, so a session
+or a join spanning a partition boundary is whole, while memory is bounded by one partition.
+
+Each partition is recorded as done once its batches commit; a killed run started again skips the
+recorded ones, and Spark re-runs an uncommitted batch with its logged offsets. Exit codes as the
+streaming driver's: 0 done, 1 the query failed, 2 config error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Sequence
+from functools import reduce
+from operator import and_
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import structlog
+from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import functions as F
+
+from jobs.catalog import kind_of
+from jobs.runner import plan_job
+from jobs.runtime import (
+    EXIT_CONFIG_ERROR,
+    EXIT_QUERY_FAILED,
+    EXIT_STOPPED,
+    build_session,
+    configure_logging,
+    with_trigger,
+)
+from ops.atomic import write_atomically
+from ops.driver.backfill import BackfillPlan, BackfillRun, PartitionDone, PlannedPartition
+from ops.driver.checkpoint import log_entries, sink_files
+from ops.exceptions import BackfillError, ConfigError
+from ops.spec.job import JobSpec, load_job
+from ops.spec.paths import JobPaths
+from ops.spec.platform import PlatformConfig, load_platform
+
+log = structlog.get_logger("streamwarden.backfill")
+
+
+def backfill_spec(run: BackfillRun, plan: BackfillPlan) -> JobSpec:
+    """The spec the run computes with, checked against the version the plan recorded; without a
+    per-trigger file limit, so that one micro-batch reads a whole partition."""
+    spec = load_job(run.spec_file(plan.job))
+    if spec.config_version != plan.config_version:
+        raise ConfigError(
+            run.spec_file(plan.job),
+            f"config {spec.config_version} is not the config {plan.config_version} "
+            "the backfill was planned with",
+        )
+    trigger = spec.operations.trigger.model_copy(update={"max_files_per_trigger": None})
+    operations = spec.operations.model_copy(update={"trigger": trigger})
+    return spec.model_copy(update={"operations": operations})
+
+
+def stage_partition(run: BackfillRun, paths: JobPaths, partition: PlannedPartition) -> int:
+    """Make the query's landing directories hold exactly `partition`'s files; their lines.
+
+    Files of earlier partitions are removed first (their batches committed, and the file source
+    never reads a file twice), so listing the input costs one partition whatever the range. Moving
+    is a rename within the run directory; a file already moved by a killed attempt stays.
+    """
+    lines = 0
+    for name, landing in paths.landing.items():
+        wanted = set(partition.files.get(name, ()))
+        landing.mkdir(parents=True, exist_ok=True)
+        for present in landing.iterdir():
+            if present.is_file() and present.name not in wanted:
+                present.unlink()
+        staged = run.staged(name, partition.index)
+        for file_name in sorted(wanted):
+            target = landing / file_name
+            if not target.is_file():
+                source = staged / file_name
+                if not source.is_file():
+                    raise BackfillError(
+                        f"partition {partition.label} of input {name!r}: {file_name} is neither staged "
+                        f"in {staged} nor in the query's input {landing}; plan the backfill again"
+                    )
+                source.rename(target)
+            with target.open("rb") as handle:
+                lines += sum(1 for _ in handle)
+    return lines
+
+
+def _next_batch(paths: JobPaths) -> int:
+    """The id the query's next batch gets: a logged but uncommitted batch is re-run under its id."""
+    offsets, commits = log_entries(paths.offsets), log_entries(paths.commits)
+    committed = max(commits, default=-1)
+    return committed if max(offsets, default=-1) > committed else committed + 1
+
+
+def _rows_written(paths: JobPaths, first_batch: int, last_batch: int) -> int:
+    """Rows in the sink files the batches first..last committed (their Parquet footers)."""
+    before = sink_files(paths.sink_log, first_batch - 1) if first_batch > 0 else set()
+    files = sink_files(paths.sink_log, last_batch) - before
+    return sum(pq.ParquetFile(path).metadata.num_rows for path in files)
+
+
+def run_partitions(spark: SparkSession, platform: PlatformConfig, run: BackfillRun) -> list[PartitionDone]:
+    """Feed every partition not yet done to the job's query, oldest first; the records of the run."""
+    plan = run.read_plan()
+    spec = backfill_spec(run, plan)
+    scratch = run.platform(platform)
+    paths = JobPaths.of(scratch, spec)
+    query_plan = with_trigger(plan_job(scratch, spec), spec, available_now=True)
+    done = run.done()
+    total = len(plan.partitions)
+    for partition in plan.partitions:
+        if partition.index in done:
+            continue
+        started = time.monotonic()
+        lines = stage_partition(run, paths, partition)
+        running = run.running()
+        first_batch = (
+            running[1] if running is not None and running[0] == partition.index else _next_batch(paths)
+        )
+        run.record_running(partition.index, first_batch)
+        query = query_plan(spark).start()
+        query.awaitTermination()
+        last_batch = max(log_entries(paths.commits), default=-1)
+        record = PartitionDone(
+            index=partition.index,
+            first_batch=first_batch,
+            last_batch=last_batch,
+            input_rows=lines,
+            output_rows=_rows_written(paths, first_batch, last_batch) if last_batch >= first_batch else 0,
+            seconds=round(time.monotonic() - started, 3),
+        )
+        run.record_done(record)
+        done[partition.index] = record
+        log.info(
+            "partition done",
+            partition=f"{partition.index + 1}/{total}",
+            arrival_hour=partition.label,
+            batches=f"{first_batch}..{last_batch}",
+            input_rows=record.input_rows,
+            output_rows=record.output_rows,
+            seconds=record.seconds,
+            rows_per_second=round(record.input_rows / record.seconds) if record.seconds else None,
+        )
+        if plan.throttle_seconds:
+            time.sleep(plan.throttle_seconds)
+    # The input of the last partition is not needed any more: its batches committed.
+    for landing in paths.landing.values():
+        for present in landing.glob("*"):
+            present.unlink()
+    records = [done[index] for index in sorted(done)]
+    summary = {
+        "partitions": len(records),
+        "input_rows": sum(record.input_rows for record in records),
+        "output_rows": sum(record.output_rows for record in records),
+        "last_batch": max((record.last_batch for record in records), default=-1),
+    }
+    if plan.compare_with is not None:
+        diff = diff_output(spark, paths.sink, Path(plan.compare_with), kind_of(spec).partition_columns)
+        write_atomically(run.diff_file, json.dumps(diff, indent=1))
+    write_atomically(run.complete_file, json.dumps(summary, indent=1))
+    return records
+
+
+def _partition_label(row: Row, columns: Sequence[str]) -> str:
+    return "/".join(f"{column}={row[column]}" for column in columns)
+
+
+def diff_output(
+    spark: SparkSession, candidate: Path, published: Path, partition_columns: Sequence[str]
+) -> list[dict[str, Any]]:
+    """A candidate's output against the published output, per sink partition the candidate wrote:
+    rows added, removed, and changed (a row of the same identity with other values).
+
+    Only the partitions the candidate wrote are compared; published partitions outside them are
+    not its business. A row's identity is its partition and its columns named `*_id`, plus
+    `session_start` and `raw` where present (a dead letter has only its line); columns only one
+    side has are left out of the comparison.
+    """
+    side = spark.read.parquet(str(candidate))
+    if published.is_dir():
+        reference = spark.read.parquet(str(published))
+    else:
+        reference = spark.createDataFrame([], side.schema)
+    common = [column for column in side.columns if column in reference.columns]
+    targets = side.select(*partition_columns).distinct()
+    # Null-safe: a dead letter's partition has no event date. exceptAll matches columns by
+    # position, hence the select.
+    same_partition = reduce(and_, (reference[c].eqNullSafe(targets[c]) for c in partition_columns))
+    reference = reference.join(targets, same_partition, "left_semi").select(common)
+    side = side.select(common)
+    identity = [c for c in common if c.endswith("_id") or c in ("session_start", "raw")]
+    key = F.concat_ws(
+        "\x1f", *(F.coalesce(F.col(c).cast("string"), F.lit("\x00")) for c in [*partition_columns, *identity])
+    )
+    added = side.exceptAll(reference).withColumn("_key", key)
+    removed = reference.exceptAll(side).withColumn("_key", key)
+    changed_keys = added.select("_key").intersect(removed.select("_key")).withColumn("_changed", F.lit(True))
+
+    def counts(rows: DataFrame) -> dict[str, tuple[int, int]]:
+        marked = rows.join(changed_keys, "_key", "left").withColumn(
+            "_changed", F.coalesce("_changed", F.lit(False))
+        )
+        grouped = marked.groupBy(*partition_columns).agg(
+            F.sum(F.when(F.col("_changed"), 0).otherwise(1)).alias("plain"),
+            F.sum(F.when(F.col("_changed"), 1).otherwise(0)).alias("changed"),
+        )
+        return {
+            _partition_label(row, partition_columns): (row["plain"], row["changed"])
+            for row in grouped.collect()
+        }
+
+    added_counts, removed_counts = counts(added), counts(removed)
+    labels = sorted(_partition_label(row, partition_columns) for row in targets.collect())
+    return [
+        {
+            "partition": label,
+            "added": added_counts.get(label, (0, 0))[0],
+            "removed": removed_counts.get(label, (0, 0))[0],
+            "changed": added_counts.get(label, (0, 0))[1],
+        }
+        for label in labels
+    ]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run a planned backfill to its end (or from where a killed attempt stopped)."""
+    parser = argparse.ArgumentParser(prog="python -m jobs.backfill", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--run-dir", required=True, type=Path, help="the run directory `warden backfill` planned"
+    )
+    args = parser.parse_args(argv)
+    run = BackfillRun(args.run_dir.resolve())
+    try:
+        platform = load_platform()
+        plan = run.read_plan()
+        spec = backfill_spec(run, plan)
+    except (ConfigError, OSError) as exc:
+        configure_logging(mode="backfill")
+        log.error("cannot start the backfill", error=str(exc))
+        return EXIT_CONFIG_ERROR
+    configure_logging(job=plan.job, mode="backfill", run_id=plan.run_id)
+    spark = build_session(platform, spec)
+    try:
+        records = run_partitions(spark, platform, run)
+    except ConfigError as exc:
+        log.error("cannot plan the job's query", error=str(exc))
+        return EXIT_CONFIG_ERROR
+    except Exception as exc:
+        # The outermost loop: a failed batch or diff, a partition that cannot be fed. What
+        # completed stays recorded and a new attempt resumes after it.
+        log.error("backfill failed", error_class=type(exc).__name__, error=str(exc).splitlines()[0])
+        return EXIT_QUERY_FAILED
+    finally:
+        spark.stop()
+    log.info("backfill done", partitions=len(records), output_rows=sum(r.output_rows for r in records))
+    return EXIT_STOPPED
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,169 @@
+"""Run a planned backfill's Spark application and check the output it staged.
+
+`warden backfill` runs the application (`jobs.backfill`) as a child process and draws its
+progress from the run directory (a bar over the partitions, with rows/s and the ETA); the
+`warden_backfill` DAG submits the same application with the Spark provider's
+`SparkSubmitOperator` (`submit_arguments`). Either way the run ends at `verify_output`: every file
+the staged sink's log lists is there and the rows per partition add up.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import pyarrow.parquet as pq
+from botocore.client import BaseClient
+
+from ops import progress
+from ops.backfill.plan import BackfillRequest, fetch_partitions, plan_backfill, prepare_run
+from ops.backfill.submit import APPLICATION_MODULE, REPO_ROOT, application_env, submit_arguments
+from ops.driver.backfill import BackfillPlan, BackfillRun, PartitionDone
+from ops.driver.checkpoint import sink_files
+from ops.exceptions import BackfillError
+from ops.spec.job import load_job
+from ops.spec.paths import JobPaths
+from ops.spec.platform import PlatformConfig
+
+POLL_SECONDS = 0.5
+LOG_TAIL_LINES = 15
+
+
+def _status(
+    plan: BackfillPlan, records: list[PartitionDone], since_start: list[PartitionDone], elapsed: float
+) -> str:
+    rows = sum(record.input_rows for record in since_start)
+    rate = rows / elapsed if elapsed > 0 else 0.0
+    left = len(plan.partitions) - len(records)
+    per_partition = elapsed / len(since_start) if since_start else None
+    eta = f"ETA {left * per_partition:,.0f} s" if per_partition is not None else "ETA unknown"
+    return f"{sum(r.input_rows for r in records):,} rows, {rate:,.0f} rows/s, {eta}"
+
+
+def run_application(platform: PlatformConfig, run: BackfillRun, plan: BackfillPlan) -> list[PartitionDone]:
+    """Run the Spark application to the end of the plan, showing progress; the partitions done.
+
+    BackfillError (with the end of the application's log) when it fails; what it completed stays
+    recorded, so running it again resumes.
+    """
+    log_path = run.root / "application.log"
+    before = set(run.done())
+    started = time.monotonic()
+    with (
+        log_path.open("ab") as log_file,
+        progress.track(f"backfill {plan.job}", total=len(plan.partitions), unit="partitions") as task,
+    ):
+        task.advance(len(before))
+        process = subprocess.Popen(
+            [sys.executable, "-m", APPLICATION_MODULE, *submit_arguments(run)],
+            cwd=REPO_ROOT,
+            env={**os.environ, **application_env(platform.conf_dir)},
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
+        shown = len(before)
+        while True:
+            ended = process.poll() is not None
+            done = run.done()
+            records = [done[index] for index in sorted(done)]
+            if len(records) > shown:
+                task.advance(len(records) - shown)
+                shown = len(records)
+                fresh = [record for record in records if record.index not in before]
+                task.status(_status(plan, records, fresh, time.monotonic() - started))
+            if ended:
+                break
+            time.sleep(POLL_SECONDS)
+    if process.returncode != 0:
+        tail = log_path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+        raise BackfillError(
+            f"the backfill application of {plan.job!r} exited {process.returncode} after "
+            f"{len(records)} of {len(plan.partitions)} partitions (run it again to resume); "
+            f"the end of {log_path}:\n" + "\n".join(tail)
+        )
+    return records
+
+
+@dataclass(frozen=True)
+class StagedOutput:
+    """A finished run's staged output, checked: rows per completed partition and per sink partition."""
+
+    run: BackfillRun
+    sink: Path
+    partitions: tuple[PartitionDone, ...]
+    rows_by_target: dict[str, int]
+
+    @property
+    def rows(self) -> int:
+        return sum(self.rows_by_target.values())
+
+
+def verify_output(platform: PlatformConfig, run: BackfillRun) -> StagedOutput:
+    """Check a finished run's staged sink: complete, every listed file there, rows adding up."""
+    plan = run.read_plan()
+    if not run.is_complete():
+        raise BackfillError(
+            f"backfill {plan.run_id} has not finished: {len(run.done())} of {len(plan.partitions)} "
+            "partitions done"
+        )
+    spec = load_job(run.spec_file(plan.job))
+    paths = JobPaths.of(run.platform(platform), spec)
+    files = sink_files(paths.sink_log)
+    missing = sorted(path for path in files if not path.is_file())
+    if missing:
+        raise BackfillError(
+            f"the staged output of {plan.run_id} lists {len(missing)} files that are gone, e.g. {missing[0]}"
+        )
+    by_target: Counter[str] = Counter()
+    for path in files:
+        by_target[str(path.parent.relative_to(paths.sink))] += pq.ParquetFile(path).metadata.num_rows
+    done = run.done()
+    records = tuple(done[index] for index in sorted(done))
+    if sum(by_target.values()) != sum(record.output_rows for record in records):
+        raise BackfillError(
+            f"the staged output of {plan.run_id} holds {sum(by_target.values()):,} rows, its partitions "
+            f"recorded {sum(record.output_rows for record in records):,}"
+        )
+    return StagedOutput(run, paths.sink, records, dict(sorted(by_target.items())))
+
+
+def report_lines(plan: BackfillPlan, output: StagedOutput) -> list[str]:
+    """One line per partition (arrival hour, batches, rows, time), then the staged output."""
+    lines = []
+    for record in output.partitions:
+        partition = plan.partitions[record.index]
+        rate = f"{record.input_rows / record.seconds:,.0f} rows/s" if record.seconds else ""
+        lines.append(
+            f"{partition.label}  batches {record.first_batch}..{record.last_batch}  "
+            f"{record.input_rows:,} rows in  {record.output_rows:,} rows out  {record.seconds:.1f} s  {rate}"
+        )
+    lines.append(
+        f"staged: {output.rows:,} rows in {len(output.rows_by_target)} sink partitions under {output.sink}"
+    )
+    return lines
+
+
+def prepare_backfill(
+    platform: PlatformConfig, request: BackfillRequest, now: datetime, client: BaseClient | None = None
+) -> tuple[BackfillRun, BackfillPlan]:
+    """Plan `request` and stage its partitions (or keep a killed run's, to resume it)."""
+    run, plan, spec_bytes = plan_backfill(platform, request, now, client)
+    prepare_run(run, plan, spec_bytes)
+    fetch_partitions(platform, run, plan, client)
+    return run, plan
+
+
+def run_backfill(
+    platform: PlatformConfig, request: BackfillRequest, now: datetime, client: BaseClient | None = None
+) -> tuple[BackfillPlan, StagedOutput]:
+    """Plan `request`, stage its partitions, run (or resume) the application and check its output."""
+    run, plan = prepare_backfill(platform, request, now, client)
+    run_application(platform, run, plan)
+    return plan, verify_output(platform, run)

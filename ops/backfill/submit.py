@@ -1,0 +1,36 @@
+"""How the backfill application is submitted, light enough for a DAG file's parse (no boto3,
+pyarrow or pyspark): the `warden_backfill` DAG's SparkSubmitOperator and `warden backfill` both
+start `jobs/backfill.py` with these arguments and this environment."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ops.driver.backfill import BackfillRun
+from ops.spec.platform import CONF_DIR_ENV
+
+APPLICATION_MODULE = "jobs.backfill"
+# The repository the application is imported from (a platform's conf dir may live elsewhere).
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def application_file() -> Path:
+    """The application file spark-submit runs (`jobs/backfill.py` in the repository)."""
+    return REPO_ROOT / "jobs" / "backfill.py"
+
+
+def submit_arguments(run: BackfillRun) -> list[str]:
+    """The application's arguments, for a spark-submit of `application_file`."""
+    return ["--run-dir", str(run.root)]
+
+
+def application_env(conf_dir: Path) -> dict[str, str]:
+    """What the application's process needs: the conf dir, the repository on the import path and
+    the venv's python for Spark's Python workers."""
+    return {
+        CONF_DIR_ENV: str(conf_dir),
+        "PYTHONPATH": str(REPO_ROOT),
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+    }

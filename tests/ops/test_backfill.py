@@ -1,0 +1,346 @@
+"""Kappa+ backfills on real Spark and a real S3 server: the job's own query over the archive.
+
+The reference is the streaming job itself, run live: its real query (`jobs.runner.plan_job`) over
+the same landing files, delivered hour by hour as they arrived and read with an available-now
+trigger after each hour, so that each arrival hour is one micro-batch and the watermark moves to
+its end after it (the per-partition rule). A backfill of the archived hours must give that output
+row for row, late-data decisions included (each scenario has events that arrive a day late).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.testing import assertDataFrameEqual
+
+from jobs.runner import plan_job
+from jobs.runtime import state_conf, with_trigger
+from ops import archive
+from ops.backfill.bootstrap import bootstrap_savepoint
+from ops.backfill.plan import BackfillRequest, fetch_partitions, plan_backfill, prepare_run
+from ops.backfill.run import run_backfill
+from ops.backfill.submit import application_env, submit_arguments
+from ops.cli import main
+from ops.control.supervisor import Supervisor
+from ops.driver.backfill import BackfillRun
+from ops.exceptions import BackfillError
+from ops.ledger.store import Ledger
+from ops.recovery.rewind import rewind_job
+from ops.spec.job import JobSpec, find_job
+from ops.spec.paths import JobPaths
+from ops.spec.platform import PlatformConfig, StorageConfig, load_platform
+from synthetic.generator import make_event
+from synthetic.scenarios import (
+    impressions_plays_late,
+    impressions_plays_scenario,
+    sessionizer_late,
+    sessionizer_scenario,
+    write_json_lines,
+)
+
+# The arrival hours of the test input: the archive's clock, unrelated to the events' own times.
+FIRST_ARRIVAL = datetime(2026, 11, 20, 6, tzinfo=UTC)
+HOURS = 3
+NOW = FIRST_ARRIVAL + timedelta(hours=HOURS + 1)
+FILE_INDEX = re.compile(r"-(\d+)\.json$")
+
+
+@pytest.fixture
+def platform(platform_with_s3: PlatformConfig) -> PlatformConfig:
+    """The throwaway platform with an archive prefix of its own on the shared S3 server."""
+    path = platform_with_s3.conf_dir / "platform.yaml"
+    settings = yaml.safe_load(path.read_text())
+    settings["archive"] = {"prefix": f"archive-{uuid.uuid4().hex[:8]}", "seal_after_minutes": 10}
+    path.write_text(yaml.safe_dump(settings))
+    return load_platform(platform_with_s3.conf_dir)
+
+
+def router_input(landing_root: Path, seed: int) -> list[Path]:
+    """Product events in `events/`: one file per arrival hour, events timed within their hour (and a
+    late file a day behind, arriving in the last hour)."""
+    rng = random.Random(seed)
+    start = datetime(2025, 3, 1, 22, tzinfo=UTC)
+    paths = []
+    for hour in range(HOURS):
+        moments = sorted(start + timedelta(hours=hour, seconds=rng.uniform(0, 3599)) for _ in range(300))
+        lines = [json.dumps(make_event(rng, moment)) for moment in moments] + ["{not json"]
+        paths.append(write_json_lines(landing_root / "events", f"events-{seed}-{hour}.json", lines))
+    late = [json.dumps(make_event(rng, start - timedelta(days=1))) for _ in range(5)]
+    paths.append(write_json_lines(landing_root / "events", f"events-{seed}-late.json", late))
+    return paths
+
+
+def sessionizer_input(landing_root: Path, seed: int) -> list[Path]:
+    sessionizer_late(landing_root, seed)
+    return sessionizer_scenario(landing_root, 900, seed)
+
+
+def impressions_plays_input(landing_root: Path, seed: int) -> list[Path]:
+    impressions_plays_late(landing_root, seed)
+    return impressions_plays_scenario(landing_root, 900, seed)
+
+
+# Each job's input; what a writer returns aside, every file it wrote under the root is landed.
+INPUTS: dict[str, Callable[[Path, int], list[Path]]] = {
+    "router": router_input,
+    "sessionizer": sessionizer_input,
+    "impressions_plays": impressions_plays_input,
+}
+
+
+def arrival_index(path: Path) -> int:
+    """The arrival hour (0..HOURS-1) of a test file: its index, or the last hour for a late file."""
+    match = FILE_INDEX.search(path.name)
+    return int(match.group(1)) if match else HOURS - 1
+
+
+def land(platform: PlatformConfig, files: list[Path], scratch: Path) -> dict[int, list[Path]]:
+    """Move the written files into the landing zone with their arrival times; the files by hour."""
+    by_hour: dict[int, list[Path]] = {}
+    for path in files:
+        target = platform.landing_root / path.relative_to(scratch)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(path, target)
+        hour = arrival_index(target)
+        arrived = (FIRST_ARRIVAL + timedelta(hours=hour, minutes=20)).timestamp()
+        os.utime(target, (arrived, arrived))
+        by_hour.setdefault(hour, []).append(target)
+    return by_hour
+
+
+def write_input(platform: PlatformConfig, job: str, seed: int) -> dict[int, list[Path]]:
+    scratch = platform.runtime_root / "written"
+    INPUTS[job](scratch, seed)
+    return land(platform, sorted(scratch.rglob("*.json")), scratch)
+
+
+def live_reference(
+    spark: SparkSession, platform: PlatformConfig, spec: JobSpec, by_hour: dict[int, list[Path]]
+) -> DataFrame:
+    """The streaming job's output when its input arrives hour by hour: one trigger per hour."""
+    live = platform.model_copy(
+        update={
+            "storage": StorageConfig(
+                **{k: platform.runtime_root / "live" / k for k in StorageConfig.model_fields}
+            )
+        }
+    )
+    for key, value in state_conf(spec).items():
+        spark.conf.set(key, value)
+    paths = JobPaths.of(live, spec)
+    for hour in sorted(by_hour):
+        for path in by_hour[hour]:
+            source = path.parent.relative_to(platform.landing_root)
+            (live.landing_root / source).mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, live.landing_root / source / path.name)
+        query = with_trigger(plan_job(live, spec), spec, available_now=True)(spark).start()
+        query.awaitTermination(300)
+        assert query.exception() is None
+    return spark.read.parquet(str(paths.sink))
+
+
+@pytest.mark.parametrize("job", ["router", "sessionizer", "impressions_plays"])
+def test_a_backfill_of_the_archive_equals_the_streaming_job_row_for_row(
+    spark: SparkSession, platform: PlatformConfig, job: str
+) -> None:
+    by_hour = write_input(platform, job, seed=7)
+    spec = find_job(job, platform.conf_dir)
+    report = archive.archive_landing(
+        platform, sorted(spec.pipeline.inputs[n].path for n in spec.pipeline.inputs), NOW
+    )
+    assert len(report.sealed) == HOURS * len(spec.pipeline.inputs)
+
+    plan, staged = run_backfill(
+        platform, BackfillRequest(job, start=FIRST_ARRIVAL, end=FIRST_ARRIVAL + timedelta(hours=HOURS)), NOW
+    )
+
+    # One partition per arrival hour, every input in each (lockstep), each its own micro-batch.
+    assert [p.hour for p in plan.partitions] == [FIRST_ARRIVAL + timedelta(hours=h) for h in range(HOURS)]
+    assert all(all(files for files in p.files.values()) for p in plan.partitions)
+    assert [record.first_batch for record in staged.partitions][:2] == [
+        0,
+        staged.partitions[0].last_batch + 1,
+    ]
+    backfilled = spark.read.parquet(str(staged.sink))
+    assert backfilled.count() == staged.rows > 0
+    reference = live_reference(spark, platform, spec, by_hour)
+    assertDataFrameEqual(backfilled, reference)
+    late_column = {"router": "route", "sessionizer": "output", "impressions_plays": "outcome"}[job]
+    if job != "router":
+        # The late events were decided late, as live.
+        assert backfilled.where(F.col(late_column) == "late").count() > 0
+    if job == "sessionizer":
+        # A session spanning the boundary between the first two arrival hours is one session.
+        boundary = datetime(2025, 1, 1, 1, tzinfo=UTC)
+        spanning = backfilled.where(
+            (F.col("output") == "sessions")
+            & (F.col("session_start") < boundary)
+            & (F.col("session_end") > boundary)
+        )
+        assert spanning.count() > 0
+
+
+def test_a_range_not_sealed_or_not_archived_is_refused_before_anything_runs(platform: PlatformConfig) -> None:
+    write_input(platform, "router", seed=3)
+    archive.archive_landing(platform, ["events"], NOW)
+    with pytest.raises(BackfillError, match="not sealed in the archive yet"):
+        plan_backfill(platform, BackfillRequest("router", start=FIRST_ARRIVAL, end=NOW), NOW)
+    with pytest.raises(BackfillError, match="holds no input"):
+        plan_backfill(
+            platform,
+            BackfillRequest("router", start=FIRST_ARRIVAL - timedelta(hours=5), end=FIRST_ARRIVAL),
+            NOW,
+        )
+    with pytest.raises(BackfillError, match="not a whole hour"):
+        plan_backfill(
+            platform, BackfillRequest("router", start=FIRST_ARRIVAL, end=NOW.replace(minute=5)), NOW
+        )
+    run, _, _ = plan_backfill(
+        platform, BackfillRequest("router", start=FIRST_ARRIVAL, end=FIRST_ARRIVAL + timedelta(hours=2)), NOW
+    )
+    assert not BackfillRun(run.root).root.exists()
+
+
+def test_a_killed_backfill_resumes_without_redoing_partitions_and_a_rerun_changes_nothing(
+    spark: SparkSession, platform: PlatformConfig
+) -> None:
+    write_input(platform, "router", seed=11)
+    archive.archive_landing(platform, ["events"], NOW)
+    request = BackfillRequest(
+        "router", start=FIRST_ARRIVAL, end=FIRST_ARRIVAL + timedelta(hours=HOURS), throttle_seconds=4
+    )
+    run, plan, spec_bytes = plan_backfill(platform, request, NOW)
+    prepare_run(run, plan, spec_bytes)
+    fetch_partitions(platform, run, plan)
+    application = subprocess.Popen(
+        [sys.executable, "-m", "jobs.backfill", *submit_arguments(run)],
+        env={**os.environ, **application_env(platform.conf_dir)},
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 240
+    while not run.done() and application.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    os.killpg(application.pid, signal.SIGKILL)
+    application.wait()
+    first = run.done()
+    assert 1 <= len(first) < HOURS, first
+    first_commit = JobPaths.of(run.platform(platform), find_job("router", platform.conf_dir)).commits / "0"
+    committed_at = first_commit.stat().st_mtime_ns
+
+    resumed_plan, resumed = run_backfill(platform, request, NOW)
+
+    assert resumed_plan.run_id == plan.run_id
+    assert {index: resumed.partitions[index] for index in first} == first  # not run again
+    assert first_commit.stat().st_mtime_ns == committed_at
+    resumed_rows = spark.read.parquet(str(resumed.sink)).collect()
+    _, rerun = run_backfill(platform, BackfillRequest("router", start=request.start, end=request.end), NOW)
+    assert rerun.rows_by_target == resumed.rows_by_target
+    assertDataFrameEqual(spark.read.parquet(str(rerun.sink)), resumed_rows)
+
+
+def test_a_job_bootstrapped_from_a_backfill_savepoint_continues_live_as_if_it_had_run_from_the_start(
+    spark: SparkSession, platform: PlatformConfig, ledger: Ledger
+) -> None:
+    by_hour = write_input(platform, "sessionizer", seed=5)
+    spec = find_job("sessionizer", platform.conf_dir)
+    archive.archive_landing(platform, ["app_events", "web_events"], NOW)
+    history_end = FIRST_ARRIVAL + timedelta(hours=HOURS - 1)
+
+    plan, staged = run_backfill(
+        platform, BackfillRequest("sessionizer", end=history_end, bootstrap=True), NOW
+    )
+    assert plan.start == FIRST_ARRIVAL  # from the oldest archived hour
+    savepoint = bootstrap_savepoint(platform, ledger, staged.run)
+    rewind_job(
+        Supervisor.for_platform(platform), "sessionizer", reason="bootstrap", savepoint_id=savepoint.id
+    )
+    # Live, the job reads its landing zone, which still holds the history: only the last hour is new.
+    for key, value in state_conf(spec).items():
+        spark.conf.set(key, value)
+    query = with_trigger(plan_job(platform, spec), spec, available_now=True)(spark).start()
+    query.awaitTermination(300)
+    assert query.exception() is None
+    assert sum(p["numInputRows"] for p in query.recentProgress) == sum(
+        len(path.read_text().splitlines()) for path in by_hour[HOURS - 1]
+    )
+    live = spark.read.parquet(str(JobPaths.of(platform, spec).sink))
+
+    reference = live_reference(spark, platform, spec, by_hour)
+    assert live.count() > 0
+    assertDataFrameEqual(spark.read.parquet(str(staged.sink)).unionByName(live), reference)
+
+
+def test_a_candidate_runs_into_a_side_table_and_is_diffed_per_partition_without_publishing(
+    spark: SparkSession, platform: PlatformConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_input(platform, "router", seed=13)
+    archive.archive_landing(platform, ["events"], NOW)
+    spec = find_job("router", platform.conf_dir)
+    published = JobPaths.of(platform, spec).sink
+    query = with_trigger(plan_job(platform, spec), spec, available_now=True)(spark).start()
+    query.awaitTermination(300)
+    published_files = sorted(published.rglob("*"))
+    candidate_file = platform.runtime_root / "candidate.yaml"
+    document = yaml.safe_load((platform.conf_dir / "jobs" / "router.yaml").read_text())
+    routes = {route["name"]: route for route in document["pipeline"]["routes"]}
+    routes["purchases"]["filter"] = "event_type = 'purchase' AND amount > 100"
+    routes["eu_views"]["filter"] = "event_type = 'view' AND country IN ('DE', 'FR', 'ES', 'IT', 'NL', 'GB')"
+    candidate_file.write_text(yaml.safe_dump(document, sort_keys=False))
+
+    exit_code = main(
+        [
+            "backfill",
+            "router",
+            "--from",
+            FIRST_ARRIVAL.isoformat(),
+            "--to",
+            (FIRST_ARRIVAL + timedelta(hours=HOURS)).isoformat(),
+            "--spec",
+            str(candidate_file),
+        ]
+    )
+
+    assert exit_code == 0
+    output = capsys.readouterr().out
+    [run_dir] = (platform.runtime_root / "backfill").glob("router-*-candidate-*")
+    diff = {entry["partition"]: entry for entry in json.loads((run_dir / "diff.json").read_text())}
+    rows = spark.read.parquet(str(published))
+    expected_removed = {
+        f"route=purchases/event_date={row['event_date']}/event_hour={row['event_hour']}": row["count"]
+        for row in rows.where("route = 'purchases' AND amount <= 100")
+        .groupBy("event_date", "event_hour")
+        .count()
+        .collect()
+    }
+    side = spark.read.parquet(str(run_dir / "lake" / "router"))
+    expected_added = {
+        f"route=eu_views/event_date={row['event_date']}/event_hour={row['event_hour']}": row["count"]
+        for row in side.where("route = 'eu_views' AND country = 'GB'")
+        .groupBy("event_date", "event_hour")
+        .count()
+        .collect()
+    }
+    assert expected_removed and expected_added
+    assert {k: v["removed"] for k, v in diff.items() if v["removed"]} == expected_removed
+    assert {k: v["added"] for k, v in diff.items() if v["added"]} == expected_added
+    assert all(entry["changed"] == 0 for entry in diff.values())
+    assert "purchases" in output and "added" in output
+    assert sorted(published.rglob("*")) == published_files  # nothing published
