@@ -40,15 +40,20 @@ FIXTURE_MARKERS = {
 # test does not start last while the other workers run out of work.
 XDIST_ORDER = ("slow", "airflow", "s3", "spark")
 
-# Tests that start the whole embedded platform run one at a time (under `--dist loadgroup` a
-# group stays on one worker): each is Airflow's four components plus SeaweedFS and the generator,
-# several GB and most of a core while they start.
-EMBEDDED_PLATFORM_GROUP = "embedded_platform"
+# Fixture -> the xdist group its tests share (under `--dist loadgroup` a group stays on one worker,
+# so its tests run one at a time): the whole embedded platform (Airflow's four components plus
+# SeaweedFS and the generator, several GB and most of a core while they start), and a standalone
+# Spark cluster (a master, two workers, their executors). The other slow tests spread out.
+FIXTURE_GROUPS = {
+    "embedded_platform": "embedded_platform",
+    "running_platform": "embedded_platform",
+    "cluster": "spark_cluster",
+}
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each test with what its fixtures start; group the `slow` ones and order them for xdist.
+    """Mark each test with what its fixtures start; group the heaviest and order them for xdist.
 
     `tryfirst`, because xdist reads the `xdist_group` markers in its own hook of this name.
     """
@@ -57,8 +62,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for fixture, marker in FIXTURE_MARKERS.items():
             if fixture in fixtures and item.get_closest_marker(marker) is None:
                 item.add_marker(marker)
-        if item.get_closest_marker("slow") is not None:
-            item.add_marker(pytest.mark.xdist_group(EMBEDDED_PLATFORM_GROUP))
+        group = next((FIXTURE_GROUPS[name] for name in sorted(fixtures & FIXTURE_GROUPS.keys())), None)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
     # Only xdist workers collect for distribution; a serial run keeps the files' order.
     if hasattr(config, "workerinput"):
         items.sort(key=_xdist_rank)
