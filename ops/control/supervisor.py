@@ -872,19 +872,7 @@ class Supervisor:
         down = "" if cost is None else f"; down {cost:.1f} s from the stop to the first committed batch"
         target = Scale(operation.to_cores, operation.to_max_files).describe()
         outcome = f"rescaled from {operation.from_cores or 'default'} to {target}{down}"
-        self.alerts.notify(
-            Alert(
-                job=view.spec.name,
-                kind="rescaled",
-                severity="info",
-                state=Lifecycle.RUNNING.name,
-                reason=f"{outcome}. Why: {operation.reason}",
-                last_batch=view.progress.last_commit,
-                run_url=run_url,
-                runbook=view.spec.operations.alerts.runbook,
-                channel=view.spec.operations.alerts.channel,
-            )
-        )
+        self._notify_done(view, "rescaled", f"{outcome}. Why: {operation.reason}", run_url)
         return outcome
 
     def _report_restatement(self, view: JobView, operation: OperationRecord, run_url: str | None) -> str:
@@ -902,20 +890,24 @@ class Supervisor:
             rows_before=operation.rows_before or 0,
             rows_after=rows_written(self.platform, job, operation.savepoint_batch, operation.replay_to),
         )
+        self._notify_done(view, "restated", f"{restatement.summary()}. Why: {operation.reason}", run_url)
+        return restatement.summary()
+
+    def _notify_done(self, view: JobView, kind: str, reason: str, run_url: str | None) -> None:
+        """An info message (not an incident) that an operation finished and the job runs again."""
         self.alerts.notify(
             Alert(
-                job=job,
-                kind="restated",
+                job=view.spec.name,
+                kind=kind,
                 severity="info",
                 state=Lifecycle.RUNNING.name,
-                reason=f"{restatement.summary()}. Why: {operation.reason}",
+                reason=reason,
                 last_batch=view.progress.last_commit,
                 run_url=run_url,
                 runbook=view.spec.operations.alerts.runbook,
                 channel=view.spec.operations.alerts.channel,
             )
         )
-        return restatement.summary()
 
     def _savepoint(self, job: str, savepoint_id: str | None) -> SavepointRecord:
         savepoint = next((sp for sp in self.ledger.savepoints(job) if sp.id == savepoint_id), None)
