@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 
 import psutil
 import psycopg
+from botocore.client import BaseClient
 from botocore.exceptions import BotoCoreError, ClientError
 from psycopg import sql
 
@@ -367,13 +368,15 @@ class SeaweedS3:
         return pid
 
     def wait_until_ready(self, timeout: float = 60.0) -> None:
-        """Return once S3 lists buckets; ServiceError with the server's log tail on timeout."""
+        """Return once S3 lists buckets and serves the data of an object it holds (the volume
+        server registers after the filer answers, so a restarted server lists objects it cannot
+        read yet); ServiceError with the server's log tail on timeout."""
         client = s3_client(self.platform, timeout=2.0, attempts=1)
         deadline = time.monotonic() + timeout
         with progress.track(f"waiting for S3 at {self.endpoint_url}") as task:
             while True:
                 try:
-                    client.list_buckets()
+                    self._read_probe(client)
                     return
                 except (BotoCoreError, ClientError) as exc:
                     problem = f"{type(exc).__name__}: {exc}"
@@ -389,6 +392,19 @@ class SeaweedS3:
                         f"last lines of {self.process.log_path}:\n{self.process.log_tail()}"
                     )
                 time.sleep(0.5)
+
+    def _read_probe(self, client: BaseClient) -> None:
+        """List the buckets, then read one byte of the first non-empty object of the platform's
+        bucket, if it holds one (nothing is written: the bucket is the user's)."""
+        names = {bucket["Name"] for bucket in client.list_buckets().get("Buckets", [])}
+        if self.platform.s3.bucket not in names:
+            return
+        for item in client.list_objects_v2(Bucket=self.platform.s3.bucket, MaxKeys=20).get("Contents", []):
+            if item.get("Size", 0) > 0:
+                client.get_object(Bucket=self.platform.s3.bucket, Key=item["Key"], Range="bytes=0-0")[
+                    "Body"
+                ].read()
+                return
 
     def ensure_bucket(self) -> None:
         """Create the platform's bucket unless it exists."""

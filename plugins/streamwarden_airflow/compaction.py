@@ -56,7 +56,14 @@ class PlatformSparkSubmitOperator(SparkSubmitOperator):
             **platform.spark.network_env(),
             **(self.env_vars or {}),
         }
-        super().execute(context)
+        try:
+            super().execute(context)
+        finally:
+            # The hook reads spark-submit's output to its end but never closes the pipe (provider
+            # 6.3.4); left to the garbage collector, it is an unclosed-file warning in a later task.
+            process = self._hook._submit_sp if self._hook is not None else None
+            if process is not None and process.stdout is not None:
+                process.stdout.close()
 
     def _get_hook(self) -> SparkSubmitHook:
         hook = super()._get_hook()

@@ -38,9 +38,6 @@ def platform(platform_with_s3: PlatformConfig, monkeypatch: pytest.MonkeyPatch) 
     return platform
 
 
-# SparkSubmitHook.submit leaves the spark-submit process's stdout pipe open (provider 6.3.4):
-# Python reports it when the pipe is collected, which pytest turns into an error.
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_the_backfill_form_plans_submits_the_partitions_and_logs_a_row_per_partition(
     platform: PlatformConfig, spark: SparkSession
 ) -> None:
