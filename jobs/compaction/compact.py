@@ -17,22 +17,21 @@ overlap.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pyspark.sql.functions as F
 from pyspark.sql import DataFrame, SparkSession
 
 from jobs.compaction.audit import AuditResult, audit
-from jobs.compaction.rewrite import SINK_LOG, Rewrite, read_partition, rewrite_partition
+from jobs.compaction.rewrite import Rewrite, read_partition, rewrite_partition
 from ops.control.alerts import Alert, AlertCenter
-from ops.driver.checkpoint import sink_files
 from ops.ledger.store import Ledger
 from ops.spec.job import CompactionPolicy, JobSpec
+from ops.warehouse.sinklog import SinkPartition, is_expired, partition_end, sink_partitions
 from ops.warehouse.table import (
     BLOCKED,
     PUBLISHED,
@@ -44,28 +43,10 @@ from ops.warehouse.table import (
 )
 
 BYTES_PER_MB = 1 << 20
-# The directory value Spark's file sink (like Hive) writes for a null partition value.
-NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 BLOCKED_ALERT_KIND = "quality_blocked"
 WARNED_ALERT_KIND = "quality_warned"
 REPUBLISHED_KIND = "warehouse_republished"
-
-
-@dataclass(frozen=True)
-class SinkPartition:
-    """One partition of the sink as its log lists it: the committed files, and their fingerprint."""
-
-    key: str
-    values: dict[str, str]
-    files: tuple[Path, ...]
-
-    @property
-    def fingerprint(self) -> str:
-        """What the partition's committed input is: file names and sizes (a rewrite changes both)."""
-        digest = hashlib.sha256()
-        for path in self.files:
-            digest.update(f"{path.name}:{path.stat().st_size}\n".encode())
-        return digest.hexdigest()
+LATE_AFTER_EXPIRY_KIND = "late_after_expiry"
 
 
 @dataclass(frozen=True)
@@ -92,31 +73,6 @@ class PartitionOutcome:
         )
 
 
-def sink_partitions(sink: Path, table: WarehouseTable) -> list[SinkPartition]:
-    """The sink's partitions with the files its log lists as committed, sorted by key."""
-    by_key: dict[str, list[Path]] = {}
-    for path in sink_files(sink / SINK_LOG):
-        by_key.setdefault(path.parent.relative_to(sink).as_posix(), []).append(path)
-    return [
-        SinkPartition(key, table.parse_partition(key), tuple(sorted(files)))
-        for key, files in sorted(by_key.items())
-    ]
-
-
-def partition_end(values: Mapping[str, str]) -> datetime | None:
-    """When a partition's event time ends: its hour's end, or its day's without `event_hour`;
-    None for rows without an event time (dead letters of unparseable lines), which never close:
-    they stay in the sink for whoever fixes their source."""
-    if "event_date" not in values:
-        raise ValueError(f"partition {dict(values)} has no event_date: it never closes")
-    if NULL_PARTITION in (values["event_date"], values.get("event_hour")):
-        return None
-    start = datetime.combine(date.fromisoformat(values["event_date"]), datetime.min.time())
-    if "event_hour" in values:
-        return start + timedelta(hours=int(values["event_hour"]) + 1)
-    return start + timedelta(days=1)
-
-
 def is_closed(values: Mapping[str, str], policy: CompactionPolicy, now: datetime) -> bool:
     end = partition_end(values)
     return end is not None and end + timedelta(hours=policy.closed_after_hours) <= now.replace(tzinfo=None)
@@ -141,6 +97,7 @@ def compact_partition(
     table: WarehouseTable,
     sink: Path,
     partition: SinkPartition,
+    source: str = "compaction",
 ) -> PartitionOutcome:
     """Write, audit and publish (or block) one partition; see the module docstring."""
     policy = spec.operations.compaction or CompactionPolicy()
@@ -151,7 +108,7 @@ def compact_partition(
         ledger,
         table,
         partition.values,
-        source="compaction",
+        source=source,
         input_files=len(partition.files),
         input_rows=input_rows,
         input_fingerprint=partition.fingerprint,
@@ -246,6 +203,23 @@ def _quality_alert(
     )
 
 
+def _late_after_expiry_alert(spec: JobSpec, table: WarehouseTable, keys: list[str]) -> Alert:
+    return Alert(
+        job=spec.name,
+        kind=LATE_AFTER_EXPIRY_KIND,
+        severity="warning",
+        state=f"{len(keys)} partitions of {table.name} not republished",
+        reason=(
+            "files landed in partitions whose raw files had expired (operations.compaction."
+            f"sink_retention_hours), so they would replace the published rows: {', '.join(keys)}"
+        ),
+        last_batch=None,
+        run_url=None,
+        runbook=spec.operations.alerts.runbook,
+        channel=spec.operations.alerts.channel,
+    )
+
+
 def compact(
     spark: SparkSession,
     ledger: Ledger,
@@ -255,9 +229,12 @@ def compact(
     sink: Path,
     now: datetime,
     only: Iterable[str] | None = None,
+    source: str = "compaction",
 ) -> list[PartitionOutcome]:
     """Compact the sink's closed partitions that changed since they were published (or just
-    the partitions `only` names, closed or not, when given). The caller holds the job lock."""
+    the partitions `only` names, closed or not, when given); `source` is what the versions
+    record as their origin ("restatement" for a restatement's republish). The caller holds the
+    job lock."""
     policy = spec.operations.compaction or CompactionPolicy()
     partitions = sink_partitions(sink, table)
     if only is not None:
@@ -274,11 +251,16 @@ def compact(
             for partition in partitions
             if is_closed(partition.values, policy, now) and needs_compaction(ledger, table, partition)
         ]
+    late = [partition.key for partition in chosen if is_expired(sink, partition.key)]
+    if late:
+        # Its rows live only in the warehouse now: the late files alone would replace them.
+        alerts.notify(_late_after_expiry_alert(spec, table, late))
+        chosen = [partition for partition in chosen if partition.key not in late]
     if not chosen:
         return []
     ensure_table(spark, table, read_partition(spark, sink, list(chosen[0].files)).schema)
     outcomes = [
-        compact_partition(spark, ledger, alerts, spec, table, sink, partition) for partition in chosen
+        compact_partition(spark, ledger, alerts, spec, table, sink, partition, source) for partition in chosen
     ]
     republished = [o for o in outcomes if o.status == PUBLISHED and o.rows_before is not None]
     if republished:

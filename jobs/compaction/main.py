@@ -4,7 +4,9 @@ The entry point the nightly DAG runs through `spark-submit` (SparkSubmitOperator
 table compact` locally. Without `--partition` it compacts every closed partition whose committed
 input changed since it was published (`jobs.compaction.compact`); with `--partition KEY` (any
 number), exactly those. `--now` is the time partitions are judged closed at: a catch-up run for a
-missed night passes that night's time.
+missed night passes that night's time. Then, with `operations.compaction.sink_retention_hours`, the
+raw files and sink-log entries of published partitions past that horizon expire
+(`ops.warehouse.sinklog`).
 
 Exit codes: 0 done (a partition blocked by its audit is reported, paged and left unpublished:
 the run itself did its job), 2 config error, 4 the job lock is held by another operation.
@@ -28,10 +30,11 @@ from ops.control.alerts import AlertCenter
 from ops.control.locks import job_lock
 from ops.exceptions import ConfigError, JobBusyError, WarehouseError
 from ops.ledger.store import Ledger
-from ops.spec.job import JobSpec, find_job
+from ops.spec.job import CompactionPolicy, JobSpec, find_job
 from ops.spec.paths import JobPaths
 from ops.spec.platform import PlatformConfig, load_platform
 from ops.warehouse.metastore import metastore_conf
+from ops.warehouse.sinklog import expire_sink_log
 from ops.warehouse.table import WarehouseTable, expire_versions
 
 EXIT_JOB_BUSY = 4
@@ -59,6 +62,7 @@ def run_compaction(
     now: datetime,
     partitions: Sequence[str] | None = None,
     lock_timeout: float | None = LOCK_TIMEOUT_SECONDS,
+    source: str = "compaction",
 ) -> list[PartitionOutcome]:
     """Compact under the job lock in a warehouse session; the outcomes, one per partition."""
     ledger = Ledger.open(platform.resolved_ledger_url)
@@ -75,6 +79,7 @@ def run_compaction(
                 JobPaths.of(platform, spec).sink,
                 now,
                 only=partitions,
+                source=source,
             )
         finally:
             spark.stop()
@@ -82,6 +87,10 @@ def run_compaction(
             ledger, table, timedelta(hours=platform.warehouse.version_retention_hours)
         ):
             log.info("version expired", partition=expired.partition, version=expired.version)
+        policy = spec.operations.compaction or CompactionPolicy()
+        expiry = expire_sink_log(ledger, table, JobPaths.of(platform, spec).sink, policy, now)
+        if expiry is not None:
+            log.info("sink log expired", summary=expiry.line())
         return outcomes
 
 
@@ -101,6 +110,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="a partition to compact, e.g. route=a/event_date=2026-11-24/event_hour=10",
     )
     parser.add_argument(
+        "--source",
+        choices=("compaction", "restatement"),
+        default="compaction",
+        help="what the versions record as their origin (a restatement republishes what it changed)",
+    )
+    parser.add_argument(
         "--now", type=_parse_now, help="judge partitions closed at this ISO time (default: now)"
     )
     args = parser.parse_args(argv)
@@ -108,7 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         platform = load_platform()
         spec = find_job(args.job, platform.conf_dir)
-        outcomes = run_compaction(platform, spec, args.now or utcnow(), args.partition)
+        outcomes = run_compaction(platform, spec, args.now or utcnow(), args.partition, source=args.source)
     except (ConfigError, WarehouseError, ValueError) as exc:
         log.error("cannot compact", error=str(exc))
         return EXIT_CONFIG_ERROR

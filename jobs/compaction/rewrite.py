@@ -17,8 +17,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 
 from ops.driver.checkpoint import sink_files
-
-SINK_LOG = "_spark_metadata"
+from ops.warehouse.sinklog import SINK_LOG
 
 
 @dataclass(frozen=True)

@@ -418,7 +418,8 @@ class PartitionVersionRecord:
 
     `status`: "staged" (written, not audited yet), "published" (the catalog pointed at it, now or
     before), "blocked" (its audit failed: never published). `source` says what wrote it:
-    "compaction", "backfill" or "rollback" (a rollback re-publishes an older version's location).
+    "compaction", "restatement" (the compaction a restatement runs of the partitions it changed),
+    "backfill" or "rollback" (a rollback re-publishes an older version's location).
     `input_fingerprint` identifies the committed input files it was made from, so a partition
     whose input changed since (a restatement, late files) is compacted again.
     """

@@ -19,6 +19,8 @@ The causes a rewind or restate can meet:
     offsets_purged        the offsets of a batch to replay are gone (Spark's retention, or the
                           checkpoint itself is gone while the sink holds later batches)
     input_gone            an input file a batch to replay read is no longer in the landing zone
+    sink_expired          the savepoint lists sink files the bounded sink log has expired since
+                          (published partitions past `operations.compaction.sink_retention_hours`)
 
 and an upgrade, on request (its dry run refuses what the candidate cannot take over later, also
 with the running version untouched):
@@ -51,6 +53,7 @@ class Cause(enum.StrEnum):
     INCOMPATIBLE_SPEC = "incompatible_spec"
     OFFSETS_PURGED = "offsets_purged"
     INPUT_GONE = "input_gone"
+    SINK_EXPIRED = "sink_expired"
     CANDIDATE_INVALID = "candidate_invalid"
 
 

@@ -5,11 +5,16 @@ step by step (`ops.control.policy` has the state machine): stop the driver, rewi
 replay the queue, and once the queue is empty and the last replayed batch is committed, write the
 summary (batches, rows before and after) to the ledger and Slack. `restate` records the request
 and runs reconcile passes until the loop has finished it; if that process dies, any later pass
-(the job's supervision DAG, `warden reconcile JOB`) finishes it.
+(the job's supervision DAG, `warden reconcile JOB`) finishes it. `restate` then republishes the
+warehouse partitions the replay changed (`republish_restated`); if it died first, the nightly
+compaction does, since their committed files no longer match their published versions.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,10 +24,16 @@ import pyarrow.parquet as pq
 
 from ops.driver.checkpoint import log_entries, sink_files
 from ops.exceptions import RewindError
+from ops.ledger.store import Ledger
 from ops.recovery.rewind import request_operation
 from ops.spec.job import find_job
 from ops.spec.paths import JobPaths
-from ops.spec.platform import PlatformConfig
+from ops.spec.platform import CONF_DIR_ENV, PlatformConfig
+from ops.warehouse.sinklog import changed_since_published
+
+# The compaction entry point a restatement runs (as a process: ops never imports jobs).
+COMPACTION_MODULE = "jobs.compaction.main"
+REPUBLISH_ACTION = "republish"
 
 if TYPE_CHECKING:
     # The supervisor finishes restatements (it imports this module); here it is only called.
@@ -98,4 +109,74 @@ def restate(
     if ended.failure is not None:
         raise RewindError(ended.failure)
     assert ended.outcome is not None
-    return ended.outcome
+    republished = republish_restated(supervisor.platform, supervisor.ledger, job, reason=reason)
+    return ended.outcome if republished is None else f"{ended.outcome}\n{republished}"
+
+
+def republish_restated(platform: PlatformConfig, ledger: Ledger, job: str, *, reason: str) -> str | None:
+    """Compact again the warehouse partitions a finished restatement changed; what it republished.
+
+    Those are the published partitions whose committed files differ from what their version was
+    made from (`changed_since_published`): every partition a replayed batch wrote, none other.
+    The compaction entry point runs as its own Spark process (write, audit, publish, under the
+    job lock), its versions' source "restatement"; the result is a `republish` decision row, one
+    line per partition (version, rows before -> after), and Slack hears it from the compaction
+    (`warehouse_republished`). None for a job without compaction or with nothing published that
+    changed. A partition the restatement emptied cannot be compacted: the line says so, and the
+    table keeps its version until an operator rolls it back or drops it. RewindError when the
+    compaction fails: the restatement stands, and the nightly run republishes what is left.
+    """
+    spec = find_job(job, platform.conf_dir)
+    if spec.operations.compaction is None:
+        return None
+    changed, emptied = changed_since_published(ledger, job, JobPaths.of(platform, spec).sink)
+    if not changed and not emptied:
+        return None
+    decision = ledger.record_decision(
+        job, REPUBLISH_ACTION, reason, {"partitions": changed, "emptied": emptied}
+    )
+    if changed:
+        partition_args = [arg for key in changed for arg in ("--partition", key)]
+        compaction = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                COMPACTION_MODULE,
+                "--job",
+                job,
+                "--source",
+                "restatement",
+                *partition_args,
+            ],
+            env={**os.environ, CONF_DIR_ENV: str(platform.conf_dir), "PYSPARK_PYTHON": sys.executable},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if compaction.returncode != 0:
+            table = f"{platform.warehouse.database}.{job}"
+            last_line = (compaction.stderr.strip().splitlines() or [""])[-1]
+            failure = (
+                f"restated, but republishing {len(changed)} partitions of {table} failed (exit "
+                f"{compaction.returncode}; the nightly compaction retries them): "
+                f"{last_line}"
+            )
+            ledger.set_outcome(decision, f"failed: {failure}")
+            raise RewindError(failure)
+    lines = [_version_line(ledger, job, key) for key in changed]
+    lines += [
+        f"{key}: every row removed, not republished (the table keeps its published version)"
+        for key in emptied
+    ]
+    text = f"republished {len(changed)} partitions of {platform.warehouse.database}.{job}: " + "; ".join(
+        lines
+    )
+    ledger.set_outcome(decision, text)
+    return text
+
+
+def _version_line(ledger: Ledger, job: str, key: str) -> str:
+    newest = ledger.partition_versions(job, key)[0]
+    before = "-" if newest.rows_before is None else f"{newest.rows_before:,}"
+    after = "-" if newest.output_rows is None else f"{newest.output_rows:,}"
+    return f"{key} v{newest.version} {newest.status}, rows {before} -> {after}"

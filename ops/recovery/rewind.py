@@ -60,6 +60,7 @@ from ops.savepoints.store import STATUS_COMPLETE, STATUS_SUPERSEDED, fetch_savep
 from ops.spec.job import find_job
 from ops.spec.paths import JobPaths
 from ops.spec.platform import PlatformConfig
+from ops.warehouse.sinklog import EXPIRED_MARKER
 
 # Beside the staging area's download: the savepoint it holds, written once every file is verified.
 FETCHED_MARKER = "fetched.json"
@@ -217,9 +218,11 @@ def plan_rewind(
     batch N (from the manifest) and the sink files its sink log lists. RewindRefused names every
     reason found: the savepoint's output is not in the job's sink, the offsets of a batch to
     replay are gone (purged, or the whole checkpoint is gone while the sink log has later
-    batches), or input files those batches read are no longer in the landing zone.
+    batches), input files those batches read are no longer in the landing zone, or the savepoint
+    lists sink files the bounded sink log has expired since (`ops.warehouse.sinklog`).
     """
-    paths = JobPaths.of(platform, find_job(job, platform.conf_dir))
+    spec = find_job(job, platform.conf_dir)
+    paths = JobPaths.of(platform, spec)
     n = savepoint.batch_id
     refusals: list[Refusal] = []
     elsewhere = sorted(path for path in saved_sink_files if not path.is_relative_to(paths.sink))
@@ -229,6 +232,21 @@ def plan_rewind(
                 Cause.INCOMPATIBLE_SPEC,
                 f"savepoint {savepoint.id} lists output outside the job's sink {paths.sink}, e.g. "
                 f"{elsewhere[0]}: the sink has moved since, and a new sink is a new job",
+            )
+        )
+    expired = sorted(
+        path for path in saved_sink_files if not path.is_file() and (path.parent / EXPIRED_MARKER).is_file()
+    )
+    if expired:
+        horizon = spec.operations.compaction
+        refusals.append(
+            Refusal(
+                Cause.SINK_EXPIRED,
+                f"savepoint {savepoint.id} (batch {n}) lists {len(expired)} sink files that have expired "
+                "since: their partitions were published to the warehouse and passed the sink's rewind "
+                "horizon (operations.compaction.sink_retention_hours = "
+                f"{horizon.sink_retention_hours if horizon else None}), e.g. {expired[0]}; "
+                "rewind to a savepoint taken after their expiry",
             )
         )
     offsets = _queued_offsets(paths, n)

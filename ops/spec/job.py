@@ -220,6 +220,25 @@ class CompactionPolicy(Model):
         2.0, gt=0, description="A partition is closed (compacted) this long after its hour ends."
     )
     target_file_mb: float = Field(128.0, gt=0, description="Size of the compacted Parquet files.")
+    sink_retention_hours: float | None = Field(
+        None,
+        gt=0,
+        description=(
+            "The rewind horizon of the sink: a published partition's raw files and sink-log entries "
+            "expire this long after its hour ends (null: the sink keeps them for ever). Rewinds and "
+            "restatements to a savepoint that lists expired files are refused."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _expires_after_closing(self) -> CompactionPolicy:
+        retention = self.sink_retention_hours
+        if retention is not None and retention < self.closed_after_hours:
+            raise ValueError(
+                f"compaction.sink_retention_hours {retention:g} is shorter than closed_after_hours "
+                f"{self.closed_after_hours:g}: a partition's raw files would expire before it is compacted"
+            )
+        return self
 
 
 class Operations(Model):

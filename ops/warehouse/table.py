@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 STAGED, PUBLISHED, BLOCKED, ABANDONED = "staged", "published", "blocked", "abandoned"
-SOURCES = ("compaction", "backfill", "rollback")
+SOURCES = ("compaction", "restatement", "backfill", "rollback")
 VERSION_DIR_PREFIX = "v"
 
 

@@ -50,9 +50,9 @@ def add_late_rows(platform: PlatformConfig, key: str, count: int) -> None:
 
 def committed_rows(spark: SparkSession, platform: PlatformConfig) -> Counter[tuple[str, ...]]:
     """(event_id, route, event_date, event_hour) of every row the sink log lists as committed."""
-    from jobs.compaction.compact import NULL_PARTITION, sink_partitions
     from jobs.compaction.main import warehouse_table
     from ops.spec.job import find_job
+    from ops.warehouse.sinklog import NULL_PARTITION, sink_partitions
 
     spec = find_job("router", platform.conf_dir)
     sink = platform.lake_root / spec.pipeline.sink.path

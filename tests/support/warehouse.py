@@ -26,6 +26,8 @@ from ops.spec.platform import CONF_DIR_ENV, PlatformConfig, load_platform
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # A cold Spark start with the metastore and GX takes a minute or two with the 2 cores shared.
 SPARK_PROCESS_TIMEOUT = 900
+# A line of `--until` output: one query's rows.
+RESULT_PREFIX = "result "
 
 
 def jdbc_url(sqlalchemy_url: str) -> str:
@@ -108,19 +110,33 @@ def query_table(platform: PlatformConfig, sql: str) -> list[dict[str, Any]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Print the rows of one SQL query on the warehouse, one JSON object a line."""
+    """Print the rows of one SQL query on the warehouse, one JSON object a line; with `--until
+    FILE`, run it again and again until FILE exists (and once more), each result one JSON line."""
+    import argparse
+
     from pyspark.sql import SparkSession
 
     from ops.warehouse.metastore import metastore_conf
 
-    [sql] = argv if argv is not None else sys.argv[1:]
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--until", type=Path)
+    parser.add_argument("sql")
+    args = parser.parse_args(argv)
     platform = load_platform()
     builder = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
     for key, value in {**metastore_conf(platform), **platform.spark.network_conf()}.items():
         builder = builder.config(key, value)
     spark = builder.config("spark.sql.session.timeZone", "UTC").getOrCreate()
-    for row in spark.sql(sql).collect():
-        print(json.dumps(row.asDict(), default=str))
+    if args.until is None:
+        for row in spark.sql(args.sql).collect():
+            print(json.dumps(row.asDict(), default=str))
+    else:
+        while True:
+            stop = args.until.exists()
+            rows = [row.asDict() for row in spark.sql(args.sql).collect()]
+            print(RESULT_PREFIX + json.dumps(rows, default=str), flush=True)
+            if stop:
+                break
     spark.stop()
     return 0
 
