@@ -222,7 +222,7 @@ def expire_sink_log(
             "expired_at": now.isoformat(),
         }
         write_log_entry(sink / partition.key / EXPIRED_MARKER, json.dumps(marker).encode())
-    _drop_from_log(sink_log, dropped, in_flight_timeout)
+    drop_from_log(sink_log, dropped, in_flight_timeout)
     file_bytes = 0
     for path in dropped:
         if path.is_file():
@@ -240,7 +240,7 @@ def expire_sink_log(
     return expiry
 
 
-def _drop_from_log(sink_log: Path, dropped: set[Path], in_flight_timeout: float) -> None:
+def drop_from_log(sink_log: Path, dropped: set[Path], in_flight_timeout: float) -> None:
     """Rewrite every log entry up to the newest compact file that lists a file of `dropped`, until
     none does and no driver is writing a compact file that may have read a listing of them."""
     deadline = time.monotonic() + in_flight_timeout

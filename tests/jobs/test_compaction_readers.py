@@ -47,8 +47,12 @@ class LoopingReader:
             text=True,
         )
         self.stderr: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
-        threading.Thread(target=lambda: self.stderr.extend(self.process.stderr or []), daemon=True).start()
+        self.readers = [
+            threading.Thread(target=self._read, daemon=True),
+            threading.Thread(target=lambda: self.stderr.extend(self.process.stderr or []), daemon=True),
+        ]
+        for reader in self.readers:
+            reader.start()
 
     def _read(self) -> None:
         assert self.process.stdout is not None
@@ -66,7 +70,13 @@ class LoopingReader:
 
     def finish(self) -> list[Counter[str]]:
         self.stop.touch()
-        assert self.process.wait(timeout=SPARK_PROCESS_TIMEOUT) == 0, "".join(self.stderr)[-6000:]
+        exit_code = self.process.wait(timeout=SPARK_PROCESS_TIMEOUT)
+        for reader in self.readers:
+            reader.join()
+        for pipe in (self.process.stdout, self.process.stderr):
+            if pipe is not None:
+                pipe.close()
+        assert exit_code == 0, "".join(self.stderr)[-6000:]
         return self.answers
 
 
