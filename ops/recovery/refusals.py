@@ -19,6 +19,9 @@ The causes a rewind or restate can meet:
     offsets_purged        the offsets of a batch to replay are gone (Spark's retention, or the
                           checkpoint itself is gone while the sink holds later batches)
     input_gone            an input file a batch to replay read is no longer in the landing zone
+                          (nor in the archive)
+    sink_has_output       a bootstrap savepoint (made by a backfill) over a sink that already
+                          has output: its sink log lists none of those files, so they would go
 
 and an upgrade, on request (its dry run refuses what the candidate cannot take over later, also
 with the running version untouched):
@@ -51,6 +54,7 @@ class Cause(enum.StrEnum):
     INCOMPATIBLE_SPEC = "incompatible_spec"
     OFFSETS_PURGED = "offsets_purged"
     INPUT_GONE = "input_gone"
+    SINK_HAS_OUTPUT = "sink_has_output"
     CANDIDATE_INVALID = "candidate_invalid"
 
 
