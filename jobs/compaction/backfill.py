@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import reduce
 from operator import and_
 from pathlib import Path
@@ -78,13 +78,28 @@ def publish_staged(
     run_id: str,
     targets: Sequence[SinkPartition],
     sink: Path,
+    live: Mapping[str, SinkPartition],
 ) -> dict[str, Any]:
-    """Write and audit every target partition, then publish them all, or block them all and page."""
+    """Write and audit every target partition, then publish them all, or block them all and page.
+
+    `live` are the job's live sink partitions by key: a version records the fingerprint of the
+    one it replaces, so the nightly compaction publishes the live sink's rows over the backfill's
+    only once that partition's committed input changes.
+    """
     if not targets:
         return {"status": PUBLISHED, "partitions": []}
     ensure_table(spark, table, read_partition(spark, sink, list(targets[0].files)).schema)
     audited = [
-        write_and_audit(spark, spec, ledger, table, sink, partition, source="backfill")
+        write_and_audit(
+            spark,
+            spec,
+            ledger,
+            table,
+            sink,
+            partition,
+            source="backfill",
+            supersedes=live[partition.key].fingerprint if partition.key in live else None,
+        )
         for partition in targets
     ]
     failed = [version for version in audited if not version.audit.passed]
@@ -221,7 +236,8 @@ def finish_run(platform: PlatformConfig, run: BackfillRun) -> dict[str, Any]:
             "partitions done): nothing to publish"
         )
     spec = load_job(run.spec_file(plan.job))
-    table = warehouse_table(platform, find_job(plan.job, platform.conf_dir))
+    installed = find_job(plan.job, platform.conf_dir)
+    table = warehouse_table(platform, installed)
     sink = JobPaths.of(run.platform(platform), spec).sink
     targets, left_out = target_partitions(sink, table)
     ledger = Ledger.open(platform.resolved_ledger_url)
@@ -235,9 +251,10 @@ def finish_run(platform: PlatformConfig, run: BackfillRun) -> dict[str, Any]:
                     diff = diff_output(side, published_rows(spark, table, side), table.partition_columns)
                 write_atomically(run.diff_file, json.dumps(diff, indent=1))
                 return {"table": table.name, "diff": diff, "left_out": left_out}
-            outcome = publish_staged(
-                spark, ledger, AlertCenter(ledger, platform.slack), spec, table, plan.run_id, targets, sink
-            )
+            live_sink = JobPaths.of(platform, installed).sink
+            live = {partition.key: partition for partition in sink_partitions(live_sink, table)}
+            alerts = AlertCenter(ledger, platform.slack)
+            outcome = publish_staged(spark, ledger, alerts, spec, table, plan.run_id, targets, sink, live)
         finally:
             spark.stop()
     document = {"table": table.name, **outcome, "left_out": left_out}

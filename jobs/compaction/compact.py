@@ -157,10 +157,15 @@ def write_and_audit(
     partition: SinkPartition,
     *,
     source: str = "compaction",
+    supersedes: str | None = None,
 ) -> AuditedVersion:
     """Steps 1-3 of the module docstring for one partition: stage a version, write the committed
     files into it, audit it. `settle` then publishes or blocks it (a backfill gates every
-    partition before it publishes any)."""
+    partition before it publishes any).
+
+    The version records `supersedes` as its input fingerprint when given (a backfill: the job's
+    live sink partition it replaces), so `needs_compaction` republishes the partition from the
+    live sink only once that changes; by default, `partition`'s own."""
     policy = spec.operations.compaction or CompactionPolicy()
     started = time.monotonic()
     input_rows = read_partition(spark, sink, list(partition.files)).count()
@@ -172,7 +177,7 @@ def write_and_audit(
         source=source,
         input_files=len(partition.files),
         input_rows=input_rows,
-        input_fingerprint=partition.fingerprint,
+        input_fingerprint=supersedes or partition.fingerprint,
     )
     rewrite = rewrite_partition(
         spark, sink, partition.values, Path(staged.location), int(policy.target_file_mb * BYTES_PER_MB)
