@@ -47,6 +47,9 @@ def platform(
     return platform
 
 
+# Three spark-submits (the backfill, its publish with GX) and Airflow, with the cores shared.
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_the_backfill_form_plans_submits_publishes_and_logs_a_row_per_partition(
     platform: PlatformConfig, spark: SparkSession
 ) -> None:

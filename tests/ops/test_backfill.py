@@ -244,6 +244,9 @@ def test_a_range_not_sealed_or_not_archived_is_refused_before_anything_runs(plat
     assert not BackfillRun(run.root).root.exists()
 
 
+# Backfills, publishes and warehouse readers: Spark processes of their own, with the cores shared.
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_a_killed_backfill_resumes_without_redoing_partitions_and_a_rerun_changes_nothing(
     spark: SparkSession, warehouse: PlatformConfig
 ) -> None:
@@ -298,6 +301,9 @@ def test_a_killed_backfill_resumes_without_redoing_partitions_and_a_rerun_change
     assert statuses == {(1, "published"), (2, "published")}
 
 
+# A backfill, its savepoint, a rewind and live runs, with the cores shared.
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_a_job_bootstrapped_from_a_backfill_savepoint_continues_live_as_if_it_had_run_from_the_start(
     spark: SparkSession, platform: PlatformConfig, ledger: Ledger, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -339,6 +345,9 @@ def test_a_job_bootstrapped_from_a_backfill_savepoint_continues_live_as_if_it_ha
     assert sorted(JobPaths.of(platform, spec).sink.rglob("*")) == sink_before
 
 
+# Backfills, publishes and warehouse readers: Spark processes of their own, with the cores shared.
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_a_candidate_runs_into_a_side_table_and_is_diffed_per_partition_without_publishing(
     spark: SparkSession, warehouse: PlatformConfig, capsys: pytest.CaptureFixture[str]
 ) -> None:
