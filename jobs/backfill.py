@@ -21,17 +21,12 @@ import argparse
 import json
 import time
 from collections.abc import Sequence
-from functools import reduce
-from operator import and_
 from pathlib import Path
-from typing import Any
 
 import pyarrow.parquet as pq
 import structlog
-from pyspark.sql import DataFrame, Row, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import SparkSession
 
-from jobs.catalog import kind_of
 from jobs.runner import plan_job
 from jobs.runtime import (
     EXIT_CONFIG_ERROR,
@@ -166,72 +161,8 @@ def run_partitions(spark: SparkSession, platform: PlatformConfig, run: BackfillR
         "output_rows": sum(record.output_rows for record in records),
         "last_batch": max((record.last_batch for record in records), default=-1),
     }
-    if plan.compare_with is not None:
-        diff = diff_output(spark, paths.sink, Path(plan.compare_with), kind_of(spec).partition_columns)
-        write_atomically(run.diff_file, json.dumps(diff, indent=1))
     write_atomically(run.complete_file, json.dumps(summary, indent=1))
     return records
-
-
-def _partition_label(row: Row, columns: Sequence[str]) -> str:
-    return "/".join(f"{column}={row[column]}" for column in columns)
-
-
-def diff_output(
-    spark: SparkSession, candidate: Path, published: Path, partition_columns: Sequence[str]
-) -> list[dict[str, Any]]:
-    """A candidate's output against the published output, per sink partition the candidate wrote:
-    rows added, removed, and changed (a row of the same identity with other values).
-
-    Only the partitions the candidate wrote are compared; published partitions outside them are
-    not its business. A row's identity is its partition and its columns named `*_id`, plus
-    `session_start` and `raw` where present (a dead letter has only its line); columns only one
-    side has are left out of the comparison.
-    """
-    side = spark.read.parquet(str(candidate))
-    if published.is_dir():
-        reference = spark.read.parquet(str(published))
-    else:
-        reference = spark.createDataFrame([], side.schema)
-    common = [column for column in side.columns if column in reference.columns]
-    targets = side.select(*partition_columns).distinct()
-    # Null-safe: a dead letter's partition has no event date. exceptAll matches columns by
-    # position, hence the select.
-    same_partition = reduce(and_, (reference[c].eqNullSafe(targets[c]) for c in partition_columns))
-    reference = reference.join(targets, same_partition, "left_semi").select(common)
-    side = side.select(common)
-    identity = [c for c in common if c.endswith("_id") or c in ("session_start", "raw")]
-    key = F.concat_ws(
-        "\x1f", *(F.coalesce(F.col(c).cast("string"), F.lit("\x00")) for c in [*partition_columns, *identity])
-    )
-    added = side.exceptAll(reference).withColumn("_key", key)
-    removed = reference.exceptAll(side).withColumn("_key", key)
-    changed_keys = added.select("_key").intersect(removed.select("_key")).withColumn("_changed", F.lit(True))
-
-    def counts(rows: DataFrame) -> dict[str, tuple[int, int]]:
-        marked = rows.join(changed_keys, "_key", "left").withColumn(
-            "_changed", F.coalesce("_changed", F.lit(False))
-        )
-        grouped = marked.groupBy(*partition_columns).agg(
-            F.sum(F.when(F.col("_changed"), 0).otherwise(1)).alias("plain"),
-            F.sum(F.when(F.col("_changed"), 1).otherwise(0)).alias("changed"),
-        )
-        return {
-            _partition_label(row, partition_columns): (row["plain"], row["changed"])
-            for row in grouped.collect()
-        }
-
-    added_counts, removed_counts = counts(added), counts(removed)
-    labels = sorted(_partition_label(row, partition_columns) for row in targets.collect())
-    return [
-        {
-            "partition": label,
-            "added": added_counts.get(label, (0, 0))[0],
-            "removed": removed_counts.get(label, (0, 0))[0],
-            "changed": added_counts.get(label, (0, 0))[1],
-        }
-        for label in labels
-    ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -258,7 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("cannot plan the job's query", error=str(exc))
         return EXIT_CONFIG_ERROR
     except Exception as exc:
-        # The outermost loop: a failed batch or diff, a partition that cannot be fed. What
+        # The outermost loop: a failed batch, a partition that cannot be fed. What
         # completed stays recorded and a new attempt resumes after it.
         log.error("backfill failed", error_class=type(exc).__name__, error=str(exc).splitlines()[0])
         return EXIT_QUERY_FAILED

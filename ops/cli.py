@@ -31,8 +31,10 @@ warden backfill JOB --from T1 --to T2 [--spec FILE] [--throttle S] [--dry-run]
 warden backfill JOB --bootstrap --to T
                                 run the job's own streaming query over the archived arrival hours
                                 [T1, T2), one hour per micro-batch (resumes a killed run); with
-                                --spec a candidate into a side table, diffed against the job's
-                                output; --bootstrap ends with a savepoint the live job starts from
+                                then publishes the target partitions into the warehouse table
+                                through the quality gate; --spec runs a candidate into a side
+                                table, diffed against the table, nothing published; --bootstrap
+                                ends with a savepoint the live job starts from
 warden preview JOB STAGE [--limit N]
                                 the newest records a running job's preview tap captured at STAGE
 warden table history JOB [--partition KEY]
@@ -497,7 +499,7 @@ def cmd_archive(args: argparse.Namespace) -> int:
 
 def cmd_backfill(args: argparse.Namespace) -> int:
     from ops.backfill.plan import BackfillRequest, describe, plan_backfill
-    from ops.backfill.run import report_lines, run_backfill
+    from ops.backfill.run import publication_lines, publish_output, publishes, report_lines, run_backfill
 
     if args.start is None and not args.bootstrap:
         print(
@@ -519,7 +521,14 @@ def cmd_backfill(args: argparse.Namespace) -> int:
         print("\n".join(describe(plan, run)))
         return 0
     plan, staged = run_backfill(platform, request, utcnow())
+    if publishes(platform, plan):
+        publish_output(platform, staged.run, plan)
     print("\n".join(report_lines(plan, staged)))
+    published, blocked = publication_lines(staged.run)
+    if published:
+        print("\n".join(published))
+    elif not plan.candidate:
+        print(f"not published: {args.job} has no warehouse table (its file sets no operations.compaction)")
     if staged.run.diff_file.is_file():
         diff = json.loads(staged.run.diff_file.read_text())
         rows = [[entry["partition"], entry["added"], entry["removed"], entry["changed"]] for entry in diff]
@@ -537,7 +546,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
             f"{savepoint.batch_id}); start the job from it: warden rewind {args.job} --savepoint "
             f"{savepoint.id} --reason bootstrap, then warden start {args.job}"
         )
-    return 0
+    return 1 if blocked else 0
 
 
 def cmd_scrape_targets(args: argparse.Namespace) -> int:

@@ -29,7 +29,7 @@ from pyspark.sql import DataFrame, SparkSession
 from jobs.compaction.audit import AuditResult, audit
 from jobs.compaction.rewrite import Rewrite, read_partition, rewrite_partition
 from ops.control.alerts import Alert, AlertCenter
-from ops.ledger.store import Ledger
+from ops.ledger.store import Ledger, PartitionVersionRecord
 from ops.spec.job import CompactionPolicy, JobSpec
 from ops.warehouse.sinklog import SinkPartition, is_expired, partition_end, sink_partitions
 from ops.warehouse.table import (
@@ -89,17 +89,39 @@ def needs_compaction(ledger: Ledger, table: WarehouseTable, partition: SinkParti
     return not settled or settled[0].input_fingerprint != partition.fingerprint
 
 
-def compact_partition(
+@dataclass(frozen=True)
+class AuditedVersion:
+    """A staged version of one partition, written and audited, not yet published or blocked."""
+
+    partition: SinkPartition
+    staged: PartitionVersionRecord
+    input_rows: int
+    rewrite: Rewrite
+    audit: AuditResult
+    # time.monotonic() when the pass began, when the write ended and when the audit ended.
+    started: float
+    written: float
+    audited: float
+
+
+def write_and_audit(
     spark: SparkSession,
-    ledger: Ledger,
-    alerts: AlertCenter,
     spec: JobSpec,
+    ledger: Ledger,
     table: WarehouseTable,
     sink: Path,
     partition: SinkPartition,
+    *,
     source: str = "compaction",
-) -> PartitionOutcome:
-    """Write, audit and publish (or block) one partition; see the module docstring."""
+    supersedes: str | None = None,
+) -> AuditedVersion:
+    """Steps 1-3 of the module docstring for one partition: stage a version, write the committed
+    files into it, audit it. `settle` then publishes or blocks it (a backfill gates every
+    partition before it publishes any).
+
+    The version records `supersedes` as its input fingerprint when given (a backfill: the job's
+    live sink partition it replaces), so `needs_compaction` republishes the partition from the
+    live sink only once that changes; by default, `partition`'s own."""
     policy = spec.operations.compaction or CompactionPolicy()
     started = time.monotonic()
     input_rows = read_partition(spark, sink, list(partition.files)).count()
@@ -111,7 +133,7 @@ def compact_partition(
         source=source,
         input_files=len(partition.files),
         input_rows=input_rows,
-        input_fingerprint=partition.fingerprint,
+        input_fingerprint=supersedes or partition.fingerprint,
     )
     rewrite = rewrite_partition(
         spark, sink, partition.values, Path(staged.location), int(policy.target_file_mb * BYTES_PER_MB)
@@ -123,32 +145,74 @@ def compact_partition(
         expected_rows=input_rows,
         partition_values=partition.values,
     )
-    audited = time.monotonic()
+    return AuditedVersion(partition, staged, input_rows, rewrite, result, started, written, time.monotonic())
+
+
+def settle(
+    spark: SparkSession,
+    ledger: Ledger,
+    alerts: AlertCenter,
+    spec: JobSpec,
+    table: WarehouseTable,
+    version: AuditedVersion,
+) -> PartitionOutcome:
+    """Step 4: publish an audited version, or block it and page when a blocking check failed."""
+    partition, rewrite, result = version.partition, version.rewrite, version.audit
     if not result.passed:
         blocked = block(
             ledger,
-            staged,
+            version.staged,
             audit=result.to_dict(),
             output_files=rewrite.output_files,
             output_rows=rewrite.rows,
         )
         alerts.raise_alert(_quality_alert(spec, table, partition.key, blocked.version, result, blocking=True))
-        seconds = _steps(started, written, audited)
-        return _outcome(partition, blocked.version, BLOCKED, input_rows, rewrite, None, result, seconds)
+        seconds = _steps(version.started, version.written, version.audited)
+        return _outcome(
+            partition, blocked.version, BLOCKED, version.input_rows, rewrite, None, result, seconds
+        )
     published = publish(
         spark,
         ledger,
         table,
-        staged,
+        version.staged,
         output_files=rewrite.output_files,
         output_rows=rewrite.rows,
         audit=result.to_dict(),
     )
-    seconds = _steps(started, written, audited)
+    seconds = _steps(version.started, version.written, version.audited)
     if result.warnings:
         alerts.notify(_quality_alert(spec, table, partition.key, published.version, result, blocking=False))
     return _outcome(
-        partition, published.version, PUBLISHED, input_rows, rewrite, published.rows_before, result, seconds
+        partition,
+        published.version,
+        PUBLISHED,
+        version.input_rows,
+        rewrite,
+        published.rows_before,
+        result,
+        seconds,
+    )
+
+
+def compact_partition(
+    spark: SparkSession,
+    ledger: Ledger,
+    alerts: AlertCenter,
+    spec: JobSpec,
+    table: WarehouseTable,
+    sink: Path,
+    partition: SinkPartition,
+    source: str = "compaction",
+) -> PartitionOutcome:
+    """Write, audit and publish (or block) one partition; see the module docstring."""
+    return settle(
+        spark,
+        ledger,
+        alerts,
+        spec,
+        table,
+        write_and_audit(spark, spec, ledger, table, sink, partition, source=source),
     )
 
 

@@ -12,7 +12,9 @@ in its commit log. Three things make it a checkpoint the live job can continue f
   entry and needs the earlier ones); the backfill's rows are published from staging, not here;
 - the result is taken as an ordinary savepoint of the job (`ops.savepoints`), so the job starts
   from it as from any other: `warden rewind JOB --savepoint ID` (the job stopped), then `warden
-  start JOB`.
+  start JOB`. Its manifest names the backfill (`bootstrap_of`): its sink log lists none of the
+  live sink's files, so the rewind refuses it over a sink that has output
+  (`ops.recovery.refusals`, `sink_has_output`), which restoring it would orphan.
 """
 
 from __future__ import annotations
@@ -81,4 +83,4 @@ def bootstrap_savepoint(
     for batch in range(last_batch + 1):
         name = f"{batch}.compact" if (batch + 1) % SINK_LOG_COMPACT_INTERVAL == 0 else str(batch)
         write_log_entry(target.sink_log / name, b"v1")
-    return take_savepoint(staged, ledger, spec, s3=s3)
+    return take_savepoint(staged, ledger, spec, s3=s3, bootstrap_of=plan.run_id)

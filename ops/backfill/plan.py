@@ -26,7 +26,6 @@ from ops.driver.backfill import BackfillPlan, BackfillRun, PlannedPartition
 from ops.exceptions import BackfillError, ConfigError
 from ops.s3 import file_digest, platform_client
 from ops.spec.job import JobSpec, find_job, job_file, load_job
-from ops.spec.paths import JobPaths
 from ops.spec.platform import PlatformConfig
 
 
@@ -157,10 +156,20 @@ def plan_backfill(
         sources=sources,
         throttle_seconds=request.throttle_seconds,
         bootstrap=request.bootstrap,
-        # Until the warehouse table exists, the published output is the job's own sink.
-        compare_with=str(JobPaths.of(platform, installed).sink) if request.candidate is not None else None,
+        compare_with=table_name(platform, installed) if request.candidate is not None else None,
     )
     return BackfillRun(backfill_root(platform) / run_id), plan, spec_bytes
+
+
+def table_name(platform: PlatformConfig, spec: JobSpec) -> str:
+    """The warehouse table a backfill of `spec` publishes into (and a candidate is diffed with);
+    BackfillError when the job has none."""
+    if spec.operations.compaction is None:
+        raise BackfillError(
+            f"job {spec.name!r} has no warehouse table (its file sets no operations.compaction): there is "
+            "nothing to publish into or to diff a candidate with"
+        )
+    return f"{platform.warehouse.database}.{spec.name}"
 
 
 def describe(plan: BackfillPlan, run: BackfillRun) -> list[str]:

@@ -3,12 +3,15 @@
 `warden backfill` runs the application (`jobs.backfill`) as a child process and draws its
 progress from the run directory (a bar over the partitions, with rows/s and the ETA); the
 `warden_backfill` DAG submits the same application with the Spark provider's
-`SparkSubmitOperator` (`submit_arguments`). Either way the run ends at `verify_output`: every file
-the staged sink's log lists is there and the rows per partition add up.
+`SparkSubmitOperator` (`submit_arguments`). Either way the run is checked by `verify_output`: every
+file the staged sink's log lists is there and the rows per partition add up; then `publish_output`
+runs the publish application (`jobs.compaction.backfill`), which takes the staged output through
+the quality gate into the warehouse table, or diffs a candidate's against it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -23,11 +26,17 @@ from botocore.client import BaseClient
 
 from ops import progress
 from ops.backfill.plan import BackfillRequest, fetch_partitions, plan_backfill, prepare_run
-from ops.backfill.submit import APPLICATION_MODULE, REPO_ROOT, application_env, submit_arguments
+from ops.backfill.submit import (
+    APPLICATION_MODULE,
+    PUBLISH_MODULE,
+    REPO_ROOT,
+    application_env,
+    submit_arguments,
+)
 from ops.driver.backfill import BackfillPlan, BackfillRun, PartitionDone
 from ops.driver.checkpoint import sink_files
 from ops.exceptions import BackfillError
-from ops.spec.job import load_job
+from ops.spec.job import find_job, load_job
 from ops.spec.paths import JobPaths
 from ops.spec.platform import PlatformConfig
 
@@ -167,3 +176,53 @@ def run_backfill(
     run, plan = prepare_backfill(platform, request, now, client)
     run_application(platform, run, plan)
     return plan, verify_output(platform, run)
+
+
+def publishes(platform: PlatformConfig, plan: BackfillPlan) -> bool:
+    """Whether the run ends in the warehouse table: a candidate's is diffed with it, and a job
+    without a table (no `operations.compaction`) ends at its staged output."""
+    return plan.candidate or find_job(plan.job, platform.conf_dir).operations.compaction is not None
+
+
+def publish_output(platform: PlatformConfig, run: BackfillRun, plan: BackfillPlan) -> None:
+    """Run the publish application on a finished, verified run (`run.published_file`, or a
+    candidate's `run.diff_file`, holds the outcome). BackfillError, with the end of its log, when it
+    fails; a gate that blocked is an outcome, not a failure (`publication_lines` says so)."""
+    log_path = run.root / "publish.log"
+    with log_path.open("ab") as log_file:
+        finished = subprocess.run(
+            [sys.executable, "-m", PUBLISH_MODULE, *submit_arguments(run)],
+            cwd=REPO_ROOT,
+            env={**os.environ, **application_env(platform.conf_dir)},
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            check=False,
+        )
+    if finished.returncode != 0:
+        tail = log_path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+        raise BackfillError(
+            f"publishing backfill {plan.run_id} exited {finished.returncode} (run it again: the "
+            f"warehouse table keeps what it showed); the end of {log_path}:\n" + "\n".join(tail)
+        )
+
+
+def publication_lines(run: BackfillRun) -> tuple[list[str], bool]:
+    """What the publish did, a line per target partition; and whether its gate blocked it."""
+    if not run.published_file.is_file():
+        return [], False
+    document = json.loads(run.published_file.read_text())
+    lines = [
+        f"{entry['partition']}  v{entry['version']} {entry['status']}  {entry['rows']:,} rows"
+        + ("" if entry["rows_before"] is None else f" (before {entry['rows_before']:,})")
+        for entry in document["partitions"]
+    ]
+    blocked = document["status"] != "published"
+    if blocked:
+        lines.append(f"{document['table']}: NOTHING PUBLISHED, the quality gate blocked the backfill:")
+        lines += [f"  {reason}" for reason in document["blocked"]]
+    else:
+        lines.append(f"{document['table']}: {len(document['partitions'])} partitions published")
+    if document["left_out"]:
+        lines.append(f"left out (no event time, never published): {', '.join(document['left_out'])}")
+    return lines, blocked

@@ -1,6 +1,7 @@
 """How the backfill application is submitted, light enough for a DAG file's parse (no boto3,
-pyarrow or pyspark): the `warden_backfill` DAG's SparkSubmitOperator and `warden backfill` both
-start `jobs/backfill.py` with these arguments and this environment."""
+pyarrow or pyspark): the `warden_backfill` DAG's SparkSubmitOperators and `warden backfill` both
+start `jobs/backfill.py`, then `jobs/compaction/backfill.py` (the publish), with these arguments
+and this environment."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from ops.driver.backfill import BackfillRun
 from ops.spec.platform import CONF_DIR_ENV
 
 APPLICATION_MODULE = "jobs.backfill"
+# The application that publishes a finished run into the warehouse table (or diffs a candidate).
+PUBLISH_MODULE = "jobs.compaction.backfill"
 # The repository the application is imported from (a platform's conf dir may live elsewhere).
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,8 +23,13 @@ def application_file() -> Path:
     return REPO_ROOT / "jobs" / "backfill.py"
 
 
+def publish_application_file() -> Path:
+    """The publish application file spark-submit runs (`jobs/compaction/backfill.py`)."""
+    return REPO_ROOT / "jobs" / "compaction" / "backfill.py"
+
+
 def submit_arguments(run: BackfillRun) -> list[str]:
-    """The application's arguments, for a spark-submit of `application_file`."""
+    """The arguments of either application (`application_file`, `publish_application_file`)."""
     return ["--run-dir", str(run.root)]
 
 

@@ -15,8 +15,10 @@ a time. Both sides share only this directory, so the application needs no S3 cli
     <root>/lake/<sink path>/         the query's Parquet sink: the staged output
     <root>/progress.json             every completed partition: batches, rows, seconds
     <root>/running.json              the partition under way and the first batch it may use
-    <root>/diff.json                 a candidate's run: its output against the published, per partition
-    <root>/complete.json             written last, once every partition is done
+    <root>/complete.json             written once every partition is done
+    <root>/published.json            the publish into the warehouse table: each target partition's
+                                     version, published or blocked (`jobs.compaction.backfill`)
+    <root>/diff.json                 a candidate's run instead: its output against the table's
 
 A completed partition is recorded after its batches commit, so a killed run resumes from the
 first partition not recorded (`BackfillRun.done`); Spark re-runs a batch whose offsets were logged
@@ -78,7 +80,7 @@ class BackfillPlan:
     sources: dict[str, str]
     throttle_seconds: float = 0.0
     bootstrap: bool = False
-    # A candidate's run: the published output its side table is compared with (`diff.json`).
+    # A candidate's run: the warehouse table its side table is compared with (`diff.json`).
     compare_with: str | None = None
 
     def as_json(self) -> dict[str, Any]:
@@ -147,6 +149,10 @@ class BackfillRun:
     @property
     def diff_file(self) -> Path:
         return self.root / "diff.json"
+
+    @property
+    def published_file(self) -> Path:
+        return self.root / "published.json"
 
     @property
     def complete_file(self) -> Path:

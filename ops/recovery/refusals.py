@@ -19,8 +19,11 @@ The causes a rewind or restate can meet:
     offsets_purged        the offsets of a batch to replay are gone (Spark's retention, or the
                           checkpoint itself is gone while the sink holds later batches)
     input_gone            an input file a batch to replay read is no longer in the landing zone
+                          (nor in the archive)
     sink_expired          the savepoint lists sink files the bounded sink log has expired since
                           (published partitions past `operations.compaction.sink_retention_hours`)
+    sink_has_output       a bootstrap savepoint (made by a backfill) over a sink that already
+                          has output: its sink log lists none of those files, so they would be lost
 
 and an upgrade, on request (its dry run refuses what the candidate cannot take over later, also
 with the running version untouched):
@@ -54,6 +57,7 @@ class Cause(enum.StrEnum):
     OFFSETS_PURGED = "offsets_purged"
     INPUT_GONE = "input_gone"
     SINK_EXPIRED = "sink_expired"
+    SINK_HAS_OUTPUT = "sink_has_output"
     CANDIDATE_INVALID = "candidate_invalid"
 
 

@@ -355,6 +355,21 @@ def prepare_rewind(
                 )
             ]
         )
+    bootstrap_of = manifest.get("bootstrap_of")
+    if bootstrap_of is not None:
+        live_output = sorted(sink_files(JobPaths.of(platform, find_job(job, platform.conf_dir)).sink_log))
+        if live_output:
+            raise RewindRefused(
+                [
+                    Refusal(
+                        Cause.SINK_HAS_OUTPUT,
+                        f"savepoint {savepoint.id} bootstraps {job!r} from backfill {bootstrap_of}, but "
+                        f"the job's sink already holds {len(live_output)} committed files (e.g. "
+                        f"{live_output[0]}), which restoring it would remove: a bootstrap savepoint is for "
+                        "a new job or one whose sink is empty (publish history with `warden backfill`)",
+                    )
+                ]
+            )
     staging = _staging_dir(platform, job)
     return plan_rewind(
         platform,

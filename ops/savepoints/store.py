@@ -372,11 +372,18 @@ def read_manifest(
 
 
 def take_savepoint(
-    platform: PlatformConfig, ledger: Ledger, spec: JobSpec, *, s3: BaseClient | None = None
+    platform: PlatformConfig,
+    ledger: Ledger,
+    spec: JobSpec,
+    *,
+    s3: BaseClient | None = None,
+    bootstrap_of: str | None = None,
 ) -> SavepointRecord:
     """Copy the running (or stopped) job's checkpoint at its last committed batch into S3.
 
-    Never stops the job. Returns the ledger record, written only after the manifest is stored; on
+    `bootstrap_of` names the backfill run whose checkpoint this is (`ops.backfill.bootstrap`); the
+    manifest keeps it, so a rewind refuses to restore it over a sink that has output. Never stops
+    the job. Returns the ledger record, written only after the manifest is stored; on
     any failure nothing is catalogued and a later attempt starts afresh (objects already copied
     are reused).
     """
@@ -419,6 +426,8 @@ def take_savepoint(
         "source_offsets": source_offsets,
         "files": [entry.__dict__ for entry in entries],
     }
+    if bootstrap_of is not None:
+        manifest["bootstrap_of"] = bootstrap_of
     manifest_key = _manifest_key(platform, job, savepoint_id)
     with s3_errors(platform, f"writing {manifest_key}", SavepointError):
         client.put_object(

@@ -18,6 +18,7 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Context
 
+from ops.backfill.submit import publish_application_file
 from ops.control.alerts import Alert, AlertCenter
 from ops.ledger.store import Ledger
 from ops.spec.platform import CONF_DIR_ENV, PlatformConfig, load_platform
@@ -92,6 +93,36 @@ class CompactOperator(PlatformSparkSubmitOperator):
 
     def execute(self, context: Context) -> None:
         self.application_args = [*self.application_args, *_partition_args(self.partitions)]
+        super().execute(context)
+
+
+class BackfillPublishOperator(PlatformSparkSubmitOperator):
+    """spark-submit `jobs/compaction/backfill.py --run-dir DIR` (templated) with the metastore confs:
+    a finished backfill's staged output into the warehouse table through the quality gate, or a
+    candidate's diff against it. A job without a warehouse table has nothing to publish."""
+
+    template_fields = (*SparkSubmitOperator.template_fields, "run_dir")
+
+    def __init__(self, *, run_dir: str, **kwargs: Any) -> None:
+        super().__init__(
+            application=str(publish_application_file()),
+            name="streamwarden-backfill-publish",
+            application_args=["--run-dir", run_dir],
+            **kwargs,
+        )
+        self.run_dir = run_dir
+
+    def platform_conf(self, platform: PlatformConfig) -> dict[str, str]:
+        return {**super().platform_conf(platform), **metastore_conf(platform)}
+
+    def execute(self, context: Context) -> None:
+        from ops.backfill.run import publishes
+        from ops.driver.backfill import BackfillRun
+
+        plan = BackfillRun(Path(self.run_dir)).read_plan()
+        if not publishes(self.platform, plan):
+            self.log.info("%s has no warehouse table (operations.compaction): nothing to publish", plan.job)
+            return
         super().execute(context)
 
 

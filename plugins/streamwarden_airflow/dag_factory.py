@@ -26,6 +26,7 @@ from ops.spec.analysis import with_verdicts
 from ops.spec.job import CompactionPolicy, JobLoadResult, RestatementSchedule, load_jobs
 from ops.spec.platform import SUPERVISE_DAG_PREFIX, load_platform
 from streamwarden_airflow.compaction import (
+    BackfillPublishOperator,
     CompactOperator,
     PlatformSparkSubmitOperator,
     page_compaction_failure,
@@ -284,8 +285,10 @@ def compaction_dag(job: str, policy: CompactionPolicy) -> DAG:
 def backfill_dag(jobs: list[str]) -> DAG:
     """Backfill a job the Kappa+ way: `prepare` plans the range and stages the archive partitions,
     the Spark provider's SparkSubmitOperator runs the bounded work (the job's own query, one
-    partition per micro-batch, its log a line per partition), `report` checks the staged output and
-    logs a row per partition. A dry run stops after `prepare`'s plan."""
+    partition per micro-batch, its log a line per partition), `publish` (another spark-submit)
+    takes the staged output through the quality gate into the warehouse table (a candidate: diffs
+    it), `report` checks the staged output and logs a row per partition and per published one,
+    failing when the gate blocked. A dry run stops after `prepare`'s plan."""
     with DAG(
         dag_id="warden_backfill",
         description="Run a job's streaming query over archived input, one arrival hour per micro-batch",
@@ -334,8 +337,11 @@ def backfill_dag(jobs: list[str]) -> DAG:
             application_args=["--run-dir", "{{ ti.xcom_pull(task_ids='prepare') }}"],
             name="streamwarden-backfill",
         )
+        published = BackfillPublishOperator(
+            task_id="publish", run_dir="{{ ti.xcom_pull(task_ids='prepare') }}"
+        )
         report = BackfillReportOperator(task_id="report", run_dir="{{ ti.xcom_pull(task_ids='prepare') }}")
-        prepared >> submitted >> report
+        prepared >> submitted >> published >> report
     return dag
 
 

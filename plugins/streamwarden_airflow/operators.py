@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context
-from airflow.sdk.exceptions import AirflowSkipException
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from ops.clock import utcnow
 from ops.control.supervisor import PassSummary, Supervisor
@@ -255,7 +255,8 @@ class PrepareBackfillOperator(BaseOperator):
 
 
 class BackfillReportOperator(BaseOperator):
-    """Check a finished backfill's staged output and log a row per partition; with bootstrap, take
+    """Check a finished backfill's staged output and log a row per partition and what the publish
+    did with each target partition (failing when the quality gate blocked it); with bootstrap, take
     the savepoint the live job starts from."""
 
     template_fields = ("run_dir",)
@@ -266,13 +267,15 @@ class BackfillReportOperator(BaseOperator):
 
     def execute(self, context: Context) -> list[str]:
         from ops.backfill.bootstrap import bootstrap_savepoint
-        from ops.backfill.run import report_lines, verify_output
+        from ops.backfill.run import publication_lines, report_lines, verify_output
         from ops.driver.backfill import BackfillRun
 
         platform = load_platform()
         run = BackfillRun(Path(self.run_dir))
         plan = run.read_plan()
         lines = report_lines(plan, verify_output(platform, run))
+        published, blocked = publication_lines(run)
+        lines += published
         if run.diff_file.is_file():
             lines += [f"diff {entry}" for entry in json.loads(run.diff_file.read_text())]
         if plan.bootstrap:
@@ -280,6 +283,10 @@ class BackfillReportOperator(BaseOperator):
             lines.append(f"bootstrap savepoint {savepoint.id} (batch {savepoint.batch_id})")
         for line in lines:
             self.log.info("%s", line)
+        if blocked:
+            raise AirflowFailException(
+                f"backfill {plan.run_id}: the quality gate blocked the publish (paged)"
+            )
         return lines
 
 

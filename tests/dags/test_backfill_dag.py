@@ -22,12 +22,21 @@ from ops.clock import utcnow
 from ops.spec.platform import PlatformConfig, load_platform
 from synthetic.generator import make_event
 from synthetic.scenarios import write_json_lines
+from tests.support.drivers import edit_job
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
 
 
 @pytest.fixture
-def platform(platform_with_s3: PlatformConfig, monkeypatch: pytest.MonkeyPatch) -> PlatformConfig:
+def platform(
+    platform_with_s3: PlatformConfig, warehouse_platform: PlatformConfig, monkeypatch: pytest.MonkeyPatch
+) -> PlatformConfig:
+    """S3 for the archive, a warehouse to publish into, the router with one route (few audits)."""
+    edit_job(
+        platform_with_s3,
+        "router",
+        lambda spec: spec["pipeline"].update(routes=spec["pipeline"]["routes"][:1]),
+    )
     path = platform_with_s3.conf_dir / "platform.yaml"
     settings = yaml.safe_load(path.read_text())
     settings["archive"] = {"prefix": f"archive-{uuid.uuid4().hex[:8]}"}
@@ -38,7 +47,10 @@ def platform(platform_with_s3: PlatformConfig, monkeypatch: pytest.MonkeyPatch) 
     return platform
 
 
-def test_the_backfill_form_plans_submits_the_partitions_and_logs_a_row_per_partition(
+# Three spark-submits (the backfill, its publish with GX) and Airflow, with the cores shared.
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_the_backfill_form_plans_submits_publishes_and_logs_a_row_per_partition(
     platform: PlatformConfig, spark: SparkSession
 ) -> None:
     first = utcnow().replace(minute=0, second=0, microsecond=0) - timedelta(hours=5)
@@ -59,11 +71,24 @@ def test_the_backfill_form_plans_submits_the_partitions_and_logs_a_row_per_parti
 
     assert run.state == "success"
     states = {ti.task_id: ti.state for ti in run.get_task_instances()}
-    assert states == {"prepare": "success", "run_partitions": "success", "report": "success"}
+    assert states == {
+        "prepare": "success",
+        "run_partitions": "success",
+        "publish": "success",
+        "report": "success",
+    }
     [run_dir] = (platform.runtime_root / "backfill").glob("router-*")
     progress = json.loads((run_dir / "progress.json").read_text())["done"]
     assert [record["index"] for record in progress] == [0, 1]
     assert [record["input_rows"] for record in progress] == [50, 50]
     staged = spark.read.parquet(str(run_dir / "lake" / "router"))
     assert staged.count() == sum(record["output_rows"] for record in progress) > 0
+    published = json.loads((run_dir / "published.json").read_text())
+    assert published["status"] == "published" and published["table"] == "warehouse.router"
+    assert [entry["partition"] for entry in published["partitions"]] == [
+        f"route=purchases/event_date=2025-05-01/event_hour={hour}" for hour in (0, 1)
+    ]
+    assert (
+        sum(entry["rows"] for entry in published["partitions"]) == staged.where("route = 'purchases'").count()
+    )
     gc.collect()  # the hook's pipe, reported here (and ignored) rather than in a later test

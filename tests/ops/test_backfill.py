@@ -19,9 +19,11 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -34,7 +36,7 @@ from jobs.runtime import state_conf, with_trigger
 from ops import archive
 from ops.backfill.bootstrap import bootstrap_savepoint
 from ops.backfill.plan import BackfillRequest, fetch_partitions, plan_backfill, prepare_run
-from ops.backfill.run import run_backfill
+from ops.backfill.run import publish_output, run_backfill
 from ops.backfill.submit import application_env, submit_arguments
 from ops.cli import main
 from ops.control.supervisor import Supervisor
@@ -53,6 +55,8 @@ from synthetic.scenarios import (
     sessionizer_scenario,
     write_json_lines,
 )
+from tests.support.drivers import edit_job
+from tests.support.warehouse import query_table
 
 # The arrival hours of the test input: the archive's clock, unrelated to the events' own times.
 FIRST_ARRIVAL = datetime(2026, 11, 20, 6, tzinfo=UTC)
@@ -69,6 +73,29 @@ def platform(platform_with_s3: PlatformConfig) -> PlatformConfig:
     settings["archive"] = {"prefix": f"archive-{uuid.uuid4().hex[:8]}", "seal_after_minutes": 10}
     path.write_text(yaml.safe_dump(settings))
     return load_platform(platform_with_s3.conf_dir)
+
+
+@pytest.fixture
+def warehouse(platform: PlatformConfig, warehouse_platform: PlatformConfig) -> PlatformConfig:
+    """`platform` with a warehouse: its metastore a fresh database on the worker's PostgreSQL."""
+    return load_platform(platform.conf_dir)
+
+
+def router_routes(*names: str) -> Callable[[dict[str, Any]], None]:
+    """A router spec edit keeping only the routes named (and the dead letters): fewer partitions
+    to audit."""
+
+    def edit(spec: dict[str, Any]) -> None:
+        spec["pipeline"]["routes"] = [r for r in spec["pipeline"]["routes"] if r["name"] in names]
+
+    return edit
+
+
+def published_rows(platform: PlatformConfig) -> Counter[tuple[str, ...]]:
+    """Every row the warehouse table shows, as strings."""
+    return Counter(
+        tuple(str(v) for v in row.values()) for row in query_table(platform, "SELECT * FROM warehouse.router")
+    )
 
 
 def router_input(landing_root: Path, seed: int) -> list[Path]:
@@ -217,9 +244,14 @@ def test_a_range_not_sealed_or_not_archived_is_refused_before_anything_runs(plat
     assert not BackfillRun(run.root).root.exists()
 
 
+# Backfills, publishes and warehouse readers: Spark processes of their own, with the cores shared.
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_a_killed_backfill_resumes_without_redoing_partitions_and_a_rerun_changes_nothing(
-    spark: SparkSession, platform: PlatformConfig
+    spark: SparkSession, warehouse: PlatformConfig
 ) -> None:
+    platform = warehouse
+    edit_job(platform, "router", router_routes("purchases"))
     write_input(platform, "router", seed=11)
     archive.archive_landing(platform, ["events"], NOW)
     request = BackfillRequest(
@@ -251,13 +283,29 @@ def test_a_killed_backfill_resumes_without_redoing_partitions_and_a_rerun_change
     assert {index: resumed.partitions[index] for index in first} == first  # not run again
     assert first_commit.stat().st_mtime_ns == committed_at
     resumed_rows = spark.read.parquet(str(resumed.sink)).collect()
-    _, rerun = run_backfill(platform, BackfillRequest("router", start=request.start, end=request.end), NOW)
+    publish_output(platform, resumed.run, resumed_plan)
+    after_resume = published_rows(platform)
+    # An uninterrupted run of the same range, published: the same rows, the same table.
+    rerun_plan, rerun = run_backfill(
+        platform, BackfillRequest("router", start=request.start, end=request.end), NOW
+    )
     assert rerun.rows_by_target == resumed.rows_by_target
     assertDataFrameEqual(spark.read.parquet(str(rerun.sink)), resumed_rows)
+    publish_output(platform, rerun.run, rerun_plan)
+    assert published_rows(platform) == after_resume
+    with_time = spark.read.parquet(str(rerun.sink)).where("event_date IS NOT NULL")
+    assert sum(after_resume.values()) == with_time.count() > 0
+    statuses = {
+        (v.version, v.status) for v in Ledger.open(platform.resolved_ledger_url).partition_versions("router")
+    }
+    assert statuses == {(1, "published"), (2, "published")}
 
 
+# A backfill, its savepoint, a rewind and live runs, with the cores shared.
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_a_job_bootstrapped_from_a_backfill_savepoint_continues_live_as_if_it_had_run_from_the_start(
-    spark: SparkSession, platform: PlatformConfig, ledger: Ledger
+    spark: SparkSession, platform: PlatformConfig, ledger: Ledger, capsys: pytest.CaptureFixture[str]
 ) -> None:
     by_hour = write_input(platform, "sessionizer", seed=5)
     spec = find_job("sessionizer", platform.conf_dir)
@@ -287,17 +335,37 @@ def test_a_job_bootstrapped_from_a_backfill_savepoint_continues_live_as_if_it_ha
     assert live.count() > 0
     assertDataFrameEqual(spark.read.parquet(str(staged.sink)).unionByName(live), reference)
 
+    # The job now has output: restoring the bootstrap savepoint again would orphan it, and is refused.
+    sink_before = sorted(JobPaths.of(platform, spec).sink.rglob("*"))
+    exit_code = main(["rewind", "sessionizer", "--savepoint", savepoint.id, "--reason", "bootstrap again"])
+    assert exit_code == 2
+    assert "[sink_has_output]" in capsys.readouterr().err
+    [refused] = [d for d in ledger.decisions("sessionizer") if (d.outcome or "").startswith("refused: ")]
+    assert "sink_has_output" in refused.outcome and refused.action == "rewind"
+    assert sorted(JobPaths.of(platform, spec).sink.rglob("*")) == sink_before
 
+
+# Backfills, publishes and warehouse readers: Spark processes of their own, with the cores shared.
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_a_candidate_runs_into_a_side_table_and_is_diffed_per_partition_without_publishing(
-    spark: SparkSession, platform: PlatformConfig, capsys: pytest.CaptureFixture[str]
+    spark: SparkSession, warehouse: PlatformConfig, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    platform = warehouse
+    edit_job(platform, "router", router_routes("purchases", "eu_views"))
     write_input(platform, "router", seed=13)
     archive.archive_landing(platform, ["events"], NOW)
-    spec = find_job("router", platform.conf_dir)
-    published = JobPaths.of(platform, spec).sink
-    query = with_trigger(plan_job(platform, spec), spec, available_now=True)(spark).start()
-    query.awaitTermination(300)
-    published_files = sorted(published.rglob("*"))
+    # The installed job's backfill is what the warehouse table shows.
+    installed_plan, installed = run_backfill(
+        platform,
+        BackfillRequest("router", start=FIRST_ARRIVAL, end=FIRST_ARRIVAL + timedelta(hours=HOURS)),
+        NOW,
+    )
+    publish_output(platform, installed.run, installed_plan)
+    published = installed.sink
+    ledger = Ledger.open(platform.resolved_ledger_url)
+    versions = ledger.partition_versions("router")
+    assert versions and all(v.status == "published" for v in versions)
     candidate_file = platform.runtime_root / "candidate.yaml"
     document = yaml.safe_load((platform.conf_dir / "jobs" / "router.yaml").read_text())
     routes = {route["name"]: route for route in document["pipeline"]["routes"]}
@@ -321,6 +389,7 @@ def test_a_candidate_runs_into_a_side_table_and_is_diffed_per_partition_without_
     assert exit_code == 0
     output = capsys.readouterr().out
     [run_dir] = (platform.runtime_root / "backfill").glob("router-*-candidate-*")
+    assert not (run_dir / "published.json").exists()
     diff = {entry["partition"]: entry for entry in json.loads((run_dir / "diff.json").read_text())}
     rows = spark.read.parquet(str(published))
     expected_removed = {
@@ -342,5 +411,5 @@ def test_a_candidate_runs_into_a_side_table_and_is_diffed_per_partition_without_
     assert {k: v["removed"] for k, v in diff.items() if v["removed"]} == expected_removed
     assert {k: v["added"] for k, v in diff.items() if v["added"]} == expected_added
     assert all(entry["changed"] == 0 for entry in diff.values())
-    assert "purchases" in output and "added" in output
-    assert sorted(published.rglob("*")) == published_files  # nothing published
+    assert "purchases" in output and "added" in output and "against warehouse.router" in output
+    assert ledger.partition_versions("router") == versions  # nothing published
