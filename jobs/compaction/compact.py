@@ -81,7 +81,7 @@ class PartitionOutcome:
     output_rows: int
     rows_before: int | None
     audit: AuditResult
-    # Wall seconds of each step: "write" (count, stage, rewrite), "audit", "publish" (or block).
+    # Wall seconds of each step: "write" (stage, rewrite), "audit", "publish" (or block).
     seconds: dict[str, float]
 
     def line(self) -> str:
@@ -145,7 +145,6 @@ def compact_partition(
     """Write, audit and publish (or block) one partition; see the module docstring."""
     policy = spec.operations.compaction or CompactionPolicy()
     started = time.monotonic()
-    input_rows = read_partition(spark, sink, list(partition.files)).count()
     staged = stage(
         spark,
         ledger,
@@ -153,17 +152,18 @@ def compact_partition(
         partition.values,
         source="compaction",
         input_files=len(partition.files),
-        input_rows=input_rows,
         input_fingerprint=partition.fingerprint,
     )
     rewrite = rewrite_partition(
         spark, sink, partition.values, Path(staged.location), int(policy.target_file_mb * BYTES_PER_MB)
     )
+    # The input's rows are known once the write (which counts them as it reads) is done.
+    ledger.update_partition_version(staged.id, input_rows=rewrite.input_rows)
     written = time.monotonic()
     result = audit(
         with_partition_values(spark.read.parquet(staged.location), table, partition.values),
         spec.operations.quality,
-        expected_rows=input_rows,
+        expected_rows=rewrite.input_rows,
         partition_values=partition.values,
     )
     audited = time.monotonic()
@@ -177,7 +177,7 @@ def compact_partition(
         )
         alerts.raise_alert(_quality_alert(spec, table, partition.key, blocked.version, result, blocking=True))
         seconds = _steps(started, written, audited)
-        return _outcome(partition, blocked.version, BLOCKED, input_rows, rewrite, None, result, seconds)
+        return _outcome(partition, blocked.version, BLOCKED, rewrite, None, result, seconds)
     published = publish(
         spark,
         ledger,
@@ -190,9 +190,7 @@ def compact_partition(
     seconds = _steps(started, written, audited)
     if result.warnings:
         alerts.notify(_quality_alert(spec, table, partition.key, published.version, result, blocking=False))
-    return _outcome(
-        partition, published.version, PUBLISHED, input_rows, rewrite, published.rows_before, result, seconds
-    )
+    return _outcome(partition, published.version, PUBLISHED, rewrite, published.rows_before, result, seconds)
 
 
 def _steps(started: float, written: float, audited: float) -> dict[str, float]:
@@ -203,7 +201,6 @@ def _outcome(
     partition: SinkPartition,
     version: int,
     status: str,
-    input_rows: int,
     rewrite: Rewrite,
     rows_before: int | None,
     result: AuditResult,
@@ -214,7 +211,7 @@ def _outcome(
         version=version,
         status=status,
         input_files=rewrite.input_files,
-        input_rows=input_rows,
+        input_rows=rewrite.input_rows,
         output_files=rewrite.output_files,
         output_rows=rewrite.rows,
         rows_before=rows_before,
