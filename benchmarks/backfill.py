@@ -7,7 +7,8 @@ its own, then measures four runs, each a fresh process tree sampled every 0.1 s 
 resident memory: the backfill application (`jobs.backfill`, one partition per micro-batch) over
 the first `--short` hours and over all `--long`, and the batch runner (`jobs.batch`, the same
 transform over all the files at once) over the same two ranges. In local mode the JVM is the
-driver and the executors; the Python workers run the job's pandas state function. Prints a
+driver and the executors; the Python workers (the pyspark daemon and the workers it forks) run
+the job's pandas state function. The launcher's `bash` wrappers are not counted. Prints a
 markdown table: peak RSS per process kind, the long/short ratio, and rows/s against the batch run.
 """
 
@@ -51,6 +52,8 @@ class Measured:
     jvm_mib: float
     python_driver_mib: float
     python_workers_mib: float
+    # The most Python worker processes (the pyspark daemon included) seen in one sample.
+    python_workers: int
 
     @property
     def rows_per_second(self) -> float:
@@ -67,26 +70,38 @@ def measure(
     with log.open("wb") as log_file:
         process = psutil.Popen(argv, env=env, cwd=REPO_ROOT, stdout=log_file, stderr=subprocess.STDOUT)
     peaks = {"jvm": 0.0, "driver": 0.0, "workers": 0.0}
+    most_workers = 0
     while process.poll() is None:
         sample = {"jvm": 0.0, "driver": 0.0, "workers": 0.0}
+        workers = 0
         try:
             tree = [process, *process.children(recursive=True)]
-            for member in tree:
-                rss = member.memory_info().rss / 2**20
-                if member.pid == process.pid:
-                    sample["driver"] += rss
-                elif member.name() == "java":
-                    sample["jvm"] += rss
-                else:
-                    sample["workers"] += rss
         except psutil.NoSuchProcess:
-            pass
+            tree = []
+        for member in tree:
+            # Each member on its own: a zombie (the JVM leaves an exited `bash` child unreaped)
+            # or a process that just ended must not drop the rest of the sample.
+            try:
+                rss = member.memory_info().rss / 2**20
+                kind = member.name()
+            except psutil.NoSuchProcess:
+                continue
+            if member.pid == process.pid:
+                sample["driver"] += rss
+            elif kind == "java":
+                sample["jvm"] += rss
+            elif kind.startswith("python"):
+                sample["workers"] += rss
+                workers += 1
         peaks = {kind: max(peaks[kind], sample[kind]) for kind in peaks}
+        most_workers = max(most_workers, workers)
         time.sleep(SAMPLE_SECONDS)
     seconds = time.monotonic() - started
     if process.returncode != 0:
         raise SystemExit(f"{name} failed ({process.returncode}):\n{log.read_text()[-3000:]}")
-    return Measured(name, partitions, rows, seconds, peaks["jvm"], peaks["driver"], peaks["workers"])
+    return Measured(
+        name, partitions, rows, seconds, peaks["jvm"], peaks["driver"], peaks["workers"], most_workers
+    )
 
 
 def write_input(platform: PlatformConfig, source_root: Path, hours: int, events: int) -> dict[int, int]:
@@ -197,12 +212,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def print_table(results: list[Measured], short: int, long: int) -> None:
-    print("| run | partitions | lines | wall | rows/s | JVM peak RSS | Python driver | Python workers |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(
+        "| run | partitions | lines | wall | rows/s | JVM peak RSS | Python driver | Python workers "
+        "| most worker processes |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
     for m in results:
         print(
             f"| {m.name} | {m.partitions} | {m.rows:,} | {m.seconds:.1f} s | {m.rows_per_second:,.0f} | "
-            f"{m.jvm_mib:,.0f} MiB | {m.python_driver_mib:,.0f} MiB | {m.python_workers_mib:,.0f} MiB |"
+            f"{m.jvm_mib:,.0f} MiB | {m.python_driver_mib:,.0f} MiB | {m.python_workers_mib:,.0f} MiB | "
+            f"{m.python_workers} |"
         )
     by = {(m.name, m.partitions): m for m in results}
     for name in ("backfill (Kappa+)", "one-shot batch (Lambda)"):

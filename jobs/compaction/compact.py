@@ -62,7 +62,7 @@ class PartitionOutcome:
     output_rows: int
     rows_before: int | None
     audit: AuditResult
-    # Wall seconds of each step: "write" (count, stage, rewrite), "audit", "publish" (or block).
+    # Wall seconds of each step: "write" (stage, rewrite), "audit", "publish" (or block).
     seconds: dict[str, float]
 
     def line(self) -> str:
@@ -95,7 +95,6 @@ class AuditedVersion:
 
     partition: SinkPartition
     staged: PartitionVersionRecord
-    input_rows: int
     rewrite: Rewrite
     audit: AuditResult
     # time.monotonic() when the pass began, when the write ended and when the audit ended.
@@ -124,7 +123,6 @@ def write_and_audit(
     live sink only once that changes; by default, `partition`'s own."""
     policy = spec.operations.compaction or CompactionPolicy()
     started = time.monotonic()
-    input_rows = read_partition(spark, sink, list(partition.files)).count()
     staged = stage(
         spark,
         ledger,
@@ -132,20 +130,21 @@ def write_and_audit(
         partition.values,
         source=source,
         input_files=len(partition.files),
-        input_rows=input_rows,
         input_fingerprint=supersedes or partition.fingerprint,
     )
     rewrite = rewrite_partition(
         spark, sink, partition.values, Path(staged.location), int(policy.target_file_mb * BYTES_PER_MB)
     )
+    # The input's rows are known once the write (which counts them as it reads) is done.
+    ledger.update_partition_version(staged.id, input_rows=rewrite.input_rows)
     written = time.monotonic()
     result = audit(
         with_partition_values(spark.read.parquet(staged.location), table, partition.values),
         spec.operations.quality,
-        expected_rows=input_rows,
+        expected_rows=rewrite.input_rows,
         partition_values=partition.values,
     )
-    return AuditedVersion(partition, staged, input_rows, rewrite, result, started, written, time.monotonic())
+    return AuditedVersion(partition, staged, rewrite, result, started, written, time.monotonic())
 
 
 def settle(
@@ -168,9 +167,7 @@ def settle(
         )
         alerts.raise_alert(_quality_alert(spec, table, partition.key, blocked.version, result, blocking=True))
         seconds = _steps(version.started, version.written, version.audited)
-        return _outcome(
-            partition, blocked.version, BLOCKED, version.input_rows, rewrite, None, result, seconds
-        )
+        return _outcome(partition, blocked.version, BLOCKED, rewrite, None, result, seconds)
     published = publish(
         spark,
         ledger,
@@ -183,16 +180,7 @@ def settle(
     seconds = _steps(version.started, version.written, version.audited)
     if result.warnings:
         alerts.notify(_quality_alert(spec, table, partition.key, published.version, result, blocking=False))
-    return _outcome(
-        partition,
-        published.version,
-        PUBLISHED,
-        version.input_rows,
-        rewrite,
-        published.rows_before,
-        result,
-        seconds,
-    )
+    return _outcome(partition, published.version, PUBLISHED, rewrite, published.rows_before, result, seconds)
 
 
 def compact_partition(
@@ -224,7 +212,6 @@ def _outcome(
     partition: SinkPartition,
     version: int,
     status: str,
-    input_rows: int,
     rewrite: Rewrite,
     rows_before: int | None,
     result: AuditResult,
@@ -235,7 +222,7 @@ def _outcome(
         version=version,
         status=status,
         input_files=rewrite.input_files,
-        input_rows=input_rows,
+        input_rows=rewrite.input_rows,
         output_files=rewrite.output_files,
         output_rows=rewrite.rows,
         rows_before=rows_before,

@@ -5,6 +5,10 @@ killed batch's leftovers). Compaction reads exactly the files the sink log lists
 the partition, never a directory listing, and writes them as `ceil(bytes / target)` files into a
 staging directory of its own: nothing a reader sees changes until the publish step points the
 warehouse partition at it.
+
+The write is the only pass over the data: the rows read are counted by an observed metric of the
+write itself and the rows written come from the staged files' Parquet footers, so no extra Spark
+job counts either (each was a full pass, a third of the write's time on a 1M-row partition).
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyspark.sql import DataFrame, SparkSession
+import pyarrow.parquet as pq
+from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
 
 from ops.driver.checkpoint import sink_files
 from ops.warehouse.sinklog import SINK_LOG
@@ -26,6 +32,9 @@ class Rewrite:
 
     input_files: int
     input_bytes: int
+    # Rows read from the committed files, and rows in the staged files: equal unless the write
+    # lost or duplicated some (the audit's row-count check compares the staged rows with the first).
+    input_rows: int
     rows: int
     output_files: int
     output_bytes: int
@@ -66,14 +75,16 @@ def rewrite_partition(
             f"the sink log of {sink} lists no committed file in {partition_dir(sink, partition)}"
         )
     input_bytes = sum(path.stat().st_size for path in files)
-    rows = read_partition(spark, sink, files).drop(*partition)
+    read = Observation("compaction_input")
+    rows = read_partition(spark, sink, files).drop(*partition).observe(read, F.count(F.lit(1)).alias("rows"))
     count = max(1, math.ceil(input_bytes / target_bytes))
     rows.repartition(count).write.mode("overwrite").parquet(str(staging))
     written = sorted(staging.glob("*.parquet"))
     return Rewrite(
         input_files=len(files),
         input_bytes=input_bytes,
-        rows=spark.read.parquet(str(staging)).count(),
+        input_rows=int(read.get["rows"]),
+        rows=sum(pq.ParquetFile(path).metadata.num_rows for path in written),
         output_files=len(written),
         output_bytes=sum(path.stat().st_size for path in written),
         staging=staging,

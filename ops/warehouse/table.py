@@ -134,15 +134,17 @@ def catalog_location(
     """Where the catalog partition points now (a `file:` URI), or None when it is not in the table."""
     if not spark.catalog.tableExists(table.name):
         return None
-    if not _has_partition(spark, table, table.partition_key(partition)):
+    if not _has_partition(spark, table, partition):
         return None
     rows = spark.sql(f"DESCRIBE FORMATTED {table.name} {table.partition_clause(partition)}").collect()
     return next((str(row["data_type"]) for row in rows if row["col_name"] == "Location"), None)
 
 
-def _has_partition(spark: SparkSession, table: WarehouseTable, partition_key: str) -> bool:
-    shown = spark.sql(f"SHOW PARTITIONS {table.name}").collect()
-    return any(row["partition"] == partition_key for row in shown)
+def _has_partition(spark: SparkSession, table: WarehouseTable, partition: Mapping[str, object]) -> bool:
+    """Whether the catalog has the partition: the metastore looks up that one partition (listing
+    them all grows with the table)."""
+    shown = spark.sql(f"SHOW PARTITIONS {table.name} {table.partition_clause(partition)}").collect()
+    return any(row["partition"] == table.partition_key(partition) for row in shown)
 
 
 def _same_location(catalog: str | None, location: str) -> bool:
@@ -260,7 +262,7 @@ def _point(
 ) -> None:
     """The one metastore call of a publish: add the partition at `location`, or move it there."""
     clause = table.partition_clause(partition)
-    if _has_partition(spark, table, table.partition_key(partition)):
+    if _has_partition(spark, table, partition):
         spark.sql(f"ALTER TABLE {table.name} {clause} SET LOCATION '{location}'")
     else:
         spark.sql(f"ALTER TABLE {table.name} ADD {clause} LOCATION '{location}'")
