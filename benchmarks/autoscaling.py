@@ -116,6 +116,9 @@ def prepare(
     operations["trigger"] = {"interval_seconds": TICK_SECONDS, "max_files_per_trigger": files_per_core}
     operations["resources"] = {"executor_memory": "512m", "shuffle_partitions": 4}
     operations["savepoints"]["interval_minutes"] = None
+    # On 2 cores shared with other Spark runs a cold first batch can outlast the default stuck
+    # limit (interval + 30 s): a restart would be counted as a rescale's cost or the cold start.
+    operations["health"] = {**operations.get("health", {}), "stuck_grace_seconds": 120}
     operations["metrics_port"] = free_loopback_port()
     operations["autoscaling"] = {
         "mode": mode,
