@@ -281,4 +281,4 @@ def test_an_ineffective_scale_up_and_a_draining_backlog_block_the_next_rescales(
     draining = recommendations("backlog")[0].inputs["autoscaler"]
     assert draining["cores"] == 3 and draining["recommended"] < 3 and draining["backlog_rows"] > 0
     assert len(rescales(ledger, "router")) == 1, "no rescale while the backlog drains"
-    print(f"ineffective: {ineffective['formula']}; backlog: {draining['formula']}")
+    print(recommendations("ineffective")[0].reason, recommendations("backlog")[0].reason, sep="\n")
