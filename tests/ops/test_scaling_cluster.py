@@ -7,7 +7,9 @@ The router runs under a load written by the test, a landing file per tick: a bas
 scaled up to two cores (and four files per batch) from the backlog it builds, catches up, and after
 the load falls and the scale-down delay passes is scaled back down. The sessionizer (RocksDB state)
 is pinned from one core to two between its batches and keeps its state: its sink equals the batch
-run's. `warden decisions` keeps every step, as a ledger row with its inputs.
+run's. A third run shows the two guards against the real cluster: a scale-up beyond the cluster's
+cores that lowered the true rate blocks the next one as ineffective, and a draining backlog blocks
+the scale-down. `warden decisions` keeps every step, as a ledger row with its inputs.
 """
 
 from __future__ import annotations
