@@ -75,6 +75,11 @@ def warm_up(platform: PlatformConfig, spec: JobSpec) -> WarmUp:
     """
 
     def run(spark: SparkSession) -> None:
+        if not executor_registered(spark, WARM_UP_EXECUTOR_WAIT_SECONDS):
+            # The cluster's cores are all taken, by the driver this one replaces (a rescale down):
+            # a warm-up would wait for them, and the stop waits for the warm-up.
+            log.info("standby warm-up skipped: no executor registered", waited=WARM_UP_EXECUTOR_WAIT_SECONDS)
+            return
         # One standby per job at a time: what a killed one left here is removed first.
         root = JobPaths.of(platform, spec).runtime / "warm-up"
         shutil.rmtree(root, ignore_errors=True)
@@ -110,6 +115,26 @@ def warm_up(platform: PlatformConfig, spec: JobSpec) -> WarmUp:
             shutil.rmtree(root, ignore_errors=True)
 
     return run
+
+
+# How long a standby's warm-up waits for an executor of its own on a cluster.
+WARM_UP_EXECUTOR_WAIT_SECONDS = 20.0
+
+
+def executor_registered(spark: SparkSession, timeout: float) -> bool:
+    """Whether the session has an executor to run tasks on, waiting up to `timeout` for one (a
+    local session runs them in the driver)."""
+    context = spark.sparkContext
+    if not (context.master or "").startswith("spark://"):
+        return True
+    deadline = time.monotonic() + timeout
+    while True:
+        # No Python API lists executors; the JVM status tracker's list includes the driver.
+        if len(context._jsc.sc().statusTracker().getExecutorInfos()) > 1:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.5)
 
 
 def refuse_changed_file(spec: JobSpec, launched_version: str | None, platform: PlatformConfig) -> None:

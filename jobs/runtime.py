@@ -301,6 +301,7 @@ def run_streaming_job(
         with ExitStack() as metrics:
             _serve_job_metrics(metrics, platform, spec, listener)
             spark = build_session(platform, spec)
+            log.info("spark session up", master=spark.sparkContext.master)
             try:
                 return _run_query(spark, platform, spec, plan, mode, listener, shutdown, taps)
             finally:
@@ -423,6 +424,7 @@ def _run_query(
         log.error("cannot plan query", error=str(exc))
         listener.record_termination(type(exc).__name__, str(exc))
         return EXIT_CONFIG_ERROR
+    log.info("query planned")
     # Held by this JVM until the query ends: no other driver of the job can start one meanwhile.
     if checkpoint_lock is None:
         checkpoint_lock = CheckpointLock(spark, JobPaths.of(platform, spec).runtime)
@@ -430,6 +432,7 @@ def _run_query(
         log.info("stopped while waiting for the checkpoint lock", signal=shutdown.signal_name)
         listener.record_termination(None, None)
         return EXIT_STOPPED
+    log.info("checkpoint lock held")
     try:
         return _run_locked(spark, platform, spec, plan, mode, listener, shutdown, taps)
     finally:

@@ -40,9 +40,12 @@ should (the autoscaler's in `apply` mode, an operator's pin, the file's) is resc
 the autoscaler's decision (`ops.control.autoscaler`) is applied or, when it is not (recommend mode,
 a guard), recorded as a `scale_recommendation`. A rescale is an operation too:
 
-    scale    SCALING       stop the driver at a batch boundary (its time recorded) -> launch at the
-                           new scale (the ordinary rules: a driver that fails is restarted) -> its
-                           first committed batch or idle trigger: done, with the restart cost
+    scale    SCALING       a standby driver at the new scale warms up beside the running one (the
+                           old one keeps processing) -> once it is ready (or after
+                           `RESCALE_STANDBY_WAIT_SECONDS`) stop the driver at a batch boundary (its
+                           time recorded) -> the standby takes over (or, without one, a launch at
+                           the new scale; the ordinary rules: a driver that fails is restarted) ->
+                           its first committed batch or idle trigger: done, with the restart cost
                            measured from the stop; a job to be suspended abandons it
 
 Which step comes next follows from facts the steps record: a rewind is done once `rewound_at` is
@@ -73,6 +76,10 @@ FAILURE = "failed: "
 CONFIG_FAILURE = FAILURE + "config: "
 # A dry run replays one batch; a driver still at it after this long is stopped and refused.
 DRY_RUN_TIMEOUT_SECONDS = 300.0
+# A rescale stops the old driver once its successor (a standby at the new scale) is ready, or
+# after this long without: a standby that cannot warm up (no free cores for its executors, a
+# failing start) makes the rescale a cold relaunch rather than blocking it.
+RESCALE_STANDBY_WAIT_SECONDS = 120.0
 
 
 class Lifecycle(enum.Enum):
@@ -365,11 +372,13 @@ class RecoveryProgress:
 
 @dataclass(frozen=True)
 class StandbyView:
-    """The job's open warm standby, if any, whether its process lives, and the standbys closed
-    before it, newest first (a run of failed ones backs the next launch off)."""
+    """The job's open warm standby, if any, whether its process lives and has said it is ready
+    (warmed up, waiting for its grant), and the standbys closed before it, newest first (a run of
+    failed ones backs the next launch off)."""
 
     record: StandbyRecord | None = None
     alive: bool = False
+    ready: bool = False
     closed: tuple[StandbyRecord, ...] = ()
 
 
@@ -579,12 +588,17 @@ _STANDBY_RETIRE_STATES = (Lifecycle.SUSPENDED, Lifecycle.FAILED)
 STANDBY_GONE = FAILURE + "standby process gone"
 
 
+def rescale_open(view: JobView) -> bool:
+    """Whether a rescale is under way: its new driver is a standby whatever `warm_standby` says."""
+    return view.operation is not None and view.operation.kind == OperationKind.SCALE
+
+
 def standby_usable(view: JobView) -> bool:
     """Whether the job's open standby can take over: its process lives and it runs the job's
     current config (a standby of another version would run a version nobody deployed)."""
     record = view.standby.record
     return (
-        view.spec.operations.restart.warm_standby
+        (view.spec.operations.restart.warm_standby or rescale_open(view))
         and record is not None
         and view.standby.alive
         and record.config_version == view.spec.config_version
@@ -607,7 +621,7 @@ def _with_standby(view: JobView, plan: Plan, now: datetime) -> Plan:
     job running without one gets one."""
     record, actions = view.standby.record, list(plan.actions)
     wanted = (
-        view.spec.operations.restart.warm_standby
+        (view.spec.operations.restart.warm_standby or rescale_open(view))
         and view.job.desired_state == Desired.RUNNING
         and plan.state not in _STANDBY_RETIRE_STATES
     )
@@ -631,7 +645,7 @@ def _with_standby(view: JobView, plan: Plan, now: datetime) -> Plan:
     if record is not None:
         taking_over = tuple(TakeOver(a.reason) if isinstance(a, Launch) else a for a in actions)
         return replace(plan, actions=taking_over)
-    if not wanted or plan.state not in _STANDBY_LAUNCH_STATES:
+    if not wanted or not (plan.state in _STANDBY_LAUNCH_STATES or _rescale_needs_standby(view)):
         return plan
     failures = standby_failures(view.standby.closed)
     if failures:
@@ -942,6 +956,17 @@ def _with_scaling(view: JobView, plan: Plan, now: datetime) -> Plan:
     return replace(plan, actions=(*plan.actions, recommend))
 
 
+def _rescale_needs_standby(view: JobView) -> bool:
+    """Whether a rescale's old driver still runs at the old scale: its successor at the new scale
+    warms up as a standby meanwhile, so the stop costs only the take-over and a warm first batch.
+    A driver that is gone is closed and relaunched at once."""
+    run, operation = view.observation.run, view.operation
+    if not rescale_open(view) or run is None or not view.observation.process_alive:
+        return False
+    assert operation is not None
+    return run_scale(run, view.spec) != Scale(operation.to_cores, operation.to_max_files)
+
+
 def _true_rate(view: JobView) -> float | None:
     scaling = view.scaling
     return scaling.window.true_rate if scaling is not None and scaling.window is not None else None
@@ -973,6 +998,16 @@ def _rescaling(view: JobView, operation: OperationRecord, now: datetime, inputs:
         finish = FinishOperation(f"{target} abandoned: the job is to be suspended", Result.ABANDONED)
         return Plan(state, finish.reason, (finish,), inputs, Step.FINISH)
     if run is not None and run_scale(run, view.spec) != Scale(operation.to_cores, operation.to_max_files):
+        waited = (now - operation.requested_at).total_seconds()
+        standby = view.standby
+        if (
+            _rescale_needs_standby(view)
+            and not (standby.alive and standby.ready)
+            and waited < RESCALE_STANDBY_WAIT_SECONDS
+        ):
+            why = "warming up" if standby.alive else "to be launched"
+            # `_with_standby` launches the successor; the old driver runs on meanwhile.
+            return Plan(state, f"{target}: run {run.run_id} runs on, its successor is {why}", (), inputs)
         stop = _stop(view, f"{target}: stop at a batch boundary", "stopped: rescale")
         facts = {} if operation.stop_requested_at is not None else {"stop_requested_at": now}
         return Plan(state, f"{target}: stopping run {run.run_id}", stop, inputs, Step.STOP, facts)

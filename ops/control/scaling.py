@@ -4,9 +4,11 @@ The scale in force is the ledger's (`jobs.scale_*`), set by the autoscaler in `a
 pinned by an operator (`warden scale JOB --cores N`, the `warden_scale` form) until released
 (`--auto`); otherwise it is the spec's `resources.cores` and `trigger.max_files_per_trigger` as
 written. Each run records the scale it was launched with, so the reconcile loop sees a job that
-runs at another scale than it should and rescales it (`ops.control.policy`, state SCALING): a
-stop at a batch boundary, then a relaunch from the same checkpoint (Spark fixes the shuffle and
-state partitions there; cores and batch-size limits may change on restart).
+runs at another scale than it should and rescales it (`ops.control.policy`, state SCALING): its
+successor at the new scale starts as a warm standby beside it, then the old driver stops at a batch
+boundary and the standby takes over the same checkpoint (Spark fixes the shuffle and state
+partitions there; cores and batch-size limits may change on restart), so the job is down only for
+the stop, the grant and a warm first batch, not for a cold start.
 
 `ScalingView` is the autoscaler's observation, read by the supervisor's observe step: the load
 window of the running driver's recent batches (`ops.control.autoscaler.LoadWindow`), the previous

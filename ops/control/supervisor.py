@@ -84,7 +84,13 @@ from ops.control.policy import (
 )
 from ops.control.scaling import Scale, desired_scale, low_since, observe_scaling, run_scale
 from ops.driver.checkpoint import log_entries
-from ops.driver.takeover import Grant, checkpoint_lock_holder, checkpoint_lock_taken, write_grant
+from ops.driver.takeover import (
+    Grant,
+    checkpoint_lock_holder,
+    checkpoint_lock_taken,
+    read_standby_status,
+    write_grant,
+)
 from ops.exceptions import (
     ConfigError,
     JobBusyError,
@@ -241,9 +247,15 @@ class Supervisor:
         ones closed before it (only read when the job has standbys)."""
         standbys = self.ledger.standbys(spec.name, limit=spec.operations.restart.budget + 2)
         record = next((s for s in standbys if s.stopped_at is None), None)
+        status = (
+            None
+            if record is None
+            else read_standby_status(JobPaths.of(self.platform, spec).runtime, record.run_id)
+        )
         return StandbyView(
             record=record,
             alive=record is not None and self.backend.is_alive(record.as_run()),
+            ready=status is not None and status.state == "ready",
             closed=tuple(s for s in standbys if s.stopped_at is not None),
         )
 

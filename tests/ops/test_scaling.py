@@ -129,13 +129,19 @@ def test_apply_mode_scales_up_by_stop_and_relaunch_and_records_the_cost(
     assert autoscaler["formula"] == "ceil(1 x 20.0 / (25.0 x 0.5)) = 2, bounded to 2"
     assert autoscaler["max_files_per_trigger"] == 100
 
+    # Make before break: the successor warms up as a standby at the new scale while the old
+    # driver runs on; only once it is ready is the old one stopped and the standby granted.
+    fake_clock.advance(1)
+    warming = supervisor.reconcile(JOB)
+    assert warming.state == "SCALING" and warming.actions[0].startswith("launch_standby: standby")
+    assert ledger.current_run(JOB).run_id == first.run_id
     fake_clock.advance(1)
     stop = supervisor.reconcile(JOB)
     assert (stop.state, stop.actions) == ("SCALING", ("stop: stopped gracefully",))
     assert ledger.runs(JOB)[0].exit_reason == "stopped: rescale"
     fake_clock.advance(1)
-    launch = supervisor.reconcile(JOB)
-    assert launch.state == "SCALING" and launch.actions[0].startswith("launch: run")
+    take_over = supervisor.reconcile(JOB)
+    assert take_over.state == "SCALING" and take_over.actions[0].startswith("take_over: run")
     second = fake_backend.driver(JOB)
     assert (second.cores, second.max_files_per_trigger) == (2, 100)
     fake_clock.advance(5)
@@ -258,6 +264,8 @@ def test_a_supervisor_killed_between_stop_and_relaunch_is_finished_by_the_next_p
     start(supervisor, fake_backend, fake_clock)
     assert run_batches(supervisor, fake_backend, fake_clock, 10, **HEAVY)[-1] == "SCALING"
     fake_clock.advance(1)
+    assert supervisor.reconcile(JOB).actions[0].startswith("launch_standby")
+    fake_clock.advance(1)
     assert supervisor.reconcile(JOB).actions == ("stop: stopped gracefully",)
     # The process that stopped the driver is gone; another one (the DAG's next task) carries on
     # from what the ledger says: the rescale's step and its stop time.
@@ -266,7 +274,7 @@ def test_a_supervisor_killed_between_stop_and_relaunch_is_finished_by_the_next_p
     successor = fresh_supervisor(platform_conf, ledger, fake_backend, fake_clock)
     fake_clock.advance(30)
     relaunch = successor.reconcile(JOB)
-    assert relaunch.state == "SCALING" and relaunch.actions[0].startswith("launch")
+    assert relaunch.state == "SCALING" and relaunch.actions[0].startswith("take_over")
     fake_backend.commit(JOB, **HEAVY)
     successor.reconcile(JOB)
     assert successor.reconcile(JOB).state == "RUNNING"
@@ -340,14 +348,14 @@ def test_release_with_autoscaling_off_returns_to_the_files_scale(
     edit_job(platform_conf, JOB, lambda spec: spec["operations"]["savepoints"].update(interval_minutes=None))
     start(supervisor, fake_backend, fake_clock)
     supervisor.scale(JOB, 2, "more headroom")
-    for _ in range(3):
+    for _ in range(4):
         fake_clock.advance(1)
         supervisor.reconcile(JOB)
     fake_backend.commit(JOB)
     supervisor.reconcile(JOB)
     assert (fake_backend.driver(JOB).cores, fake_backend.driver(JOB).max_files_per_trigger) == (2, 50)
     supervisor.scale(JOB, None, "back to the file")
-    for _ in range(3):
+    for _ in range(4):
         fake_clock.advance(1)
         supervisor.reconcile(JOB)
     fake_backend.commit(JOB)
@@ -452,7 +460,7 @@ def test_a_scale_up_that_did_not_raise_the_true_rate_blocks_the_next_one(
     edit_job(platform_conf, JOB, autoscaled("apply"))
     start(supervisor, fake_backend, fake_clock, HEAVY)
     assert run_batches(supervisor, fake_backend, fake_clock, 10, **HEAVY)[-1] == "SCALING"
-    for _ in range(2):
+    for _ in range(3):
         fake_clock.advance(1)
         supervisor.reconcile(JOB)
     fake_backend.commit(JOB, **HEAVY)

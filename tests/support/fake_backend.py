@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from ops.control.launcher import LaunchedDriver
-from ops.driver.takeover import read_grant
+from ops.driver.takeover import StandbyStatus, read_grant, write_standby_status
 from ops.driver.telemetry import (
     RECENT_BATCHES,
     BatchSample,
@@ -115,7 +115,14 @@ class FakeBackend:
         `crash` and `hang` leave alone until the supervisor's grant names it, as a real standby
         waits for its grant."""
         self.standby_ids.add(run_id)
-        return self._launch(self.platform, spec, run_id)
+        launched = self._launch(self.platform, spec, run_id)
+        if self.drivers[run_id].alive:
+            # Warmed up at once: a real standby says so in its status file when it is.
+            write_standby_status(
+                JobPaths.of(self.platform, spec).runtime,
+                StandbyStatus(run_id, "ready", self.clock().timestamp(), ""),
+            )
+        return launched
 
     def confirm_gone(self, run: RunRecord, timeout: float) -> bool:
         return not self.is_alive(run)
