@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import SparkSession
 
     from jobs.catalog import kind_of
-    from jobs.compaction.compact import compact_partition, sink_partitions
+    from jobs.compaction.compact import compact_partition
     from jobs.compaction.rewrite import read_partition
     from ops.control.alerts import AlertCenter
     from ops.embedded.services import EmbeddedPostgres
@@ -86,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     from ops.spec.job import find_job
     from ops.spec.platform import PlatformConfig
     from ops.warehouse.metastore import metastore_conf
+    from ops.warehouse.sinklog import sink_partitions
     from ops.warehouse.table import WarehouseTable, ensure_table
 
     root = Path(tempfile.mkdtemp(prefix="streamwarden-bench-compaction-"))

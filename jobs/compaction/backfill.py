@@ -35,15 +35,7 @@ import structlog
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.compaction.compact import (
-    BLOCKED_ALERT_KIND,
-    AuditedVersion,
-    SinkPartition,
-    partition_end,
-    settle,
-    sink_partitions,
-    write_and_audit,
-)
+from jobs.compaction.compact import BLOCKED_ALERT_KIND, AuditedVersion, settle, write_and_audit
 from jobs.compaction.main import EXIT_JOB_BUSY, LOCK_TIMEOUT_SECONDS, warehouse_session, warehouse_table
 from jobs.compaction.rewrite import read_partition
 from jobs.runtime import EXIT_CONFIG_ERROR, EXIT_STOPPED, configure_logging
@@ -56,6 +48,7 @@ from ops.ledger.store import Ledger
 from ops.spec.job import JobSpec, find_job, load_job
 from ops.spec.paths import JobPaths
 from ops.spec.platform import PlatformConfig, load_platform
+from ops.warehouse.sinklog import SinkPartition, partition_end, sink_partitions
 from ops.warehouse.table import BLOCKED, PUBLISHED, WarehouseTable, block, ensure_table
 
 log = structlog.get_logger("streamwarden.backfill")

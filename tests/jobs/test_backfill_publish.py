@@ -15,7 +15,7 @@ import pytest
 import yaml
 from pyspark.sql import SparkSession
 
-from jobs.compaction.compact import needs_compaction, partition_end, sink_partitions
+from jobs.compaction.compact import needs_compaction
 from jobs.compaction.main import warehouse_table
 from jobs.runner import plan_job
 from jobs.runtime import with_trigger
@@ -28,6 +28,7 @@ from ops.ledger.store import Ledger
 from ops.spec.job import find_job
 from ops.spec.paths import JobPaths
 from ops.spec.platform import PlatformConfig, load_platform
+from ops.warehouse.sinklog import partition_end, sink_partitions
 from tests.ops.test_backfill import FIRST_ARRIVAL, HOURS, NOW, live_reference, write_input
 from tests.support.drivers import edit_job
 from tests.support.slack import SlackReceiver

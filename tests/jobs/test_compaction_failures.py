@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from jobs.compaction.compact import sink_partitions
 from jobs.compaction.main import warehouse_table
 from ops.ledger.store import Ledger, PartitionVersionRecord
 from ops.spec.job import find_job
 from ops.spec.platform import CONF_DIR_ENV, PlatformConfig
+from ops.warehouse.sinklog import sink_partitions
 from synthetic.scenarios import router_scenario
 from tests.support.drivers import edit_job
 from tests.support.warehouse import (
