@@ -11,8 +11,9 @@ carries across partitions, so a session or a join spanning a partition boundary 
 memory is bounded by one partition.
 
 Per partition it pays only what the partition needs: the query's plan is built once and started
-per partition, and the no-data batch that evicts state under the moved watermark runs after the
-last partition only (`NO_DATA_BATCHES`).
+per partition, the no-data batch that evicts state under the moved watermark runs after the last
+partition only (`NO_DATA_BATCHES`), and each query's state stores are closed when it commits
+(`UNLOAD_ON_COMMIT`).
 
 Each partition is recorded as done once its batches commit; a killed run started again skips the
 recorded ones, and Spark re-runs an uncommitted batch with its logged offsets. Exit codes as the
@@ -58,6 +59,12 @@ log = structlog.get_logger("streamwarden.backfill")
 # (a batch: query planning, state store load and commit, a Parquet sink commit). After the range's
 # last partition it does run, so the final state and output are those of the streaming job.
 NO_DATA_BATCHES = "spark.sql.streaming.noDataMicroBatches.enabled"
+# Close a query's state stores when its tasks commit instead of leaving them to the maintenance
+# thread (every 60 s, and only once their query run has ended). Every partition's query is a new
+# run that loads the state anew, so a loaded store is never used again; left loaded, their RocksDB
+# instances grew the JVM by 15-20 MiB per partition (16 partitions of 30,000 events: 926 -> 1,253
+# MiB; closed on commit: 892 -> 989 MiB), i.e. with the range, not with one partition.
+UNLOAD_ON_COMMIT = "spark.sql.streaming.stateStore.unloadOnCommit"
 
 
 def backfill_spec(run: BackfillRun, plan: BackfillPlan) -> JobSpec:
@@ -129,6 +136,7 @@ def run_partitions(spark: SparkSession, platform: PlatformConfig, run: BackfillR
     # pandas function) cost about a second of each partition, and each start() is a new query over
     # the same checkpoint all the same.
     writer = with_trigger(plan_job(scratch, spec), spec, available_now=True)(spark)
+    spark.conf.set(UNLOAD_ON_COMMIT, "true")
     done = run.done()
     total = len(plan.partitions)
     last = plan.partitions[-1].index if plan.partitions else None
