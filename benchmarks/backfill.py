@@ -12,9 +12,10 @@ the job's pandas state function. The launcher's `bash` wrappers are not counted.
 markdown table: peak RSS per process kind, the long/short ratio, and rows/s against the batch run.
 
 An archive partition is an arrival hour. The default size, 120,000 events an hour (33 events/s,
-a sixth of the demo generator's 200/s), is where the data, not the per-partition cost of a
-micro-batch, sets the backfill's time, and 80 such partitions (four runs) still fit in about
-20 minutes on two shared cores; the demo's whole hour (720,000) would take over an hour.
+a sixth of the demo generator's 200/s), makes the data a sizeable part of each partition's time
+next to the fixed cost of a micro-batch (1.6-1.8 s), and writing the input plus the four runs
+took 6-10 minutes at a load of 3-18 on two shared cores; the demo's whole hour (720,000 events)
+would hold the shared benchmark lock for about 45.
 """
 
 from __future__ import annotations
