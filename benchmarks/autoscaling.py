@@ -36,9 +36,11 @@ Figures, all from the same invocation:
 from __future__ import annotations
 
 import argparse
+import functools
 import random
 import shutil
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -69,14 +71,16 @@ TICK_SECONDS = 4.0
 # The router's trigger: shorter than a tick, so a batch behind its input starts as soon as the
 # previous one ends, and what a core processes is bounded by its CPU, not by the interval.
 TRIGGER_SECONDS = 2.0
-# Events per landing file: measured first (`calibrate`), so that the base load keeps one core
-# busy about `BASE_UTILIZATION` of the time, whatever the machine's load that day.
-CALIBRATION_EVENTS_PER_FILE = 8_000
-CALIBRATION_TICKS = 8
+# Events per landing file: measured first (`Scenario.calibrate`), so that at the base load a core
+# is busy `BASE_UTILIZATION` of the time and a batch's time is mostly its data, whatever the
+# machine's load that day. The batch time of two sizes gives the fixed cost and the per-event cost.
+CALIBRATION_SIZES = (8_000, 40_000)
+CALIBRATION_TICKS = 6
 BASE_UTILIZATION = 0.55
-EVENTS_PER_FILE_BOUNDS = (2_000, 60_000)
-# The plateau's noise: events per file +- this fraction.
+EVENTS_PER_FILE_BOUNDS = (8_000, 400_000)
+# The plateau's noise: events per file +- this fraction, drawn from three sizes.
 PLATEAU_NOISE = 0.15
+NOISE_LEVELS = (1.0, 1 - PLATEAU_NOISE, 1 + PLATEAU_NOISE)
 BASE_TICKS = 10
 STABILIZATION_SECONDS = 20.0
 # A drained backlog: at most what one tick writes at the base load.
@@ -89,40 +93,38 @@ FILES_PER_CORE = 2
 PLATEAU_SECONDS = 1200.0
 
 
+@functools.cache
+def template_files(events_per_file: int) -> tuple[str, ...]:
+    """The text of landing files of `events_per_file` events times each noise level, written once
+    for all the runs (the generator writes about 16,000 events a second)."""
+    with tempfile.TemporaryDirectory() as pool:
+        return tuple(
+            write_batch(Path(pool), max(1, round(events_per_file * factor)), 0.0, level).path.read_text()
+            for level, factor in enumerate(NOISE_LEVELS)
+        )
+
+
 class TemplateLoad:
     """Landing files copied from a few pre-written ones (one per noise level), named in order.
 
-    Writing a file event by event costs the generator about a second per 16,000 events, more than
-    the tick has at the step's four files: the benchmark would measure its own writer. The router
-    is stateless, so repeated events are processed like new ones.
+    Writing a file event by event would cost the generator more than a tick at the step's four
+    files: the benchmark would measure its own writer. The router is stateless, so repeated events
+    are processed like new ones.
     """
 
-    LEVELS = 5
-
-    def __init__(self, landing_dir: Path, pool_dir: Path, events_per_file: int) -> None:
+    def __init__(self, landing_dir: Path, events_per_file: int) -> None:
         self.landing_dir = landing_dir
-        self.pool_dir = pool_dir
         self.written = 0
-        self._rng = random.Random(0)
-        self._pool: list[tuple[float, str]] = []
-        self.resize(events_per_file)
-
-    def resize(self, events_per_file: int) -> None:
-        """Write the pool again for files of `events_per_file` events from now on."""
         self.events_per_file = events_per_file
-        self._pool = []
-        for level in range(self.LEVELS):
-            factor = 1 - PLATEAU_NOISE + 2 * PLATEAU_NOISE * level / (self.LEVELS - 1)
-            events = max(1, round(events_per_file * factor))
-            self._pool.append((factor, write_batch(self.pool_dir, events, 0.0, level).path.read_text()))
-        self._exact = self._pool[self.LEVELS // 2][1]
+        self._rng = random.Random(0)
 
     def write(self, files: int, noise: float = 0.0) -> None:
         """Write `files` files of `events_per_file` events, or, with `noise`, of a size drawn
-        from the pool's levels within +- `noise`."""
-        levels = [text for factor, text in self._pool if abs(factor - 1) <= noise + 1e-9]
+        from the levels within +- `noise`."""
+        texts = template_files(self.events_per_file)
+        levels = [text for text, factor in zip(texts, NOISE_LEVELS, strict=True) if abs(factor - 1) <= noise]
         for _ in range(files):
-            text = self._rng.choice(levels) if noise else self._exact
+            text = self._rng.choice(levels)
             write_atomically(self.landing_dir / f"events-{self.written:06d}.json", text)
             self.written += 1
 
@@ -204,9 +206,7 @@ class Scenario:
         self.supervisor = Supervisor.for_platform(platform)
         self.spec = find_job(JOB, platform.conf_dir)
         self.paths = JobPaths.of(platform, self.spec)
-        self.load = TemplateLoad(
-            self.paths.landing["events"], platform.runtime_root / "load-pool", events_per_file
-        )
+        self.load = TemplateLoad(self.paths.landing["events"], events_per_file)
         self.figures = RunFigures(events_per_file=events_per_file)
         self.last_state = ""
 
@@ -237,20 +237,35 @@ class Scenario:
     def calibrate(self) -> int:
         """Events per file for a base load of one file a tick at `BASE_UTILIZATION` of one core.
 
-        Two files a tick, read two a batch, make the driver's recent batches the size its backlog
-        batches will be; their events per busy second are what one core processes.
+        Two files a tick at each calibration size, read two a batch: the median batch time of
+        each size gives a batch's fixed cost and the time per event (a line through the two), and
+        from them the file size at which a batch of two takes `2 x BASE_UTILIZATION` ticks. A
+        file that small keeps the core busy that share of the time at one file a tick.
         """
-        for _ in range(CALIBRATION_TICKS):
-            self.tick(2)
-        observation = self.supervisor.observe(self.spec)
-        rate = self.true_rate(observation.run, observation.heartbeat)
-        assert rate is not None, "no batch to calibrate the load on"
+        times = []
+        for events in CALIBRATION_SIZES:
+            self.load.events_per_file = events
+            samples: dict[int, float] = {}
+            for _ in range(CALIBRATION_TICKS):
+                self.tick(2)
+                heartbeat = self.supervisor.observe(self.spec).heartbeat
+                for sample in heartbeat.recent if heartbeat is not None else ():
+                    if sample.num_input_rows == 2 * events:
+                        samples[sample.batch_id] = sample.duration_ms / 1000
+            assert samples, f"no batch of two {events}-event files to calibrate the load on"
+            times.append(statistics.median(samples.values()))
+        (small, large), (small_time, large_time) = CALIBRATION_SIZES, times
+        per_event = max(large_time - small_time, 1e-3) / (2 * (large - small))
+        fixed = max(0.0, small_time - 2 * small * per_event)
+        wanted = (2 * BASE_UTILIZATION * TICK_SECONDS - fixed) / (2 * per_event)
         low, high = EVENTS_PER_FILE_BOUNDS
-        events = min(high, max(low, round(BASE_UTILIZATION * rate * TICK_SECONDS)))
-        self.echo(f"  one core: {rate:,.0f} events per busy second -> {events:,} events per file")
+        events = min(high, max(low, 1000 * round(wanted / 1000)))
+        self.echo(
+            f"  one core: a batch costs {fixed:.2f} s + {1e6 * per_event:.1f} s per million events"
+            f" -> {events:,} events per file"
+        )
         self.figures.true_rates.clear()
-        self.figures.events_per_file = events
-        self.load.resize(events)
+        self.figures.events_per_file = self.load.events_per_file = events
         return events
 
     def start(self) -> None:
@@ -346,7 +361,7 @@ def run_pinned(
     `events_per_file`, the load is calibrated first (`Scenario.calibrate`)."""
     echo(f"== pinned at the minimum (1 core, {files_per_core} files per batch) ==")
     platform = prepare(root, ports, "apply", files_per_core)
-    scenario = Scenario(platform, echo, events_per_file or CALIBRATION_EVENTS_PER_FILE)
+    scenario = Scenario(platform, echo, events_per_file or CALIBRATION_SIZES[0])
     scenario.supervisor.scale(JOB, 1, "benchmark baseline: pinned at the minimum")
     try:
         scenario.start()
