@@ -1,16 +1,24 @@
 """Autoscaling on the embedded standalone cluster (issue 18): `python -m benchmarks.autoscaling`.
 
 One Spark standalone cluster (a master and two one-core workers on loopback) serves three runs of
-the router, each with a fresh checkpoint and ledger, under the same load written a tick (the
-trigger interval, 4 s) at a time: a base of one landing file per tick, a 4x step (four files per
-tick) for `--step-seconds`, then the base again, noisy (events per file +-15 %) for
-`--plateau-seconds` in the autoscaled run. The router reads two files per batch at one core; the
-autoscaler scales the cores and the batch size together (two cores read four).
+the router, each with a fresh checkpoint and ledger, under the same load written a tick (4 s) at a
+time: a base of one landing file per tick, a 4x step (four files per tick) for `--step-seconds`,
+then the base again, noisy (events per file +-15 %) for `--plateau-seconds` in the autoscaled run.
+The router's trigger is 2 s, so a batch behind its input follows the previous one at once.
 
-- autoscaled: `operations.autoscaling.mode: apply`, 1..2 cores;
-- pinned: the same job pinned at the minimum (`warden scale router --cores 1`), the baseline;
+The load is one where a core is CPU bound: the first run measures what one core processes in
+batches of two files (`Scenario.calibrate`) and sizes the files so that the base keeps it about
+55 % busy (thousands of events a file, so a batch's fixed cost is small against its data). The
+4x step is then more than twice what one core processes: a backlog builds at one core, and two
+cores drain it. The other runs take the same file size. The files are copies of a few written
+once (`TemplateLoad`), so the writer's own CPU is not what is measured.
+
+- pinned: the job pinned at the minimum (`warden scale router --cores 1`), reading two files a
+  batch as its batch-size rule gives one core; the baseline;
+- autoscaled: `operations.autoscaling.mode: apply`, 1..2 cores; the batch size follows the cores
+  (two cores read four files);
 - pinned at the minimum with the 2-core batch size (four files): how much of the autoscaled run's
-  gain the bigger batch alone would give (it is the lever when one core is not CPU-bound).
+  gain the bigger batch alone would give.
 
 The supervisor's passes run in this process, one per tick, the way the supervision DAG runs them.
 Figures, all from the same invocation:
@@ -28,8 +36,11 @@ Figures, all from the same invocation:
 from __future__ import annotations
 
 import argparse
+import functools
+import random
 import shutil
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,38 +50,90 @@ from pathlib import Path
 import yaml
 
 from benchmarks.throughput import rooted_platform
+from ops.atomic import write_atomically
 from ops.clock import utcnow
 from ops.control.scaling import RESCALE, observe_scaling
 from ops.control.supervisor import Supervisor, stop_all_jobs
 from ops.driver.checkpoint import log_entries
+from ops.driver.telemetry import Heartbeat
 from ops.embedded.cluster import SparkCluster
+from ops.ledger.store import RunRecord
 from ops.ports import free_loopback_port, port_is_free
 from ops.spec.job import find_job
 from ops.spec.paths import JobPaths
 from ops.spec.platform import DEFAULT_CONF_DIR, PlatformConfig, load_platform
-from synthetic.generator import FileLoad
+from synthetic.generator import write_batch
 
 HERE = Path(__file__).resolve().parent
 WORKDIR = HERE / "out" / "autoscaling"
 JOB = "router"
 TICK_SECONDS = 4.0
-EVENTS_PER_FILE = 50
+# The router's trigger: shorter than a tick, so a batch behind its input starts as soon as the
+# previous one ends, and what a core processes is bounded by its CPU, not by the interval.
+TRIGGER_SECONDS = 2.0
+# Events per landing file: measured first (`Scenario.calibrate`), so that at the base load a core
+# is busy `BASE_UTILIZATION` of the time and a batch's time is mostly its data, whatever the
+# machine's load that day. The batch time of two sizes gives the fixed cost and the per-event cost.
+CALIBRATION_SIZES = (8_000, 40_000)
+CALIBRATION_TICKS = 6
+BASE_UTILIZATION = 0.55
+EVENTS_PER_FILE_BOUNDS = (8_000, 400_000)
+# The plateau's noise: events per file +- this fraction, drawn from three sizes.
+PLATEAU_NOISE = 0.15
+NOISE_LEVELS = (1.0, 1 - PLATEAU_NOISE, 1 + PLATEAU_NOISE)
 BASE_TICKS = 10
 STABILIZATION_SECONDS = 20.0
 # A drained backlog: at most what one tick writes at the base load.
 DRAINED_FILES = 1
-DRAIN_TIMEOUT_SECONDS = 900.0
-STEP_SECONDS = 60.0
+DRAIN_TIMEOUT_SECONDS = 1500.0
+STEP_SECONDS = 90.0
 # The batch size at one core; the autoscaler scales it with the cores (two read twice as many).
 FILES_PER_CORE = 2
 # The issue's 20 minutes; `--plateau-seconds` runs a shorter one.
 PLATEAU_SECONDS = 1200.0
 
 
+@functools.cache
+def template_files(events_per_file: int) -> tuple[str, ...]:
+    """The text of landing files of `events_per_file` events times each noise level, written once
+    for all the runs (the generator writes about 16,000 events a second)."""
+    with tempfile.TemporaryDirectory() as pool:
+        return tuple(
+            write_batch(Path(pool), max(1, round(events_per_file * factor)), 0.0, level).path.read_text()
+            for level, factor in enumerate(NOISE_LEVELS)
+        )
+
+
+class TemplateLoad:
+    """Landing files copied from a few pre-written ones (one per noise level), named in order.
+
+    Writing a file event by event would cost the generator more than a tick at the step's four
+    files: the benchmark would measure its own writer. The router is stateless, so repeated events
+    are processed like new ones.
+    """
+
+    def __init__(self, landing_dir: Path, events_per_file: int) -> None:
+        self.landing_dir = landing_dir
+        self.written = 0
+        self.events_per_file = events_per_file
+        self._rng = random.Random(0)
+
+    def write(self, files: int, noise: float = 0.0) -> None:
+        """Write `files` files of `events_per_file` events, or, with `noise`, of a size drawn
+        from the levels within +- `noise`."""
+        texts = template_files(self.events_per_file)
+        levels = [text for text, factor in zip(texts, NOISE_LEVELS, strict=True) if abs(factor - 1) <= noise]
+        for _ in range(files):
+            text = self._rng.choice(levels)
+            write_atomically(self.landing_dir / f"events-{self.written:06d}.json", text)
+            self.written += 1
+
+
 @dataclass
 class RunFigures:
     """What one run measured."""
 
+    events_per_file: int | None = None
     cold_start: float | None = None
     step_to_decision: float | None = None
     drain: float | None = None
@@ -113,7 +176,7 @@ def prepare(
     (conf_dir / "platform.yaml").write_text(yaml.safe_dump(platform))
     router = yaml.safe_load((DEFAULT_CONF_DIR / "jobs" / f"{JOB}.yaml").read_text())
     operations = router["operations"]
-    operations["trigger"] = {"interval_seconds": TICK_SECONDS, "max_files_per_trigger": files_per_core}
+    operations["trigger"] = {"interval_seconds": TRIGGER_SECONDS, "max_files_per_trigger": files_per_core}
     operations["resources"] = {"executor_memory": "512m", "shuffle_partitions": 4}
     operations["savepoints"]["interval_minutes"] = None
     # On 2 cores shared with other Spark runs a cold first batch can outlast the default stuck
@@ -137,14 +200,14 @@ def prepare(
 class Scenario:
     """One run of the router under the ticked load, with a pass per tick."""
 
-    def __init__(self, platform: PlatformConfig, echo: Callable[[str], None]) -> None:
+    def __init__(self, platform: PlatformConfig, echo: Callable[[str], None], events_per_file: int) -> None:
         self.platform = platform
         self.echo = echo
         self.supervisor = Supervisor.for_platform(platform)
         self.spec = find_job(JOB, platform.conf_dir)
         self.paths = JobPaths.of(platform, self.spec)
-        self.load = FileLoad(self.paths.landing["events"], EVENTS_PER_FILE)
-        self.figures = RunFigures()
+        self.load = TemplateLoad(self.paths.landing["events"], events_per_file)
+        self.figures = RunFigures(events_per_file=events_per_file)
         self.last_state = ""
 
     def tick(self, files: int, noise: float = 0.0) -> int | None:
@@ -156,15 +219,66 @@ class Scenario:
             self.echo(f"  {summary.line()[:160]}")
             self.last_state = summary.state
         observation = self.supervisor.observe(self.spec)
-        if observation.run is not None and observation.heartbeat is not None:
-            scaling = observe_scaling(
-                self.spec, self.supervisor.ledger, observation.run, observation.heartbeat, []
-            )
-            if scaling is not None and scaling.window is not None and scaling.window.true_rate > 0:
-                cores = observation.run.cores or 1
-                self.figures.true_rates.setdefault(cores, []).append(scaling.window.true_rate)
+        rate = self.true_rate(observation.run, observation.heartbeat)
+        if rate is not None and observation.run is not None:
+            self.figures.true_rates.setdefault(observation.run.cores or 1, []).append(rate)
         time.sleep(max(0.0, TICK_SECONDS - (time.monotonic() - started)))
         return observation.backlog_files
+
+    def true_rate(self, run: RunRecord | None, heartbeat: Heartbeat | None) -> float | None:
+        """Events per busy second of the driver's recent batches (its first left out), if any."""
+        if run is None or heartbeat is None:
+            return None
+        scaling = observe_scaling(self.spec, self.supervisor.ledger, run, heartbeat, [])
+        if scaling is None or scaling.window is None or scaling.window.true_rate <= 0:
+            return None
+        return scaling.window.true_rate
+
+    def calibrate(self) -> int:
+        """Events per file for a base load of one file a tick at `BASE_UTILIZATION` of one core.
+
+        Two files a tick at each calibration size, read two a batch: the median batch time of
+        each size gives a batch's fixed cost and the time per event (a line through the two), and
+        from them the file size at which a batch of two takes `2 x BASE_UTILIZATION` ticks. A
+        file that small keeps the core busy that share of the time at one file a tick.
+        """
+        times = [self.batch_time(events) for events in CALIBRATION_SIZES]
+        (small, large), (small_time, large_time) = CALIBRATION_SIZES, times
+        per_event = max(large_time - small_time, 1e-3) / (2 * (large - small))
+        fixed = max(0.0, small_time - 2 * small * per_event)
+        target = 2 * BASE_UTILIZATION * TICK_SECONDS
+        events = self.bounded((target - fixed) / (2 * per_event))
+        self.echo(
+            f"  one core: a batch costs {fixed:.2f} s + {1e6 * per_event:.1f} s per million events"
+            f" -> {events:,} events per file"
+        )
+        # Far above the calibration sizes a batch costs more per event (memory): measured once
+        # more at the size found, the data part is scaled to the target.
+        measured = self.batch_time(events)
+        events = self.bounded(events * (target - fixed) / max(measured - fixed, 1e-3))
+        self.echo(f"  a batch of two took {measured:.1f} s -> {events:,} events per file")
+        self.figures.true_rates.clear()
+        self.figures.events_per_file = self.load.events_per_file = events
+        return events
+
+    def batch_time(self, events: int) -> float:
+        """The median time of batches of two `events`-event files, over `CALIBRATION_TICKS` ticks
+        of two such files."""
+        self.load.events_per_file = events
+        samples: dict[int, float] = {}
+        for _ in range(CALIBRATION_TICKS):
+            self.tick(2)
+            heartbeat = self.supervisor.observe(self.spec).heartbeat
+            for sample in heartbeat.recent if heartbeat is not None else ():
+                if sample.num_input_rows == 2 * events:
+                    samples[sample.batch_id] = sample.duration_ms / 1000
+        assert samples, f"no batch of two {events}-event files to calibrate the load on"
+        return statistics.median(samples.values())
+
+    @staticmethod
+    def bounded(events: float) -> int:
+        low, high = EVENTS_PER_FILE_BOUNDS
+        return int(min(high, max(low, 1000 * round(events / 1000))))
 
     def start(self) -> None:
         """Launch the router with one file to read; the cold start is launch -> its first commit."""
@@ -212,22 +326,23 @@ class Scenario:
 def run_autoscaled(
     root: Path,
     ports: dict[str, int],
+    events_per_file: int,
     step_seconds: float,
     plateau_seconds: float,
     echo: Callable[[str], None],
 ) -> RunFigures:
     echo("== autoscaled run (mode apply, 1..2 cores) ==")
-    scenario = Scenario(prepare(root, ports, "apply"), echo)
+    scenario = Scenario(prepare(root, ports, "apply"), echo, events_per_file)
     try:
         scenario.start()
         step_at, started = scenario.step(step_seconds)
-        scenario.drain(started, 0.15)
+        scenario.drain(started, PLATEAU_NOISE)
         ledger = scenario.supervisor.ledger
         # The plateau: base load +-15 %; the first rescale after the step (back down) settles it.
         plateau_started = utcnow()
         echo(f"  noisy plateau for {plateau_seconds:g} s")
         while (utcnow() - plateau_started).total_seconds() < plateau_seconds:
-            scenario.tick(1, 0.15)
+            scenario.tick(1, PLATEAU_NOISE)
         scenario.finish(step_at)
         after_step = sorted(
             (
@@ -247,14 +362,23 @@ def run_autoscaled(
 
 
 def run_pinned(
-    root: Path, ports: dict[str, int], step_seconds: float, echo: Callable[[str], None], files_per_core: int
+    root: Path,
+    ports: dict[str, int],
+    events_per_file: int | None,
+    step_seconds: float,
+    echo: Callable[[str], None],
+    files_per_core: int,
 ) -> RunFigures:
+    """The router pinned at one core reading `files_per_core` files a batch; without
+    `events_per_file`, the load is calibrated first (`Scenario.calibrate`)."""
     echo(f"== pinned at the minimum (1 core, {files_per_core} files per batch) ==")
     platform = prepare(root, ports, "apply", files_per_core)
-    scenario = Scenario(platform, echo)
+    scenario = Scenario(platform, echo, events_per_file or CALIBRATION_SIZES[0])
     scenario.supervisor.scale(JOB, 1, "benchmark baseline: pinned at the minimum")
     try:
         scenario.start()
+        if events_per_file is None:
+            scenario.calibrate()
         _, started = scenario.step(step_seconds)
         scenario.drain(started, 0.0)
     finally:
@@ -276,6 +400,11 @@ def report(auto: RunFigures, pinned: RunFigures, big_batch: RunFigures) -> list[
     rates = {**pinned.true_rates, **{k: v for k, v in auto.true_rates.items() if k == 2}}
     per_core = {cores: statistics.median(values) / cores for cores, values in sorted(rates.items()) if values}
     return [
+        (
+            "load: events per landing file (one file a 4 s tick, four during the step)",
+            f"{pinned.events_per_file:,}",
+            f"one core {BASE_UTILIZATION:.0%} busy at the base",
+        ),
         ("backlog drain after the 4x step, pinned at 1 core (baseline)", seconds(pinned.drain), "-"),
         (
             "backlog drain after the 4x step, autoscaled",
@@ -311,7 +440,9 @@ def report(auto: RunFigures, pinned: RunFigures, big_batch: RunFigures) -> list[
     ]
 
 
-def benchmark(step_seconds: float, plateau_seconds: float, echo: Callable[[str], None]) -> str:
+def benchmark(
+    step_seconds: float, plateau_seconds: float, echo: Callable[[str], None], batch_baseline: bool = True
+) -> str:
     """Both runs on one embedded cluster; the figures as a Markdown table."""
     ports = cluster_ports()
     cluster = SparkCluster.for_platform(prepare(WORKDIR / "cluster", ports, "apply"))
@@ -319,9 +450,15 @@ def benchmark(step_seconds: float, plateau_seconds: float, echo: Callable[[str],
     echo(f"starting the embedded cluster at {cluster.master_url}")
     cluster.start(timeout=240)
     try:
-        pinned = run_pinned(WORKDIR / "pinned", ports, step_seconds, echo, FILES_PER_CORE)
-        auto = run_autoscaled(WORKDIR / "autoscaled", ports, step_seconds, plateau_seconds, echo)
-        big_batch = run_pinned(WORKDIR / "big-batch", ports, step_seconds, echo, 2 * FILES_PER_CORE)
+        pinned = run_pinned(WORKDIR / "pinned", ports, None, step_seconds, echo, FILES_PER_CORE)
+        events = pinned.events_per_file
+        assert events is not None
+        auto = run_autoscaled(WORKDIR / "autoscaled", ports, events, step_seconds, plateau_seconds, echo)
+        big_batch = (
+            run_pinned(WORKDIR / "big-batch", ports, events, step_seconds, echo, 2 * FILES_PER_CORE)
+            if batch_baseline
+            else RunFigures()
+        )
     finally:
         cluster.stop()
     lines = ["| figure | value | target |", "|---|---|---|"]
@@ -337,8 +474,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--plateau-seconds", type=float, default=PLATEAU_SECONDS, help="the noisy plateau after the step"
     )
+    parser.add_argument(
+        "--no-batch-baseline",
+        dest="batch_baseline",
+        action="store_false",
+        help="leave out the third run (one core with the 2-core batch size)",
+    )
     args = parser.parse_args(argv)
-    print(benchmark(args.step_seconds, args.plateau_seconds, lambda line: print(line, flush=True)))
+
+    def echo(line: str) -> None:
+        print(line, flush=True)
+
+    print(benchmark(args.step_seconds, args.plateau_seconds, echo, args.batch_baseline))
     return 0
 
 

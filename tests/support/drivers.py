@@ -126,9 +126,19 @@ def caught_up(platform: PlatformConfig, job: str, files: int) -> bool:
     commits, offsets = log_entries(checkpoint / "commits"), log_entries(checkpoint / "offsets")
     if not commits or max(commits) != max(offsets) or pending_replay(job_paths(platform, job)):
         return False
-    _, positions = read_offsets(offsets[max(commits)][0].read_bytes())
+    return files_read(platform, job) == files
+
+
+def files_read(platform: PlatformConfig, job: str, batch: int | None = None) -> int:
+    """How many input files of its first source the job had read by committed batch `batch` (by
+    default its newest; 0 before its first commit)."""
+    checkpoint = platform.checkpoint_root / job
+    commits, offsets = log_entries(checkpoint / "commits"), log_entries(checkpoint / "offsets")
+    if not commits:
+        return 0
+    _, positions = read_offsets(offsets[max(commits) if batch is None else batch][0].read_bytes())
     upto = source_log_offset(positions[0])
-    return len(source_files(checkpoint / "sources" / "0", upto=upto)) == files
+    return len(source_files(checkpoint / "sources" / "0", upto=upto))
 
 
 def write_sessions_input(platform: PlatformConfig, seed: int) -> object:
