@@ -45,6 +45,8 @@ ROW_COUNT = "expect_table_row_count_to_equal"
 NOT_NULL = "expect_column_values_to_not_be_null"
 UNIQUE = "expect_column_values_to_be_unique"
 IN_SET = "expect_column_values_to_be_in_set"
+# Columns of `_sums`'s grouping by a unique column: its values' hash, and the rows holding each.
+HASH, ROWS = "__hash", "__rows"
 # The arguments with which an expectation is counted by `_count` rather than run over the rows.
 COUNTED = {ROW_COUNT: {"value"}, NOT_NULL: {"column"}, UNIQUE: {"column"}, IN_SET: {"column", "value_set"}}
 
@@ -143,31 +145,53 @@ def _is_counted(expectation: Expectation) -> bool:
 
 
 def _count(frame: DataFrame, counted: Mapping[int, Expectation]) -> dict[int, int]:
-    """Each counted expectation's observed value (the rows, or the unexpected rows), by one
-    aggregation over `frame`; a unique column whose distinct hashes fall short of its values then
-    gets an exact count of its duplicated rows."""
+    """Each counted expectation's observed value: the rows, or its unexpected rows.
+
+    One Spark job per unique column (the first also sums the other checks' per-row flags), or one
+    for the flags when there is none. A unique column is grouped by its values' 64-bit hashes;
+    rows whose hash more than one row holds are its duplicated rows, unless hashes collide, so
+    only when there are any does an exact aggregation over the values count them."""
     if not counted:
         return {}
-    measures = []
-    for index, expectation in counted.items():
-        kind, kwargs = expectation.expectation, expectation.kwargs
-        if kind == ROW_COUNT:
-            measure = F.count(F.lit(1))
-        elif kind == UNIQUE:
-            # Nulls are never duplicates (as in GX's check), so their hash must not count.
-            value = F.col(kwargs["column"])
-            measure = F.count(value) - F.count_distinct(F.when(value.isNotNull(), F.xxhash64(value)))
-        else:
-            measure = F.count_if(_unexpected(expectation))
-        measures.append(measure.alias(str(index)))
-    counts = frame.agg(*measures).first()
-    assert counts is not None, "a global aggregation has one row"
-    observed = {index: int(counts[str(index)]) for index in counted}
-    for index, expectation in counted.items():
-        if expectation.expectation == UNIQUE and observed[index]:
-            exact = _duplicates(frame, expectation.kwargs["column"]).agg(F.sum("count")).first()
+    flags = {
+        index: F.lit(1) if expectation.expectation == ROW_COUNT else _unexpected(expectation)
+        for index, expectation in counted.items()
+        if expectation.expectation != UNIQUE
+    }
+    unique = [(index, e.kwargs["column"]) for index, e in counted.items() if e.expectation == UNIQUE]
+    groupings: list[tuple[int, str] | None] = [*unique] or [None]
+    observed: dict[int, int] = {}
+    for position, grouped_by in enumerate(groupings):
+        observed |= _sums(frame, flags if position == 0 else {}, grouped_by)
+    for index, column in unique:
+        if observed[index]:
+            exact = _duplicates(frame, column).agg(F.sum("count")).first()
             observed[index] = int(exact[0] or 0) if exact is not None else 0
     return observed
+
+
+def _sums(frame: DataFrame, flags: Mapping[int, Column], unique: tuple[int, str] | None) -> dict[int, int]:
+    """One Spark job: how many rows each of `flags` holds and, for a `unique` (index, column), how
+    many non-null rows share their value's hash with another row.
+
+    The rows are repartitioned by the hash into one partition per core before they are grouped,
+    so that every core aggregates its share, rather than the one task reading a staged file
+    aggregating every row first (a third faster on 1M rows); the number is explicit because
+    adaptive execution would coalesce a repartition by column alone into one partition."""
+    columns = [flag.cast("long").alias(str(index)) for index, flag in flags.items()]
+    sums = [F.sum(str(index)).alias(str(index)) for index in flags]
+    if unique is None:
+        totals = frame.select(*columns).agg(*sums).first()
+    else:
+        index, column = unique
+        value = F.col(column)
+        rows = frame.select(F.when(value.isNotNull(), F.xxhash64(value)).alias(HASH), *columns)
+        cores = frame.sparkSession.sparkContext.defaultParallelism
+        per_hash = rows.repartition(cores, HASH).groupBy(HASH).agg(F.count(F.lit(1)).alias(ROWS), *sums)
+        shared = F.col(HASH).isNotNull() & (F.col(ROWS) > 1)
+        totals = per_hash.agg(F.sum(F.when(shared, F.col(ROWS))).alias(str(index)), *sums).first()
+    assert totals is not None, "a global aggregation has one row"
+    return {int(name): int(total or 0) for name, total in totals.asDict().items()}
 
 
 def _unexpected(expectation: Expectation) -> Column:
