@@ -11,33 +11,44 @@ Each check has a severity: `block` fails the audit (nothing is published), `warn
 The built-in ones block. GX's fixed cost is high (seconds per expectation on a small machine),
 which is why a partition is audited once, at compaction, never per micro-batch.
 
-GX computes its metrics by Spark jobs over the batch (an aggregation per validation, then a
-sample per expectation), so the audited frame is cached for the validation. GX's uniqueness check
-is a window over the whole partition that it evaluates for every one of those jobs, each a sort
-of every row; instead the frame carries, per unique column, the value where it occurs more than
-once (one hash aggregation, computed into the cache), and GX checks that column is null: the same
-unexpected rows, count and sample.
+The four kinds of expectation the built-in checks use (row count, not null, unique, in set; with
+no other arguments, whoever declares them) are counted by one Spark aggregation over the partition
+and GX judges the counts, as a one-row frame. Run by GX over the rows, they cost a Spark job each,
+a sample job each and, for uniqueness, a sort of every row: three times the write of a 1M-row
+partition (benchmarks/RESULTS.md). Uniqueness is counted as the distinct 64-bit hashes of the
+column's values against its values; only when they differ (a duplicate, or a hash collision) does
+an exact aggregation over the values count the duplicated rows. Each check reports what GX's own
+would: the row count, or the unexpected rows and, when there are any, a sample of their values
+(fetched from the rows only then). Every other expectation GX runs over the rows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import great_expectations as gx
 import great_expectations.expectations as gxe
+import pandas as pd
+from great_expectations.core import ExpectationSuiteValidationResult
+from great_expectations.data_context.data_context.abstract_data_context import AbstractDataContext
 from great_expectations.data_context.types.base import ProgressBarsConfig
-from pyspark import StorageLevel
-from pyspark.sql import DataFrame
+from great_expectations.expectations.core.expect_column_max_to_be_between import ExpectColumnMaxToBeBetween
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from ops.spec.job import Expectation, QualitySuite
 
 SAMPLE_SIZE = 5
+ROW_COUNT = "expect_table_row_count_to_equal"
+NOT_NULL = "expect_column_values_to_not_be_null"
 UNIQUE = "expect_column_values_to_be_unique"
-# The audited frame's column holding a unique column's duplicated values (null where unique).
-DUPLICATES_PREFIX = "__duplicates_of_"
+IN_SET = "expect_column_values_to_be_in_set"
+# Columns of `_sums`'s grouping by a unique column: its values' hash, and the rows holding each.
+HASH, ROWS = "__hash", "__rows"
+# The arguments with which an expectation is counted by `_count` rather than run over the rows.
+COUNTED = {ROW_COUNT: {"value"}, NOT_NULL: {"column"}, UNIQUE: {"column"}, IN_SET: {"column", "value_set"}}
 
 
 @dataclass(frozen=True)
@@ -79,19 +90,11 @@ def suite_expectations(
     suite: QualitySuite, expected_rows: int, partition_values: Mapping[str, Any]
 ) -> list[Expectation]:
     """The built-in checks, then the job's own, as one list."""
-    builtin = [Expectation(expectation="expect_table_row_count_to_equal", kwargs={"value": expected_rows})]
+    builtin = [Expectation(expectation=ROW_COUNT, kwargs={"value": expected_rows})]
+    builtin += [Expectation(expectation=NOT_NULL, kwargs={"column": key}) for key in suite.keys]
+    builtin += [Expectation(expectation=UNIQUE, kwargs={"column": column}) for column in suite.unique]
     builtin += [
-        Expectation(expectation="expect_column_values_to_not_be_null", kwargs={"column": key})
-        for key in suite.keys
-    ]
-    builtin += [
-        Expectation(expectation="expect_column_values_to_be_unique", kwargs={"column": column})
-        for column in suite.unique
-    ]
-    builtin += [
-        Expectation(
-            expectation="expect_column_values_to_be_in_set", kwargs={"column": column, "value_set": [value]}
-        )
+        Expectation(expectation=IN_SET, kwargs={"column": column, "value_set": [value]})
         for column, value in partition_values.items()
     ]
     return [*builtin, *suite.expectations]
@@ -100,70 +103,156 @@ def suite_expectations(
 def audit(
     frame: DataFrame, suite: QualitySuite, expected_rows: int, partition_values: Mapping[str, Any]
 ) -> AuditResult:
-    """Run the partition's expectations on `frame` (one GX validation over the cached frame)."""
+    """Judge the partition's expectations on `frame`: the counted ones (module docstring) by GX on
+    their counts, the others by GX over the rows."""
     expectations = suite_expectations(suite, expected_rows, partition_values)
-    unique = [expectation.kwargs["column"] for expectation in expectations if _plain_unique(expectation)]
-    checked = with_duplicates(frame, unique).persist(StorageLevel.MEMORY_AND_DISK_DESER)
-    try:
-        return _validate(checked, expectations)
-    finally:
-        checked.unpersist()
-
-
-def with_duplicates(frame: DataFrame, columns: Sequence[str]) -> DataFrame:
-    """`frame` with a `__duplicates_of_<column>` column per unique column: the value where more than
-    one row holds it, else null (nulls are never duplicates, as in GX's own uniqueness check).
-
-    The repeated values come from one hash aggregation and are broadcast to the rows (a window,
-    as GX's check uses, sorts every row: twice the time on a 1M-row partition).
-    """
-    marked = frame
-    for column in dict.fromkeys(columns):
-        mark = f"{DUPLICATES_PREFIX}{column}"
-        repeated = frame.groupBy(column).count().where(F.col("count") > 1).select(F.col(column).alias(mark))
-        marked = marked.join(F.broadcast(repeated), marked[column] == repeated[mark], "left")
-    return marked
-
-
-def _plain_unique(expectation: Expectation) -> bool:
-    return expectation.expectation == UNIQUE and set(expectation.kwargs) == {"column"}
-
-
-def _validate(frame: DataFrame, expectations: list[Expectation]) -> AuditResult:
+    counted = {index: e for index, e in enumerate(expectations) if _is_counted(e)}
+    over_rows = {index: e for index, e in enumerate(expectations) if index not in counted}
+    missing = {e.kwargs["column"] for e in counted.values() if "column" in e.kwargs} - set(frame.columns)
+    if missing:
+        raise ValueError(f"the quality suite names columns the partition has not: {sorted(missing)}")
     context = gx.get_context(mode="ephemeral")
     # Progress bars would interleave with the task's log lines.
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
-    batch = (
-        context.data_sources.add_spark(name="compaction")
-        .add_dataframe_asset(name="partition")
-        .add_batch_definition_whole_dataframe("whole")
-    )
-    gx_suite = context.suites.add(gx.ExpectationSuite(name="partition"))
+    gx_counted = {index: _gx_judge_of_count(e, index) for index, e in counted.items()}
+    gx_over_rows = {index: _gx_expectation(e, index) for index, e in over_rows.items()}
+    observed = _count(frame, counted)
+    outcomes = {
+        **_run(
+            context, "counts", pd.DataFrame({str(index): [n] for index, n in observed.items()}), gx_counted
+        ),
+        **_run(context, "rows", frame, gx_over_rows),
+    }
+    checks = []
     for index, expectation in enumerate(expectations):
-        gx_suite.add_expectation(_gx_expectation(expectation, index))
-    validation = context.validation_definitions.add(
-        gx.ValidationDefinition(name="audit", data=batch, suite=gx_suite)
+        passed, found = outcomes[index]
+        observed_value: Any
+        if index in counted:
+            # GX judged the count; a sample, as its own check would give, only when it failed.
+            sample = () if passed or expectation.expectation == ROW_COUNT else _sample(frame, expectation)
+            observed_value = observed[index]
+        else:
+            sample = tuple(found.get("partial_unexpected_list") or ())[:SAMPLE_SIZE]
+            observed_value = found.get("observed_value", found.get("unexpected_count"))
+        checks.append(
+            CheckResult(_describe(expectation), expectation.severity, passed, observed_value, sample)
+        )
+    return AuditResult(tuple(checks))
+
+
+def _is_counted(expectation: Expectation) -> bool:
+    return COUNTED.get(expectation.expectation) == set(expectation.kwargs)
+
+
+def _count(frame: DataFrame, counted: Mapping[int, Expectation]) -> dict[int, int]:
+    """Each counted expectation's observed value: the rows, or its unexpected rows.
+
+    One Spark job per unique column (the first also sums the other checks' per-row flags), or one
+    for the flags when there is none. A unique column is grouped by its values' 64-bit hashes;
+    rows whose hash more than one row holds are its duplicated rows, unless hashes collide, so
+    only when there are any does an exact aggregation over the values count them."""
+    if not counted:
+        return {}
+    flags = {
+        index: F.lit(1) if expectation.expectation == ROW_COUNT else _unexpected(expectation)
+        for index, expectation in counted.items()
+        if expectation.expectation != UNIQUE
+    }
+    unique = [(index, e.kwargs["column"]) for index, e in counted.items() if e.expectation == UNIQUE]
+    groupings: list[tuple[int, str] | None] = [*unique] or [None]
+    observed: dict[int, int] = {}
+    for position, grouped_by in enumerate(groupings):
+        observed |= _sums(frame, flags if position == 0 else {}, grouped_by)
+    for index, column in unique:
+        if observed[index]:
+            exact = _duplicates(frame, column).agg(F.sum("count")).first()
+            observed[index] = int(exact[0] or 0) if exact is not None else 0
+    return observed
+
+
+def _sums(frame: DataFrame, flags: Mapping[int, Column], unique: tuple[int, str] | None) -> dict[int, int]:
+    """One Spark job: how many rows each of `flags` holds and, for a `unique` (index, column), how
+    many non-null rows share their value's hash with another row.
+
+    The rows are repartitioned by the hash into one partition per core before they are grouped,
+    so that every core aggregates its share, rather than the one task reading a staged file
+    aggregating every row first (a third faster on 1M rows); the number is explicit because
+    adaptive execution would coalesce a repartition by column alone into one partition."""
+    columns = [flag.cast("long").alias(str(index)) for index, flag in flags.items()]
+    sums = [F.sum(str(index)).alias(str(index)) for index in flags]
+    if unique is None:
+        totals = frame.select(*columns).agg(*sums).first()
+    else:
+        index, column = unique
+        value = F.col(column)
+        rows = frame.select(F.when(value.isNotNull(), F.xxhash64(value)).alias(HASH), *columns)
+        cores = frame.sparkSession.sparkContext.defaultParallelism
+        per_hash = rows.repartition(cores, HASH).groupBy(HASH).agg(F.count(F.lit(1)).alias(ROWS), *sums)
+        shared = F.col(HASH).isNotNull() & (F.col(ROWS) > 1)
+        totals = per_hash.agg(F.sum(F.when(shared, F.col(ROWS))).alias(str(index)), *sums).first()
+    assert totals is not None, "a global aggregation has one row"
+    return {int(name): int(total or 0) for name, total in totals.asDict().items()}
+
+
+def _unexpected(expectation: Expectation) -> Column:
+    """The rows a not-null or in-set check counts as unexpected (nulls are never outside a set)."""
+    value = F.col(expectation.kwargs["column"])
+    if expectation.expectation == NOT_NULL:
+        return value.isNull()
+    return value.isNotNull() & ~value.isin(list(expectation.kwargs["value_set"]))
+
+
+def _duplicates(frame: DataFrame, column: str) -> DataFrame:
+    """The values of `column` held by more than one row, with how many rows hold each (`count`)."""
+    return frame.where(F.col(column).isNotNull()).groupBy(column).count().where(F.col("count") > 1)
+
+
+def _sample(frame: DataFrame, expectation: Expectation) -> tuple[Any, ...]:
+    """Up to SAMPLE_SIZE values of a failed counted check's unexpected rows."""
+    column = expectation.kwargs["column"]
+    if expectation.expectation == UNIQUE:
+        repeated = F.array_repeat(F.col(column), F.col("count").cast("int"))
+        values = _duplicates(frame, column).select(F.explode(repeated))
+    else:
+        values = frame.where(_unexpected(expectation)).select(column)
+    return tuple(row[0] for row in values.limit(SAMPLE_SIZE).collect())
+
+
+def _gx_judge_of_count(expectation: Expectation, index: int) -> Any:
+    """The GX expectation that judges a counted check's observed value, in the counts frame's
+    column `index`: the expected rows exactly, or no unexpected rows."""
+    wanted = expectation.kwargs["value"] if expectation.expectation == ROW_COUNT else 0
+    return ExpectColumnMaxToBeBetween(
+        column=str(index), min_value=wanted, max_value=wanted, meta={"index": index}
     )
-    result = validation.run(
+
+
+def _run(
+    context: AbstractDataContext, name: str, frame: DataFrame | pd.DataFrame, expectations: Mapping[int, Any]
+) -> dict[int, tuple[bool, dict[str, Any]]]:
+    """One GX validation of `expectations` over `frame` (pandas or Spark): by index, whether each
+    passed and its result."""
+    if not expectations:
+        return {}
+    source = (
+        context.data_sources.add_pandas(name)
+        if isinstance(frame, pd.DataFrame)
+        else context.data_sources.add_spark(name)
+    )
+    batch = source.add_dataframe_asset(name=name).add_batch_definition_whole_dataframe(name)
+    gx_suite = context.suites.add(gx.ExpectationSuite(name=name))
+    for expectation in expectations.values():
+        gx_suite.add_expectation(expectation)
+    validation = context.validation_definitions.add(
+        gx.ValidationDefinition(name=name, data=batch, suite=gx_suite)
+    )
+    result: ExpectationSuiteValidationResult = validation.run(
         batch_parameters={"dataframe": frame},
         # BASIC: the unexpected count and a sample; SUMMARY would add a Spark job per expectation
         # for value counts that no report shows.
         result_format={"result_format": "BASIC", "partial_unexpected_count": SAMPLE_SIZE},
     )
-    checks = []
-    for outcome in sorted(result.results, key=_index):
-        expectation = expectations[_index(outcome)]
-        found = outcome.result
-        checks.append(
-            CheckResult(
-                check=_describe(expectation),
-                severity=expectation.severity,
-                passed=bool(outcome.success),
-                observed=found.get("observed_value", found.get("unexpected_count")),
-                sample=tuple(found.get("partial_unexpected_list") or ())[:SAMPLE_SIZE],
-            )
-        )
-    return AuditResult(tuple(checks))
+    return {_index(outcome): (bool(outcome.success), dict(outcome.result)) for outcome in result.results}
 
 
 def _index(outcome: Any) -> int:
@@ -174,18 +263,14 @@ def _index(outcome: Any) -> int:
 
 
 def _gx_expectation(expectation: Expectation, index: int) -> Any:
-    """The GX expectation object for a spec entry (`expect_column_values_to_be_unique` ->
-    `ExpectColumnValuesToBeUnique`); ValueError naming it when GX has no such expectation."""
-    name, kwargs = expectation.expectation, expectation.kwargs
-    if _plain_unique(expectation):
-        # See the module docstring: the duplicated values, computed by `with_duplicates`.
-        name, kwargs = "expect_column_values_to_be_null", {"column": f"{DUPLICATES_PREFIX}{kwargs['column']}"}
-    class_name = "".join(part.capitalize() for part in name.split("_"))
+    """The GX expectation object for a spec entry (`expect_column_values_to_be_between` ->
+    `ExpectColumnValuesToBeBetween`); ValueError naming it when GX has no such expectation."""
+    class_name = "".join(part.capitalize() for part in expectation.expectation.split("_"))
     expectation_class = getattr(gxe, class_name, None)
     if expectation_class is None:
         raise ValueError(f"Great Expectations has no expectation {expectation.expectation!r}")
     try:
-        return expectation_class(**kwargs, meta={"index": index})
+        return expectation_class(**expectation.kwargs, meta={"index": index})
     except (TypeError, ValueError) as error:
         raise ValueError(f"{expectation.expectation} {expectation.kwargs}: {error}") from error
 
