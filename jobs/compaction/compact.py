@@ -27,7 +27,7 @@ import pyspark.sql.functions as F
 from pyspark.sql import DataFrame, SparkSession
 
 from jobs.compaction.audit import AuditResult, audit
-from jobs.compaction.rewrite import Rewrite, read_partition, rewrite_partition
+from jobs.compaction.rewrite import Rewrite, read_partition, read_staged, rewrite_partition
 from ops.control.alerts import Alert, AlertCenter
 from ops.ledger.store import Ledger, PartitionVersionRecord
 from ops.spec.job import CompactionPolicy, JobSpec
@@ -139,7 +139,7 @@ def write_and_audit(
     ledger.update_partition_version(staged.id, input_rows=rewrite.input_rows)
     written = time.monotonic()
     result = audit(
-        with_partition_values(spark.read.parquet(staged.location), table, partition.values),
+        with_partition_values(read_staged(spark, rewrite), table, partition.values),
         spec.operations.quality,
         expected_rows=rewrite.input_rows,
         partition_values=partition.values,
