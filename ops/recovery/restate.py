@@ -82,6 +82,7 @@ def restate(
     before: datetime | None = None,
     timeout: float = 1800.0,
     progress: Callable[[str], None] | None = None,
+    republish: bool = True,
 ) -> str:
     """Restate `job` from a savepoint (by id, or the newest taken before `before`); the summary.
 
@@ -92,7 +93,8 @@ def restate(
     then stop the driver, rewind, replay and report; the rewind sets the job's desired state to
     running, since a restatement ends with the job running its replayed output. RewindError when
     the loop refused it, or when the replay has not finished within `timeout` seconds (the loop
-    keeps at it and reports when it has).
+    keeps at it and reports when it has). Then `republish_restated`, unless `republish` is False
+    (the `warden_restate` DAG submits that Spark work as a task of its own).
     """
     operation, _ = request_operation(
         supervisor, job, "restate", reason=reason, savepoint_id=savepoint_id, before=before
@@ -109,23 +111,36 @@ def restate(
     if ended.failure is not None:
         raise RewindError(ended.failure)
     assert ended.outcome is not None
+    if not republish:
+        return ended.outcome
     republished = republish_restated(supervisor.platform, supervisor.ledger, job, reason=reason)
     return ended.outcome if republished is None else f"{ended.outcome}\n{republished}"
 
 
-def republish_restated(platform: PlatformConfig, ledger: Ledger, job: str, *, reason: str) -> str | None:
-    """Compact again the warehouse partitions a finished restatement changed; what it republished.
+@dataclass(frozen=True)
+class Republish:
+    """The warehouse partitions a finished restatement changed (`changed`: to compact again;
+    `emptied`: every row removed) and the `republish` decision row that reports them."""
+
+    job: str
+    table: str
+    decision: int
+    changed: tuple[str, ...]
+    emptied: tuple[str, ...]
+
+    def compaction_args(self) -> list[str]:
+        """The compaction entry point's arguments: exactly the changed partitions, as a
+        restatement's versions."""
+        partitions = [arg for key in self.changed for arg in ("--partition", key)]
+        return ["--job", self.job, "--source", "restatement", *partitions]
+
+
+def plan_republish(platform: PlatformConfig, ledger: Ledger, job: str, *, reason: str) -> Republish | None:
+    """The partitions a finished restatement changed, with a `republish` decision row recorded for
+    them; None for a job without compaction or with nothing published that changed.
 
     Those are the published partitions whose committed files differ from what their version was
-    made from (`changed_since_published`): every partition a replayed batch wrote, none other.
-    The compaction entry point runs as its own Spark process (write, audit, publish, under the
-    job lock), its versions' source "restatement"; the result is a `republish` decision row, one
-    line per partition (version, rows before -> after), and Slack hears it from the compaction
-    (`warehouse_republished`). None for a job without compaction or with nothing published that
-    changed. A partition the restatement emptied cannot be compacted: the line says so, and the
-    table keeps its version until an operator rolls it back or drops it. RewindError when the
-    compaction fails: the restatement stands, and the nightly run republishes what is left.
-    """
+    made from (`changed_since_published`): every partition a replayed batch wrote, none other."""
     spec = find_job(job, platform.conf_dir)
     if spec.operations.compaction is None:
         return None
@@ -135,44 +150,59 @@ def republish_restated(platform: PlatformConfig, ledger: Ledger, job: str, *, re
     decision = ledger.record_decision(
         job, REPUBLISH_ACTION, reason, {"partitions": changed, "emptied": emptied}
     )
-    if changed:
-        partition_args = [arg for key in changed for arg in ("--partition", key)]
+    return Republish(job, f"{platform.warehouse.database}.{job}", decision, tuple(changed), tuple(emptied))
+
+
+def republish_failed(ledger: Ledger, plan: Republish, cause: str) -> RewindError:
+    """Record on the decision row that the compaction of `plan` failed; the error to raise."""
+    failure = (
+        f"restated, but republishing {len(plan.changed)} partitions of {plan.table} failed "
+        f"({cause}; the nightly compaction retries them)"
+    )
+    ledger.set_outcome(plan.decision, f"failed: {failure}")
+    return RewindError(failure)
+
+
+def republished(ledger: Ledger, plan: Republish) -> str:
+    """Record on the decision row what `plan`'s compaction published: one line per partition
+    (version, rows before -> after); the emptied ones are named and left as they are."""
+    lines = [_version_line(ledger, plan.job, key) for key in plan.changed]
+    lines += [
+        f"{key}: every row removed, not republished (the table keeps its published version)"
+        for key in plan.emptied
+    ]
+    text = f"republished {len(plan.changed)} partitions of {plan.table}: " + "; ".join(lines)
+    ledger.set_outcome(plan.decision, text)
+    return text
+
+
+def republish_restated(platform: PlatformConfig, ledger: Ledger, job: str, *, reason: str) -> str | None:
+    """Compact again the warehouse partitions a finished restatement changed (`plan_republish`);
+    what it republished, None when nothing changed.
+
+    The compaction entry point runs as its own local Spark process on the platform's master
+    (write, audit, publish, under the job lock), its versions' source "restatement"; Slack hears
+    it from the compaction (`warehouse_republished`). The `warden_restate` DAG submits the same
+    work through SparkSubmitOperator instead (its `republish` task). A partition the restatement
+    emptied cannot be compacted: the line says so, and the table keeps its version until an
+    operator rolls it back or drops it. RewindError when the compaction fails: the restatement
+    stands, and the nightly run republishes what is left.
+    """
+    plan = plan_republish(platform, ledger, job, reason=reason)
+    if plan is None:
+        return None
+    if plan.changed:
         compaction = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                COMPACTION_MODULE,
-                "--job",
-                job,
-                "--source",
-                "restatement",
-                *partition_args,
-            ],
+            [sys.executable, "-m", COMPACTION_MODULE, *plan.compaction_args()],
             env={**os.environ, CONF_DIR_ENV: str(platform.conf_dir), "PYSPARK_PYTHON": sys.executable},
             capture_output=True,
             text=True,
             check=False,
         )
         if compaction.returncode != 0:
-            table = f"{platform.warehouse.database}.{job}"
             last_line = (compaction.stderr.strip().splitlines() or [""])[-1]
-            failure = (
-                f"restated, but republishing {len(changed)} partitions of {table} failed (exit "
-                f"{compaction.returncode}; the nightly compaction retries them): "
-                f"{last_line}"
-            )
-            ledger.set_outcome(decision, f"failed: {failure}")
-            raise RewindError(failure)
-    lines = [_version_line(ledger, job, key) for key in changed]
-    lines += [
-        f"{key}: every row removed, not republished (the table keeps its published version)"
-        for key in emptied
-    ]
-    text = f"republished {len(changed)} partitions of {platform.warehouse.database}.{job}: " + "; ".join(
-        lines
-    )
-    ledger.set_outcome(decision, text)
-    return text
+            raise republish_failed(ledger, plan, f"exit {compaction.returncode}: {last_line}")
+    return republished(ledger, plan)
 
 
 def _version_line(ledger: Ledger, job: str, key: str) -> str:

@@ -1,5 +1,6 @@
 """Bounded Spark work through the Spark provider's SparkSubmitOperator on the master of
-platform.yaml (compaction, backfill), the nightly compaction task, and its Slack page when it fails.
+platform.yaml (compaction, a restatement's republish, backfill), the nightly compaction task, and
+its Slack page when it fails.
 
 Compaction is bounded batch work, so it runs through spark-submit (streams never do: DESIGN.md
 §2). The master, the metastore confs and the Python the driver runs are the platform's, read
@@ -17,6 +18,7 @@ from typing import Any
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import Context
+from airflow.sdk.exceptions import AirflowException
 
 from ops.backfill.submit import publish_application_file
 from ops.control.alerts import Alert, AlertCenter
@@ -94,6 +96,48 @@ class CompactOperator(PlatformSparkSubmitOperator):
     def execute(self, context: Context) -> None:
         self.application_args = [*self.application_args, *_partition_args(self.partitions)]
         super().execute(context)
+
+
+class RepublishOperator(PlatformSparkSubmitOperator):
+    """spark-submit `jobs/compaction/main.py` for exactly the warehouse partitions a finished
+    restatement of `job` changed (`ops.recovery.restate.plan_republish`), as the restatement's
+    versions; the `republish` decision row gets a line per partition, or the failure. Nothing
+    to submit after a dry run, for a job without compaction, or when nothing published changed."""
+
+    template_fields = (*SparkSubmitOperator.template_fields, "job", "reason", "dry_run")
+
+    def __init__(self, *, job: str, reason: str, dry_run: Any, **kwargs: Any) -> None:
+        super().__init__(application=str(COMPACTION_APPLICATION), name="streamwarden-republish", **kwargs)
+        self.job = job
+        self.reason = reason
+        self.dry_run = dry_run
+
+    def platform_conf(self, platform: PlatformConfig) -> dict[str, str]:
+        return {**super().platform_conf(platform), **metastore_conf(platform)}
+
+    def execute(self, context: Context) -> str | None:
+        # Imported here: recovery loads pyarrow and boto3, which no DAG parse needs.
+        from ops.recovery.restate import plan_republish, republish_failed, republished
+
+        if str(self.dry_run).lower() in ("true", "1"):
+            self.log.info("dry run: nothing was restated, nothing to republish")
+            return None
+        ledger = Ledger.open(self.platform.resolved_ledger_url)
+        dag_run = context["dag_run"]
+        run_url = f"{self.platform.airflow.base_url}/dags/{dag_run.dag_id}/runs/{dag_run.run_id}"
+        plan = plan_republish(self.platform, ledger, self.job, reason=f"{self.reason} (via {run_url})")
+        if plan is None:
+            self.log.info("no published partition of %s changed: nothing to republish", self.job)
+            return None
+        if plan.changed:
+            self.application_args = plan.compaction_args()
+            try:
+                super().execute(context)
+            except AirflowException as error:
+                raise republish_failed(ledger, plan, f"spark-submit: {error}") from error
+        summary = republished(ledger, plan)
+        self.log.info("%s", summary)
+        return summary
 
 
 class BackfillPublishOperator(PlatformSparkSubmitOperator):

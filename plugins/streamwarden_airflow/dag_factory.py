@@ -29,6 +29,7 @@ from streamwarden_airflow.compaction import (
     BackfillPublishOperator,
     CompactOperator,
     PlatformSparkSubmitOperator,
+    RepublishOperator,
     page_compaction_failure,
 )
 from streamwarden_airflow.operators import (
@@ -176,6 +177,8 @@ def scale_dag(jobs: list[str]) -> DAG:
 def restate_dag(jobs: list[str], schedule: RestatementSchedule | None = None) -> DAG:
     """Restate a job from a savepoint: the trigger form asks which job, from where and why.
 
+    `republish` then submits the compaction of the warehouse partitions the replay changed through
+    SparkSubmitOperator, like the nightly compaction.
     With a `schedule` (one job's `operations.restatement`) it is that job's scheduled restatement,
     `warden_restate_<job>`: it runs for real on the cron, from the newest savepoint taken
     `lookback_hours` before, and its form still allows a manual run with other values.
@@ -234,7 +237,7 @@ def restate_dag(jobs: list[str], schedule: RestatementSchedule | None = None) ->
             ),
         },
     ) as dag:
-        RestateOperator(
+        restated = RestateOperator(
             task_id="restate",
             job="{{ params.job }}",
             savepoint="{{ params.savepoint or '' }}",
@@ -243,6 +246,13 @@ def restate_dag(jobs: list[str], schedule: RestatementSchedule | None = None) ->
             dry_run="{{ params.dry_run }}",
             lookback_hours=schedule.lookback_hours if schedule is not None else None,
         )
+        republished = RepublishOperator(
+            task_id="republish",
+            job="{{ params.job }}",
+            reason="{{ params.reason }}",
+            dry_run="{{ params.dry_run }}",
+        )
+        restated >> republished
     return dag
 
 

@@ -198,6 +198,8 @@ class RestateOperator(SupervisorOperator):
             savepoint_id=savepoint_id,
             before=before,
             progress=lambda line: self.log.info("%s", line),
+            # The DAG's `republish` task submits the compaction of what it changed.
+            republish=False,
         )
         self.log.info("%s", summary)
         return summary
