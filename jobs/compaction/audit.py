@@ -17,7 +17,8 @@ and GX judges the counts, as a one-row frame. Run by GX over the rows, they cost
 a sample job each and, for uniqueness, a sort of every row: three times the write of a 1M-row
 partition (benchmarks/RESULTS.md). Uniqueness is counted as the distinct 64-bit hashes of the
 column's values against its values; only when they differ (a duplicate, or a hash collision) does
-an exact aggregation over the values count the duplicated rows. Each check reports what GX's own
+an exact aggregation over the values count the duplicated rows; the other counts are observed
+metrics of that job's read, so only the hashes are shuffled. Each check reports what GX's own
 would: the row count, or the unexpected rows and, when there are any, a sample of their values
 (fetched from the rows only then). Every other expectation GX runs over the rows.
 """
@@ -35,7 +36,7 @@ from great_expectations.core import ExpectationSuiteValidationResult
 from great_expectations.data_context.data_context.abstract_data_context import AbstractDataContext
 from great_expectations.data_context.types.base import ProgressBarsConfig
 from great_expectations.expectations.core.expect_column_max_to_be_between import ExpectColumnMaxToBeBetween
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 
 from ops.spec.job import Expectation, QualitySuite
@@ -174,24 +175,32 @@ def _sums(frame: DataFrame, flags: Mapping[int, Column], unique: tuple[int, str]
     """One Spark job: how many rows each of `flags` holds and, for a `unique` (index, column), how
     many non-null rows share their value's hash with another row.
 
-    The rows are repartitioned by the hash into one partition per core before they are grouped,
-    so that every core aggregates its share, rather than the one task reading a staged file
+    The rows' hashes are repartitioned into one partition per core before they are grouped, so
+    that every core aggregates its share, rather than the one task reading a staged file
     aggregating every row first (a third faster on 1M rows); the number is explicit because
-    adaptive execution would coalesce a repartition by column alone into one partition."""
+    adaptive execution would coalesce a repartition by column alone into one partition. The flags
+    are summed by an observed metric of the read, so that only the hashes are shuffled."""
     columns = [flag.cast("long").alias(str(index)) for index, flag in flags.items()]
     sums = [F.sum(str(index)).alias(str(index)) for index in flags]
     if unique is None:
         totals = frame.select(*columns).agg(*sums).first()
-    else:
-        index, column = unique
-        value = F.col(column)
-        rows = frame.select(F.when(value.isNotNull(), F.xxhash64(value)).alias(HASH), *columns)
-        cores = frame.sparkSession.sparkContext.defaultParallelism
-        per_hash = rows.repartition(cores, HASH).groupBy(HASH).agg(F.count(F.lit(1)).alias(ROWS), *sums)
-        shared = F.col(HASH).isNotNull() & (F.col(ROWS) > 1)
-        totals = per_hash.agg(F.sum(F.when(shared, F.col(ROWS))).alias(str(index)), *sums).first()
-    assert totals is not None, "a global aggregation has one row"
-    return {int(name): int(total or 0) for name, total in totals.asDict().items()}
+        assert totals is not None, "a global aggregation has one row"
+        return {int(name): int(total or 0) for name, total in totals.asDict().items()}
+    index, column = unique
+    value = F.col(column)
+    hashes = frame.select(F.when(value.isNotNull(), F.xxhash64(value)).alias(HASH), *columns)
+    flagged = Observation()
+    if sums:
+        hashes = hashes.observe(flagged, *sums)
+    cores = frame.sparkSession.sparkContext.defaultParallelism
+    per_hash = hashes.select(HASH).repartition(cores, HASH).groupBy(HASH).agg(F.count(F.lit(1)).alias(ROWS))
+    shared = F.col(HASH).isNotNull() & (F.col(ROWS) > 1)
+    duplicated = per_hash.agg(F.sum(F.when(shared, F.col(ROWS)))).first()
+    assert duplicated is not None, "a global aggregation has one row"
+    flag_totals = flagged.get if sums else {}
+    return {index: int(duplicated[0] or 0)} | {
+        int(name): int(total or 0) for name, total in flag_totals.items()
+    }
 
 
 def _unexpected(expectation: Expectation) -> Column:
