@@ -143,8 +143,9 @@ class RestateOperator(SupervisorOperator):
     runs reconcile passes (stop, rewind, replay with the current code, a ledger entry and a Slack
     summary) until the supervisor's loop has finished it, logging each step. If this task dies,
     the job's supervision DAG finishes the restatement. The DAG's next task republishes the
-    warehouse partitions it changed (`RepublishOperator`, through spark-submit). A scheduled restatement gives neither id
-    nor time but `lookback_hours`: the newest savepoint taken that long before the run starts.
+    warehouse partitions it changed (`RepublishOperator`, through spark-submit). A scheduled
+    restatement gives neither id nor time but `lookback_hours`: the newest savepoint taken that
+    long before the run starts.
     """
 
     template_fields: Sequence[str] = ("job", "savepoint", "before", "reason", "dry_run")
