@@ -26,6 +26,7 @@ from jobs.preview import check_stages, start_taps
 from jobs.runtime import (
     EXIT_CONFIG_ERROR,
     QueryPlan,
+    RawInput,
     ShutdownRequest,
     WarmUp,
     configure_logging,
@@ -43,8 +44,12 @@ from ops.spec.platform import PlatformConfig, StorageConfig, load_platform
 log = structlog.get_logger("streamwarden.runner")
 
 
-def plan_job(platform: PlatformConfig, spec: JobSpec) -> QueryPlan:
-    """The job's query: landing -> parse -> the kind's transform -> one partitioned Parquet file sink."""
+def plan_job(platform: PlatformConfig, spec: JobSpec, read_input: RawInput = read_job_landing) -> QueryPlan:
+    """The job's query: landing -> parse -> the kind's transform -> one partitioned Parquet file sink.
+
+    `read_input` gives each input's raw lines: the landing directories' file sources, or a
+    backfill's archive partitions (`jobs.archive_source`).
+    """
 
     paths = JobPaths.of(platform, spec)
 
@@ -52,7 +57,7 @@ def plan_job(platform: PlatformConfig, spec: JobSpec) -> QueryPlan:
         # A tap on a stage the kind lacks is a config error, found before anything starts.
         check_stages(platform, spec)
         return (
-            sink_rows(platform, spec, read_job_landing(spark, platform, spec))
+            sink_rows(platform, spec, read_input(spark, platform, spec))
             .writeStream.queryName(spec.name)
             .format("parquet")
             .outputMode("append")

@@ -64,6 +64,8 @@ ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateS
 
 
 QueryPlan = Callable[[SparkSession], DataStreamWriter]
+# Each input of a job's pipeline as a stream of raw lines (one string column `value`), by input name.
+RawInput = Callable[[SparkSession, PlatformConfig, JobSpec], dict[str, DataFrame]]
 # Runs the job's query once on scratch copies (a warm standby's warm-up, `jobs.runner.warm_up`).
 WarmUp = Callable[[SparkSession], None]
 # (session, available_now) -> the started preview tap queries (`jobs/preview.py`); none when off.

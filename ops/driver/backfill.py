@@ -15,6 +15,7 @@ a time. Both sides share only this directory, so the application needs no S3 cli
     <root>/lake/<sink path>/         the query's Parquet sink: the staged output
     <root>/progress.json             every completed partition: batches, rows, seconds
     <root>/running.json              the partition under way and the first batch it may use
+    <root>/gate.json                 the partitions the driver released to the query's sources
     <root>/complete.json             written once every partition is done
     <root>/published.json            the publish into the warehouse table: each target partition's
                                      version, published or blocked (`jobs.compaction.backfill`)
@@ -147,6 +148,10 @@ class BackfillRun:
         return self.root / "running.json"
 
     @property
+    def gate_file(self) -> Path:
+        return self.root / "gate.json"
+
+    @property
     def diff_file(self) -> Path:
         return self.root / "diff.json"
 
@@ -209,6 +214,19 @@ class BackfillRun:
             return None
         document = json.loads(self.running_file.read_text())
         return int(document["index"]), int(document["first_batch"])
+
+    def set_gate(self, released: int, *, closed: bool = False) -> None:
+        """Release the plan's positions before `released` to the query's sources
+        (`jobs.archive_source`); `closed`: no more will be."""
+        write_atomically(self.gate_file, json.dumps({"released": released, "closed": closed}))
+
+    def read_gate(self) -> tuple[int, bool]:
+        """(positions released, closed); nothing released before the driver first sets it."""
+        try:
+            document = json.loads(self.gate_file.read_text())
+        except FileNotFoundError:
+            return 0, False
+        return int(document["released"]), bool(document["closed"])
 
     def is_complete(self) -> bool:
         return self.complete_file.is_file()
