@@ -8,9 +8,10 @@ The router's trigger is 2 s, so a batch behind its input follows the previous on
 
 The load is one where a core is CPU bound: the first run measures what one core processes in
 batches of one file, as the base reads them (`Scenario.calibrate`), and sizes the files so that
-the base keeps it about half busy (well under the autoscaler's target utilization, 0.9) (thousands of events a file, so a batch's fixed cost is small against its data). The
-4x step is then more than twice what one core processes: a backlog builds at one core, and two
-cores drain it. The other runs take the same file size. The files are copies of a few written
+the base keeps it about half busy, well under the autoscaler's target utilization (0.9), with
+tens of thousands of events a file, so a batch's data weighs at least as much as its fixed cost.
+The 4x step is then more than one core processes: a backlog builds at one core, and two cores
+drain it. The other runs take the same file size. The files are copies of a few written
 once (`TemplateLoad`), so the writer's own CPU is not what is measured.
 
 - pinned: the job pinned at the minimum (`warden scale router --cores 1`), reading two files a
