@@ -73,12 +73,12 @@ TICK_SECONDS = 4.0
 # previous one ends, and what a core processes is bounded by its CPU, not by the interval.
 TRIGGER_SECONDS = 2.0
 # Events per landing file: measured first (`Scenario.calibrate`), so that at the base load a core
-# is busy `BASE_UTILIZATION` of the time and a batch's time is mostly its data, whatever the
-# machine's load that day. The batch time of two sizes gives the fixed cost and the per-event cost.
-CALIBRATION_SIZES = (16_000, 80_000)
-CALIBRATION_TICKS = 6
+# is busy `BASE_UTILIZATION` of the time, whatever the machine's load that day.
+CALIBRATION_START_EVENTS = 60_000
+CALIBRATION_ROUNDS = 3
+CALIBRATION_TICKS = 7
 BASE_UTILIZATION = 0.5
-EVENTS_PER_FILE_BOUNDS = (8_000, 400_000)
+EVENTS_PER_FILE_BOUNDS = (20_000, 400_000)
 # The plateau's noise: events per file +- this fraction, drawn from three sizes.
 PLATEAU_NOISE = 0.15
 NOISE_LEVELS = (1.0, 1 - PLATEAU_NOISE, 1 + PLATEAU_NOISE)
@@ -87,7 +87,7 @@ STABILIZATION_SECONDS = 20.0
 # A drained backlog: at most what one tick writes at the base load.
 DRAINED_FILES = 1
 DRAIN_TIMEOUT_SECONDS = 1500.0
-STEP_SECONDS = 180.0
+STEP_SECONDS = 120.0
 # The batch size at one core; the autoscaler scales it with the cores (two read twice as many).
 FILES_PER_CORE = 2
 # The issue's 20 minutes; `--plateau-seconds` runs a shorter one.
@@ -238,35 +238,28 @@ class Scenario:
     def calibrate(self) -> int:
         """Events per file for a base load of one file a tick at `BASE_UTILIZATION` of one core.
 
-        One file a tick at each calibration size, read one a batch, as the base load is read: the
-        median batch time of each size gives a batch's fixed cost and the time per event (a line
-        through the two), and from them the file size at which a batch of one file takes
-        `BASE_UTILIZATION` of a tick. (Calibrated on batches of two, the fixed cost was shared by
-        two files, and the base's batches of one kept the core busier than aimed at: over the
-        autoscaler's target before the step.)
+        One file a tick, read one a batch, as the base load is read; the file size is corrected
+        in proportion to the median batch time until a batch takes `BASE_UTILIZATION` of a tick.
+        A batch costs a fixed part plus its data, so each round closes the gap by the fixed
+        part's share of the target (it converges from either side; three rounds). Two earlier
+        ways failed on a loaded machine: batches of two files shared the fixed cost (the base's
+        batches of one kept the core busier than aimed at, over the autoscaler's target before
+        the step), and a line through two sizes took a slow warm-up batch for a fixed cost of 3 s.
         """
-        times = [self.batch_time(events) for events in CALIBRATION_SIZES]
-        (small, large), (small_time, large_time) = CALIBRATION_SIZES, times
-        per_event = max(large_time - small_time, 1e-3) / (large - small)
-        fixed = max(0.0, small_time - small * per_event)
         target = BASE_UTILIZATION * TICK_SECONDS
-        events = self.bounded((target - fixed) / per_event)
-        self.echo(
-            f"  one core: a batch costs {fixed:.2f} s + {1e6 * per_event:.1f} s per million events"
-            f" -> {events:,} events per file"
-        )
-        # Far above the calibration sizes a batch costs more per event (memory): measured once
-        # more at the size found, the data part is scaled to the target.
-        measured = self.batch_time(events)
-        events = self.bounded(events * (target - fixed) / max(measured - fixed, 1e-3))
-        self.echo(f"  a batch of one file took {measured:.1f} s -> {events:,} events per file")
+        events = CALIBRATION_START_EVENTS
+        for _ in range(CALIBRATION_ROUNDS):
+            measured = self.batch_time(events)
+            found = self.bounded(events * target / measured)
+            self.echo(f"  a batch of one {events:,}-event file took {measured:.2f} s -> {found:,} events")
+            events = found
         self.figures.true_rates.clear()
         self.figures.events_per_file = self.load.events_per_file = events
         return events
 
     def batch_time(self, events: int) -> float:
-        """The median time of batches of one `events`-event file, over `CALIBRATION_TICKS` ticks
-        of one such file."""
+        """The median time of batches of one `events`-event file over `CALIBRATION_TICKS` ticks of
+        one such file, the first two batches of the size left out (the file's first reads)."""
         self.load.events_per_file = events
         samples: dict[int, float] = {}
         for _ in range(CALIBRATION_TICKS):
@@ -275,8 +268,9 @@ class Scenario:
             for sample in heartbeat.recent if heartbeat is not None else ():
                 if sample.num_input_rows == events:
                     samples[sample.batch_id] = sample.duration_ms / 1000
-        assert samples, f"no batch of one {events}-event file to calibrate the load on"
-        return statistics.median(samples.values())
+        kept = [samples[batch] for batch in sorted(samples)[2:]] or list(samples.values())
+        assert kept, f"no batch of one {events}-event file to calibrate the load on"
+        return statistics.median(kept)
 
     @staticmethod
     def bounded(events: float) -> int:
@@ -376,7 +370,7 @@ def run_pinned(
     `events_per_file`, the load is calibrated first (`Scenario.calibrate`)."""
     echo(f"== pinned at the minimum (1 core, {files_per_core} files per batch) ==")
     platform = prepare(root, ports, "apply", files_per_core)
-    scenario = Scenario(platform, echo, events_per_file or CALIBRATION_SIZES[0])
+    scenario = Scenario(platform, echo, events_per_file or CALIBRATION_START_EVENTS)
     scenario.supervisor.scale(JOB, 1, "benchmark baseline: pinned at the minimum")
     try:
         scenario.start()
