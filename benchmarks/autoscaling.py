@@ -7,10 +7,11 @@ then the base again, noisy (events per file +-15 %) for `--plateau-seconds` in t
 The router's trigger is 2 s, so a batch behind its input follows the previous one at once.
 
 The load is one where a core is CPU bound: the first run measures what one core processes in
-batches of two files (`Scenario.calibrate`) and sizes the files so that the base keeps it about
-55 % busy (thousands of events a file, so a batch's fixed cost is small against its data). The
-4x step is then more than twice what one core processes: a backlog builds at one core, and two
-cores drain it. The other runs take the same file size. The files are copies of a few written
+batches of one file, as the base reads them (`Scenario.calibrate`), and sizes the files so that
+the base keeps it about half busy, well under the autoscaler's target utilization (0.9), with
+tens of thousands of events a file, so a batch's data weighs at least as much as its fixed cost.
+The 4x step is then more than one core processes: a backlog builds at one core, and two cores
+drain it. The other runs take the same file size. The files are copies of a few written
 once (`TemplateLoad`), so the writer's own CPU is not what is measured.
 
 - pinned: the job pinned at the minimum (`warden scale router --cores 1`), reading two files a
@@ -72,12 +73,12 @@ TICK_SECONDS = 4.0
 # previous one ends, and what a core processes is bounded by its CPU, not by the interval.
 TRIGGER_SECONDS = 2.0
 # Events per landing file: measured first (`Scenario.calibrate`), so that at the base load a core
-# is busy `BASE_UTILIZATION` of the time and a batch's time is mostly its data, whatever the
-# machine's load that day. The batch time of two sizes gives the fixed cost and the per-event cost.
-CALIBRATION_SIZES = (8_000, 40_000)
-CALIBRATION_TICKS = 6
-BASE_UTILIZATION = 0.55
-EVENTS_PER_FILE_BOUNDS = (8_000, 400_000)
+# is busy `BASE_UTILIZATION` of the time, whatever the machine's load that day.
+CALIBRATION_START_EVENTS = 60_000
+CALIBRATION_ROUNDS = 3
+CALIBRATION_TICKS = 7
+BASE_UTILIZATION = 0.5
+EVENTS_PER_FILE_BOUNDS = (20_000, 400_000)
 # The plateau's noise: events per file +- this fraction, drawn from three sizes.
 PLATEAU_NOISE = 0.15
 NOISE_LEVELS = (1.0, 1 - PLATEAU_NOISE, 1 + PLATEAU_NOISE)
@@ -86,7 +87,7 @@ STABILIZATION_SECONDS = 20.0
 # A drained backlog: at most what one tick writes at the base load.
 DRAINED_FILES = 1
 DRAIN_TIMEOUT_SECONDS = 1500.0
-STEP_SECONDS = 90.0
+STEP_SECONDS = 120.0
 # The batch size at one core; the autoscaler scales it with the cores (two read twice as many).
 FILES_PER_CORE = 2
 # The issue's 20 minutes; `--plateau-seconds` runs a shorter one.
@@ -237,43 +238,39 @@ class Scenario:
     def calibrate(self) -> int:
         """Events per file for a base load of one file a tick at `BASE_UTILIZATION` of one core.
 
-        Two files a tick at each calibration size, read two a batch: the median batch time of
-        each size gives a batch's fixed cost and the time per event (a line through the two), and
-        from them the file size at which a batch of two takes `2 x BASE_UTILIZATION` ticks. A
-        file that small keeps the core busy that share of the time at one file a tick.
+        One file a tick, read one a batch, as the base load is read; the file size is corrected
+        in proportion to the median batch time until a batch takes `BASE_UTILIZATION` of a tick.
+        A batch costs a fixed part plus its data, so each round closes the gap by the fixed
+        part's share of the target (it converges from either side; three rounds). Two earlier
+        ways failed on a loaded machine: batches of two files shared the fixed cost (the base's
+        batches of one kept the core busier than aimed at, over the autoscaler's target before
+        the step), and a line through two sizes took a slow warm-up batch for a fixed cost of 3 s.
         """
-        times = [self.batch_time(events) for events in CALIBRATION_SIZES]
-        (small, large), (small_time, large_time) = CALIBRATION_SIZES, times
-        per_event = max(large_time - small_time, 1e-3) / (2 * (large - small))
-        fixed = max(0.0, small_time - 2 * small * per_event)
-        target = 2 * BASE_UTILIZATION * TICK_SECONDS
-        events = self.bounded((target - fixed) / (2 * per_event))
-        self.echo(
-            f"  one core: a batch costs {fixed:.2f} s + {1e6 * per_event:.1f} s per million events"
-            f" -> {events:,} events per file"
-        )
-        # Far above the calibration sizes a batch costs more per event (memory): measured once
-        # more at the size found, the data part is scaled to the target.
-        measured = self.batch_time(events)
-        events = self.bounded(events * (target - fixed) / max(measured - fixed, 1e-3))
-        self.echo(f"  a batch of two took {measured:.1f} s -> {events:,} events per file")
+        target = BASE_UTILIZATION * TICK_SECONDS
+        events = CALIBRATION_START_EVENTS
+        for _ in range(CALIBRATION_ROUNDS):
+            measured = self.batch_time(events)
+            found = self.bounded(events * target / measured)
+            self.echo(f"  a batch of one {events:,}-event file took {measured:.2f} s -> {found:,} events")
+            events = found
         self.figures.true_rates.clear()
         self.figures.events_per_file = self.load.events_per_file = events
         return events
 
     def batch_time(self, events: int) -> float:
-        """The median time of batches of two `events`-event files, over `CALIBRATION_TICKS` ticks
-        of two such files."""
+        """The median time of batches of one `events`-event file over `CALIBRATION_TICKS` ticks of
+        one such file, the first two batches of the size left out (the file's first reads)."""
         self.load.events_per_file = events
         samples: dict[int, float] = {}
         for _ in range(CALIBRATION_TICKS):
-            self.tick(2)
+            self.tick(1)
             heartbeat = self.supervisor.observe(self.spec).heartbeat
             for sample in heartbeat.recent if heartbeat is not None else ():
-                if sample.num_input_rows == 2 * events:
+                if sample.num_input_rows == events:
                     samples[sample.batch_id] = sample.duration_ms / 1000
-        assert samples, f"no batch of two {events}-event files to calibrate the load on"
-        return statistics.median(samples.values())
+        kept = [samples[batch] for batch in sorted(samples)[2:]] or list(samples.values())
+        assert kept, f"no batch of one {events}-event file to calibrate the load on"
+        return statistics.median(kept)
 
     @staticmethod
     def bounded(events: float) -> int:
@@ -373,7 +370,7 @@ def run_pinned(
     `events_per_file`, the load is calibrated first (`Scenario.calibrate`)."""
     echo(f"== pinned at the minimum (1 core, {files_per_core} files per batch) ==")
     platform = prepare(root, ports, "apply", files_per_core)
-    scenario = Scenario(platform, echo, events_per_file or CALIBRATION_SIZES[0])
+    scenario = Scenario(platform, echo, events_per_file or CALIBRATION_START_EVENTS)
     scenario.supervisor.scale(JOB, 1, "benchmark baseline: pinned at the minimum")
     try:
         scenario.start()

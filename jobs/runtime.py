@@ -206,15 +206,34 @@ class ShutdownRequest:
 
 
 def stop_between_batches(query: StreamingQuery, timeout: float) -> None:
-    """Stop `query` once no trigger is running, so the current batch commits; force after `timeout`.
+    """Stop `query` once the batch running when asked has committed (or no trigger runs), so that
+    batch's work is kept; force after `timeout`.
 
-    A batch that is interrupted anyway (timeout) is not lost: its offsets are logged and it is
-    re-run on the next start.
+    A query behind its input starts its next trigger the moment one ends: waiting for a moment
+    with no trigger running waited, in a rescale under a backlog, for five batches (35 s, until
+    the backlog had drained). The batch the next trigger started is stopped with the query
+    instead, as one cut by the timeout is: its offsets are logged, so the next driver re-runs it
+    over the same files, and its partial output never committed.
     """
     deadline = time.monotonic() + timeout
+    running = _running_batch(query)
     while query.isActive and query.status["isTriggerActive"] and time.monotonic() < deadline:
+        if running is not None and _last_batch(query) >= running:
+            break
         time.sleep(0.05)
     query.stop()
+
+
+def _last_batch(query: StreamingQuery) -> int:
+    """The id of the query's newest finished batch (-1 before its first)."""
+    progress = query.lastProgress
+    return int(progress["batchId"]) if progress else -1
+
+
+def _running_batch(query: StreamingQuery) -> int | None:
+    """The id of the batch a running trigger works on, if a trigger runs: the one after the newest
+    finished batch (a trigger that finds no input ends without a batch, and the wait with it)."""
+    return _last_batch(query) + 1 if query.status["isTriggerActive"] else None
 
 
 def _await_query(query: StreamingQuery, shutdown: ShutdownRequest, stop_timeout: float) -> None:

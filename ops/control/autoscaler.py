@@ -62,12 +62,25 @@ class LoadWindow:
         """The window the heartbeat's recent batches cover.
 
         A micro-batch starts every trigger interval, or when the previous one ends if it ran
-        longer, so each batch covers max(duration, interval) of wall time. Backlogs are counted in
-        files by the health pass; `rows_per_backlog_file` converts them to rows.
+        longer, so the last batch covers max(duration, interval) of wall time, and each one before
+        it the time to the next batch's start. A trigger that finds no new input runs no batch and
+        leaves no sample, so the gaps between starts count that idle time: summing every sample's
+        max(duration, interval) instead would leave it out and overstate the arrival rate (a job
+        reading a file every 4 s with a 2 s trigger would look twice as loaded as it is). Samples
+        without start times (older drivers) fall back to that sum. Backlogs are counted in files
+        by the health pass; `rows_per_backlog_file` converts them to rows.
         """
         backlogs = [sample.backlog_files for sample in samples if sample.backlog_files is not None]
+        covered = [max(sample.duration_ms / 1000, interval_seconds) for sample in samples]
+        starts = [sample.started_at for sample in samples]
+        if samples and all(start is not None for start in starts):
+            first, last = starts[0], starts[-1]
+            assert first is not None and last is not None
+            seconds = max(last - first, 0.0) + covered[-1]
+        else:
+            seconds = sum(covered)
         return cls(
-            seconds=sum(max(sample.duration_ms / 1000, interval_seconds) for sample in samples),
+            seconds=seconds,
             rows=sum(sample.num_input_rows for sample in samples),
             busy_seconds=sum(sample.duration_ms for sample in samples) / 1000,
             backlog_start_rows=(backlogs[0] if backlogs else 0) * rows_per_backlog_file,

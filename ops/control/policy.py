@@ -43,7 +43,8 @@ a guard), recorded as a `scale_recommendation`. A rescale is an operation too:
     scale    SCALING       a standby driver at the new scale warms up beside the running one (the
                            old one keeps processing) -> once it is ready (or after
                            `RESCALE_STANDBY_WAIT_SECONDS`) stop the driver at a batch boundary (its
-                           time recorded) -> the standby takes over (or, without one, a launch at
+                           time recorded) -> the standby takes over, a ready one in the stop's own
+                           pass (or, without one, a launch at
                            the new scale; the ordinary rules: a driver that fails is restarted) ->
                            its first committed batch or idle trigger: done, with the restart cost
                            measured from the stop; a job to be suspended abandons it
@@ -1009,6 +1010,11 @@ def _rescaling(view: JobView, operation: OperationRecord, now: datetime, inputs:
             # `_with_standby` launches the successor; the old driver runs on meanwhile.
             return Plan(state, f"{target}: run {run.run_id} runs on, its successor is {why}", (), inputs)
         stop = _stop(view, f"{target}: stop at a batch boundary", "stopped: rescale")
+        if stop and standby.ready and standby_usable(view):
+            # The ready successor is granted in the same pass, right after the stop (the take-over
+            # confirms the old driver gone first), not a supervisor pass later: that pass would be
+            # downtime. `_with_standby` makes the launch a take-over.
+            stop = (*stop, Launch(f"{target}: the ready successor takes over"))
         facts = {} if operation.stop_requested_at is not None else {"stop_requested_at": now}
         return Plan(state, f"{target}: stopping run {run.run_id}", stop, inputs, Step.STOP, facts)
     heartbeat = view.observation.heartbeat

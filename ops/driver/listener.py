@@ -82,7 +82,13 @@ def batch_sample(progress: Mapping[str, Any]) -> BatchSample:
         processed_rows_per_second=_finite(progress.get("processedRowsPerSecond")),
         duration_ms=int(progress.get("batchDuration", 0)),
         backlog_files=sum(outstanding) if outstanding else None,
+        started_at=_epoch(progress.get("timestamp")),
     )
+
+
+def _epoch(timestamp: Any) -> float | None:
+    """A progress record's ISO 8601 UTC timestamp as epoch seconds (None if absent)."""
+    return datetime.fromisoformat(str(timestamp)).timestamp() if timestamp else None
 
 
 def parse_observation(input_name: str) -> str:

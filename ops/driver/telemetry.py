@@ -33,6 +33,9 @@ class BatchSample:
     processed_rows_per_second: float
     duration_ms: int
     backlog_files: int | None = None
+    # When the batch's trigger started (epoch seconds; None from drivers that did not say): the
+    # wall time between batches, which idle triggers (no batch, no sample) leave out otherwise.
+    started_at: float | None = None
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 from pydantic import ValidationError
@@ -76,6 +77,26 @@ def test_the_window_of_recorded_batches_measures_arrival_true_rate_and_backlog()
     assert load.true_rate == 500
     # 200 rows/s read, and the backlog grew by 1,000 rows in 25 s: 240 rows/s arrived.
     assert load.arrival_rate == pytest.approx(240)
+
+
+def test_idle_triggers_between_batches_count_as_wall_time() -> None:
+    # A file every 4 s, a 2 s trigger: the trigger between two files finds nothing and leaves no
+    # sample. Five batches of 1,000 rows, busy 1 s each, started 4 s apart: 1,000 rows per 4 s
+    # arrive (250 rows/s), 25 % busy; without the start times the window would see 5 x 2 s.
+    samples = [
+        BatchSample(i, 1000, 500.0, 1000.0, 1000, backlog_files=0, started_at=1_000 + 4.0 * i)
+        for i in range(5)
+    ]
+    load = LoadWindow.from_samples(samples, interval_seconds=2, rows_per_backlog_file=100)
+    assert load.seconds == 18  # 16 s from the first start to the last, and the last's 2 s
+    assert load.arrival_rate == pytest.approx(5000 / 18)
+    assert load.busy_seconds / load.seconds == pytest.approx(5 / 18)
+    without_starts = LoadWindow.from_samples(
+        [replace(sample, started_at=None) for sample in samples],
+        interval_seconds=2,
+        rows_per_backlog_file=100,
+    )
+    assert without_starts.arrival_rate == 500
 
 
 def test_a_load_step_scales_up_by_the_formula() -> None:

@@ -35,6 +35,7 @@ from tests.support.ports import free_test_port
 def test_batch_sample_reads_a_progress_record() -> None:
     progress = {
         "batchId": 4,
+        "timestamp": "2026-11-24T22:07:01.250Z",
         "numInputRows": 120,
         "inputRowsPerSecond": 60.0,
         "processedRowsPerSecond": 240.5,
@@ -53,10 +54,11 @@ def test_batch_sample_reads_a_progress_record() -> None:
         7,
     )
     assert (sample.input_rows_per_second, sample.processed_rows_per_second) == (60.0, 240.5)
+    assert sample.started_at == datetime(2026, 11, 24, 22, 7, 1, 250_000, tzinfo=UTC).timestamp()
     assert (state_rows(progress), state_memory_bytes(progress)) == (8, 1024)
     # Spark leaves out rates it cannot compute, and stateless queries have no operators.
     bare = batch_sample({"batchId": 0, "sources": [{"metrics": {}}]})
-    assert (bare.input_rows_per_second, bare.backlog_files) == (0.0, None)
+    assert (bare.input_rows_per_second, bare.backlog_files, bare.started_at) == (0.0, None, None)
     assert state_rows({"stateOperators": []}) is None and state_memory_bytes({}) is None
 
 
