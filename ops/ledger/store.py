@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import sqlite3
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -453,14 +455,32 @@ def _record(cls: type[RecordT], row: sa.Row[Any]) -> RecordT:
     return cls(**values)
 
 
+# Connections racing to switch a new database file to WAL: how often to try, and the pause between.
+WAL_SWITCH_ATTEMPTS = 50
+WAL_SWITCH_PAUSE_SECONDS = 0.1
+
+
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     # WAL lets the supervisor, the triggerer, the CLI and tests read while one writes.
     cursor = dbapi_connection.cursor()
     # First: switching to WAL waits for a writer (a migration in another process) like any write.
     cursor.execute("PRAGMA busy_timeout=30000")
-    cursor.execute("PRAGMA journal_mode=WAL")
+    _switch_to_wal(cursor)
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
+
+
+def _switch_to_wal(cursor: Any) -> None:
+    """Retry the switch: two processes switching a new file at once can get "database is locked"
+    at once, without the busy timeout (SQLite refuses a lock upgrade that could deadlock)."""
+    for attempt in itertools.count(1):
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or attempt == WAL_SWITCH_ATTEMPTS:
+                raise
+            time.sleep(WAL_SWITCH_PAUSE_SECONDS)
 
 
 def _where(engine: Engine) -> str:
