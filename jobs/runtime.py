@@ -60,6 +60,9 @@ EXIT_STOPPED = 0
 EXIT_QUERY_FAILED = 1
 EXIT_CONFIG_ERROR = 2
 
+# What a driver logs once a signal asked it to stop, before the running batch has committed.
+STOPPING = "stopping after current batch"
+
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 
@@ -240,7 +243,7 @@ def _await_query(query: StreamingQuery, shutdown: ShutdownRequest, stop_timeout:
     """Block until the query ends: by itself, by failing (raises), or stopped on a signal."""
     while query.isActive:
         if shutdown.requested:
-            log.info("stopping after current batch", signal=shutdown.signal_name)
+            log.info(STOPPING, signal=shutdown.signal_name)
             stop_between_batches(query, stop_timeout)
             break
         query.awaitTermination(1)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from pyspark.sql import SparkSession
 from pyspark.testing import assertDataFrameEqual
 
 from jobs.batch import batch_rows
+from jobs.runtime import STOPPING
 from ops.control.supervisor import Supervisor, stop_all_jobs
 from ops.ledger.store import Ledger
 from ops.spec.job import find_job
@@ -32,6 +34,19 @@ def one_file_per_second(spec: dict[str, Any]) -> None:
     spec["operations"]["trigger"] = {"interval_seconds": 1, "max_files_per_trigger": 1}
     spec["operations"]["restart"]["initial_backoff_seconds"] = 1
     spec["operations"]["savepoints"]["interval_minutes"] = None
+
+
+def old_driver_stopping(ledger: Ledger) -> bool:
+    """The stop pass has asked the old driver to stop, and the driver has begun to (its batch
+    commits, its query and JVM stop: a second or more). The warden waits for it to exit, then
+    hands over to the successor in the same pass, so a kill now falls between stop and relaunch."""
+    run = ledger.current_run(JOB)
+    return (
+        at_step(ledger, "stop")
+        and run is not None
+        and run.log_path is not None
+        and STOPPING in Path(run.log_path).read_text(errors="replace")
+    )
 
 
 @pytest.mark.parametrize("kill", ["supervisor_between_stop_and_relaunch", "driver_while_it_stops"])
@@ -56,9 +71,7 @@ def test_a_rescale_killed_midway_is_finished_by_the_next_pass_and_loses_nothing(
         )
         command = Warden(platform, "scale", JOB, "--cores", "2", "--reason", f"kill {kill}", "--wait", "300")
         if kill == "supervisor_between_stop_and_relaunch":
-            command.kill_when(
-                lambda: at_step(ledger, "stop") and ledger.current_run(JOB) is None, "the driver to stop"
-            )
+            command.kill_when(lambda: old_driver_stopping(ledger), "the old driver to begin its stop")
         else:
             command.kill_when(lambda: at_step(ledger, "stop"), "the stop to begin", timeout=120)
             run = ledger.current_run(JOB)
