@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--files", type=int, default=200, help="small input files (micro-batch output)")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"round {round_index + 1}: baseline {baseline[-1]:.1f} s; compaction {total[-1]:.1f} s "
                 f"(write {outcome.seconds['write']:.1f}, audit {outcome.seconds['audit']:.1f}, "
-                f"publish {outcome.seconds['publish']:.2f})",
+                f"publish {outcome.seconds['publish']:.2f}; gate's share {gate[-1] / total[-1]:.0%})",
                 flush=True,
             )
         rows = args.rows

@@ -6,6 +6,7 @@ import great_expectations as gx
 import pytest
 from pyspark.sql import SparkSession
 
+from jobs.compaction import audit as audit_module
 from jobs.compaction.audit import _gx_expectation, _is_counted, _run, audit, suite_expectations
 from ops.spec.job import QualitySuite
 
@@ -71,9 +72,16 @@ def test_an_expectation_gx_does_not_have_is_refused_by_name(spark: SparkSession)
         audit(spark.createDataFrame(ROWS, COLUMNS), suite, expected_rows=3, partition_values={})
 
 
-def test_the_counted_checks_report_what_gx_finds_scanning_the_rows(spark: SparkSession) -> None:
+@pytest.mark.parametrize("hashes_counted_by", ["driver", "executors"])
+def test_the_counted_checks_report_what_gx_finds_scanning_the_rows(
+    hashes_counted_by: str, spark: SparkSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Row count, not null, unique and in set are counted by one aggregation and GX judges the
-    counts; each reports the observed value and sample GX's own check over the rows gives."""
+    counts; each reports the observed value and sample GX's own check over the rows gives, whether
+    the unique columns' hashes are counted in the driver (a partition as large as the limit) or
+    grouped by the executors (a larger one)."""
+    if hashes_counted_by == "executors":
+        monkeypatch.setattr(audit_module, "HASHES_IN_DRIVER_MAX_ROWS", 4)
     rows = [
         ("e1", "u1", "2026-11-24"),
         ("e2", "u2", "2026-11-24"),
