@@ -5,7 +5,9 @@ For each partition of the sink that is closed (its event hour, or day, ended mor
 published version was made from (never published, restated, late files), one pass:
 
 1. stage a new version in the ledger (`ops.warehouse.table.stage`),
-2. write: the partition's committed files, as target-size Parquet, into the version's directory,
+2. write: the partition's committed files, as target-size Parquet, into the version's directory
+   (for a partition whose raw files expired, the files that landed late and the rows of its
+   published version, which holds the only copy of the expired ones),
 3. audit: Great Expectations, the built-in checks and the job's `operations.quality` suite,
 4. publish (one metastore call) unless a blocking check failed; then the version is recorded
    as blocked, nothing is published, and Slack is paged with the check, its observed value and a
@@ -29,6 +31,7 @@ from pyspark.sql import DataFrame, SparkSession
 from jobs.compaction.audit import AuditResult, audit
 from jobs.compaction.rewrite import Rewrite, read_partition, read_staged, rewrite_partition
 from ops.control.alerts import Alert, AlertCenter
+from ops.exceptions import WarehouseError
 from ops.ledger.store import Ledger, PartitionVersionRecord
 from ops.spec.job import CompactionPolicy, JobSpec
 from ops.warehouse.sinklog import SinkPartition, is_expired, partition_end, sink_partitions
@@ -37,6 +40,7 @@ from ops.warehouse.table import (
     PUBLISHED,
     WarehouseTable,
     block,
+    current_version,
     ensure_table,
     publish,
     stage,
@@ -46,7 +50,6 @@ BYTES_PER_MB = 1 << 20
 BLOCKED_ALERT_KIND = "quality_blocked"
 WARNED_ALERT_KIND = "quality_warned"
 REPUBLISHED_KIND = "warehouse_republished"
-LATE_AFTER_EXPIRY_KIND = "late_after_expiry"
 
 
 @dataclass(frozen=True)
@@ -133,7 +136,12 @@ def write_and_audit(
         input_fingerprint=supersedes or partition.fingerprint,
     )
     rewrite = rewrite_partition(
-        spark, sink, partition.values, Path(staged.location), int(policy.target_file_mb * BYTES_PER_MB)
+        spark,
+        sink,
+        partition.values,
+        Path(staged.location),
+        int(policy.target_file_mb * BYTES_PER_MB),
+        published=_rows_kept_in_warehouse(ledger, table, sink, partition),
     )
     # The input's rows are known once the write (which counts them as it reads) is done.
     ledger.update_partition_version(staged.id, input_rows=rewrite.input_rows)
@@ -145,6 +153,21 @@ def write_and_audit(
         partition_values=partition.values,
     )
     return AuditedVersion(partition, staged, rewrite, result, started, written, time.monotonic())
+
+
+def _rows_kept_in_warehouse(
+    ledger: Ledger, table: WarehouseTable, sink: Path, partition: SinkPartition
+) -> Path | None:
+    """Where the published rows of a partition whose raw files expired are (the only copy left):
+    files landing there late add to them; None for a partition whose raw files are all there."""
+    if not is_expired(sink, partition.key):
+        return None
+    published = current_version(ledger, table, partition.key)
+    if published is None:
+        raise WarehouseError(
+            f"{table.name} {partition.key}: its raw files expired but no version of it is published"
+        )
+    return Path(published.location)
 
 
 def settle(
@@ -254,23 +277,6 @@ def _quality_alert(
     )
 
 
-def _late_after_expiry_alert(spec: JobSpec, table: WarehouseTable, keys: list[str]) -> Alert:
-    return Alert(
-        job=spec.name,
-        kind=LATE_AFTER_EXPIRY_KIND,
-        severity="warning",
-        state=f"{len(keys)} partitions of {table.name} not republished",
-        reason=(
-            "files landed in partitions whose raw files had expired (operations.compaction."
-            f"sink_retention_hours), so they would replace the published rows: {', '.join(keys)}"
-        ),
-        last_batch=None,
-        run_url=None,
-        runbook=spec.operations.alerts.runbook,
-        channel=spec.operations.alerts.channel,
-    )
-
-
 def compact(
     spark: SparkSession,
     ledger: Ledger,
@@ -302,11 +308,6 @@ def compact(
             for partition in partitions
             if is_closed(partition.values, policy, now) and needs_compaction(ledger, table, partition)
         ]
-    late = [partition.key for partition in chosen if is_expired(sink, partition.key)]
-    if late:
-        # Its rows live only in the warehouse now: the late files alone would replace them.
-        alerts.notify(_late_after_expiry_alert(spec, table, late))
-        chosen = [partition for partition in chosen if partition.key not in late]
     if not chosen:
         return []
     ensure_table(spark, table, read_partition(spark, sink, list(chosen[0].files)).schema)

@@ -69,8 +69,11 @@ def rewrite_partition(
     partition: Mapping[str, object],
     staging: Path,
     target_bytes: int,
+    published: Path | None = None,
 ) -> Rewrite:
-    """Write the partition's committed rows into `staging` as target-size Parquet files.
+    """Write the partition's committed rows into `staging` as target-size Parquet files, with the
+    rows of the `published` version directory when given (late files in a partition whose raw
+    files expired: they add to the rows that version holds, the only copy left of them).
 
     The partition columns are dropped from the files (the table's partition location carries
     them, as in the sink). Raises FileNotFoundError when the sink log lists no file for it.
@@ -80,14 +83,18 @@ def rewrite_partition(
         raise FileNotFoundError(
             f"the sink log of {sink} lists no committed file in {partition_dir(sink, partition)}"
         )
-    input_bytes = sum(path.stat().st_size for path in files)
+    rows = read_partition(spark, sink, files).drop(*partition)
+    kept = sorted(published.glob("*.parquet")) if published is not None else []
+    if kept:
+        rows = rows.unionByName(spark.read.schema(rows.schema).parquet(*(str(path) for path in kept)))
+    input_bytes = sum(path.stat().st_size for path in [*files, *kept])
     read = Observation("compaction_input")
-    rows = read_partition(spark, sink, files).drop(*partition).observe(read, F.count(F.lit(1)).alias("rows"))
+    rows = rows.observe(read, F.count(F.lit(1)).alias("rows"))
     count = max(1, math.ceil(input_bytes / target_bytes))
     rows.repartition(count).write.mode("overwrite").parquet(str(staging))
     written = sorted(staging.glob("*.parquet"))
     return Rewrite(
-        input_files=len(files),
+        input_files=len(files) + len(kept),
         input_bytes=input_bytes,
         input_rows=int(read.get["rows"]),
         rows=sum(pq.ParquetFile(path).metadata.num_rows for path in written),

@@ -11,8 +11,9 @@ its hour ended `operations.compaction.sink_retention_hours` ago (the sink's rewi
 Expiring a partition, under the job lock (no compaction, savepoint or rewind of the job runs):
 
 1. `_expired.json` is written into its sink directory: which version holds its rows now. A
-   directory-listing reader skips `_` files; compaction refuses to republish such a partition from
-   the late files that land after it (they alone would replace the rows the version holds).
+   directory-listing reader skips `_` files; files that land in such a partition late are
+   compacted together with the rows of its published version (`jobs.compaction.compact`), and
+   expire in their turn, rewriting the marker.
 2. Every entry of the log up to its newest compact file that lists its files is rewritten without
    those lines, in one rename each, as Spark writes a compact file with `retention` (the other
    lines are kept byte for byte); Spark itself deletes the entries older than

@@ -156,6 +156,26 @@ def test_three_days_with_nightly_compaction_keep_the_sink_log_bounded_and_the_ta
     expiries = ledger.decisions(JOB, action=EXPIRE_ACTION)
     assert len(expiries) == 2 and all(row.outcome and row.outcome.startswith("expired") for row in expiries)
 
+    # Events of day 1 arrive two days late, into partitions whose raw files expired: the next
+    # night publishes each such partition with its published rows and the late ones.
+    write_batch(
+        platform.landing_root / "events", 40, 0.0, seed=99, start=FIRST_DAY, file_name="events-late.json"
+    )
+    run_available_now(platform, JOB)
+    late = {
+        key: ids
+        for key, ids in committed_by_partition(spark, platform).items()
+        if f"event_date={FIRST_DAY.date()}" in key
+    }
+    assert late and all((sink / key / EXPIRED_MARKER).is_file() for key in late)
+    compact_job(platform, JOB, "--now", (FIRST_DAY + timedelta(days=3, hours=12)).isoformat())
+    for key, ids in late.items():
+        ever_committed[key] += ids
+        [version, before] = ledger.partition_versions(JOB, key)[:2]
+        assert (version.status, version.rows_before) == ("published", before.output_rows)
+        assert version.output_rows == before.output_rows + sum(ids.values())
+    assert table_by_partition(platform) == ever_committed
+
     # A rewind to the savepoint of day 1 would restore a log naming the expired files: refused,
     # with the cause, before anything is touched.
     assert day_one_savepoint is not None
