@@ -387,7 +387,49 @@ def seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f} s"
 
 
-def report(auto: RunFigures, pinned: RunFigures, big_batch: RunFigures) -> list[tuple[str, str, str]]:
+def modelled_drain(rate: float, base: float, step_seconds: float) -> float:
+    """The drain of a job that processes `rate` events a second from the step's first second:
+    the backlog grows by (4 x base - rate) a second for the step, then falls by (rate - base).
+
+    The queueing arithmetic behind the drain figures. With the one-core rate it models the pinned
+    run (a check of the model against the measured drain); with the two-core rate it is the
+    autoscaled run's floor: two cores from the first second, no decision, no warm-up, no take-over.
+    """
+    growth = 4 * base - rate
+    if growth <= 0:
+        return 0.0
+    return step_seconds + step_seconds * growth / (rate - base)
+
+
+def drain_bounds(
+    pinned: RunFigures, per_core: dict[int, float], step_seconds: float
+) -> list[tuple[str, str, str]]:
+    """Rows: the modelled pinned drain (vs the measured one) and the floor at two cores."""
+    if pinned.events_per_file is None or not pinned.drain or not {1, 2} <= per_core.keys():
+        return []
+    base = pinned.events_per_file / TICK_SECONDS
+    one, two = per_core[1], 2 * per_core[2]
+    if one <= base or two <= base:
+        return []
+    at_one, at_two = modelled_drain(one, base, step_seconds), modelled_drain(two, base, step_seconds)
+    return [
+        (
+            "model check: the drain at the one-core rate, from the step's first second",
+            f"{at_one:.1f} s (measured pinned {pinned.drain:.1f} s)",
+            "-",
+        ),
+        (
+            "floor: the drain at the two-core rate from the step's first second (no decision, "
+            "warm-up or take-over)",
+            f"{at_two:.1f} s ({at_two / pinned.drain:.2f}x pinned)",
+            "-",
+        ),
+    ]
+
+
+def report(
+    auto: RunFigures, pinned: RunFigures, big_batch: RunFigures, step_seconds: float
+) -> list[tuple[str, str, str]]:
     """(figure, value, target) rows."""
     ratio = auto.drain / pinned.drain if auto.drain and pinned.drain else None
     big_ratio = big_batch.drain / pinned.drain if big_batch.drain and pinned.drain else None
@@ -434,6 +476,7 @@ def report(auto: RunFigures, pinned: RunFigures, big_batch: RunFigures) -> list[
             (f"events per busy second per core at {cores} core(s)", f"{rate:,.0f}", "-")
             for cores, rate in per_core.items()
         ],
+        *drain_bounds(pinned, per_core, step_seconds),
     ]
 
 
@@ -459,7 +502,7 @@ def benchmark(
     finally:
         cluster.stop()
     lines = ["| figure | value | target |", "|---|---|---|"]
-    lines += ["| " + " | ".join(row) + " |" for row in report(auto, pinned, big_batch)]
+    lines += ["| " + " | ".join(row) + " |" for row in report(auto, pinned, big_batch, step_seconds)]
     return "\n".join(lines)
 
 
