@@ -62,8 +62,9 @@ demo: install
 stop:
 	$(VENV)/bin/warden platform down
 
+# --durations: the slowest tests close the log, for whoever works on the suite's wall time.
 test: install system-deps
-	$(PYTEST) --numprocesses $(TEST_WORKERS) --dist loadgroup tests/
+	$(PYTEST) --numprocesses $(TEST_WORKERS) --dist loadgroup --durations 25 tests/
 
 # Serial: the fast tier takes about as long as starting xdist workers would.
 test-fast: install
