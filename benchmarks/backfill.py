@@ -1,6 +1,6 @@
 """Backfill memory and throughput: the Kappa+ backfill against a one-shot batch run (the Lambda way).
 
-python -m benchmarks.backfill [--events-per-partition 120000] [--short 10] [--long 30]
+python -m benchmarks.backfill [--events-per-partition 120000] [--short 10] [--long 30] [--users N ...]
 
 Writes `--long` arrival hours of the job's scenario, archives them in an embedded S3 server of
 its own, then measures four runs, each a fresh process tree sampled every 0.1 s for its peak
@@ -16,6 +16,15 @@ a sixth of the demo generator's 200/s), makes the data a sizeable part of each p
 next to the fixed cost of a micro-batch (1.6-1.8 s), and writing the input plus the four runs
 took 6-10 minutes at a load of 3-18 on two shared cores; the demo's whole hour (720,000 events)
 would hold the shared benchmark lock for about 45.
+
+Workloads (`--users`, once per workload, each measured as above): the scenario draws each event's
+user at random from `--users` users. At 10,000 users and 40,000 events an hour of event time a
+user sends an event every 15 minutes on average, so most sessions end by the 30-minute gap, as
+product sessions do (the default). At the tests' 40 users every user sends one every 3.6 s, like
+the scenario's bot: no session ends by the gap, each is cut by the 4-hour cap, and the state
+holds up to 4 hours of every user's events, so each partition's batch re-sorts and rewrites more
+pending events than it reads (the worst case for the Kappa+ side, which carries them from batch
+to batch; the batch run sees each event once).
 """
 
 from __future__ import annotations
@@ -45,6 +54,8 @@ from synthetic.scenarios import sessionizer_scenario
 HERE = Path(__file__).resolve().parent
 FIRST_ARRIVAL = datetime(2026, 11, 1, tzinfo=UTC)
 SAMPLE_SECONDS = 0.1
+# Users per workload (`--users`): sessions that end by the gap, then every session cut by the cap.
+DEFAULT_WORKLOADS = (10_000, 40)
 
 
 @dataclass(frozen=True)
@@ -110,7 +121,9 @@ def measure(
     )
 
 
-def write_input(platform: PlatformConfig, source_root: Path, hours: int, events: int) -> dict[int, int]:
+def write_input(
+    platform: PlatformConfig, source_root: Path, hours: int, events: int, users: int
+) -> dict[int, int]:
     """The scenario, one write per arrival hour (3 event hours each, in order): lines per hour."""
     lines = {}
     for hour in range(hours):
@@ -119,6 +132,7 @@ def write_input(platform: PlatformConfig, source_root: Path, hours: int, events:
             events,
             seed=hour,
             start=datetime(2025, 1, 1, tzinfo=UTC) + timedelta(hours=3 * hour),
+            users=users,
         )
         arrived = (FIRST_ARRIVAL + timedelta(hours=hour, minutes=30)).timestamp()
         lines[hour] = 0
@@ -141,15 +155,9 @@ def batch_landing(source_root: Path, hours: int, target: Path) -> Path:
     return target
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.backfill", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument("--events-per-partition", type=int, default=120_000)
-    parser.add_argument("--short", type=int, default=10)
-    parser.add_argument("--long", type=int, default=30)
-    args = parser.parse_args(argv)
-    workdir = HERE / "out" / "backfill"
+def measure_workload(args: argparse.Namespace, users: int) -> list[Measured]:
+    """The four runs over `args.long` arrival hours of the scenario with `users` users."""
+    workdir = HERE / "out" / "backfill" / f"users-{users}"
     shutil.rmtree(workdir, ignore_errors=True)
     ports = free_seaweed_ports()
     conf_dir = workdir / "conf"
@@ -163,12 +171,13 @@ def main(argv: list[str] | None = None) -> int:
     assert server is not None
     server.start()
     env = {**os.environ, **application_env(conf_dir)}
+    results = []
     try:
         source_root = workdir / "written"
-        lines = write_input(platform, source_root, args.long, args.events_per_partition)
+        print(f"== {users:,} users: writing {args.long} arrival hours...", flush=True)
+        lines = write_input(platform, source_root, args.long, args.events_per_partition, users)
         now = FIRST_ARRIVAL + timedelta(hours=args.long + 1)
         archive.archive_landing(platform, ["app_events", "web_events"], now)
-        results = []
         for hours in (args.short, args.long):
             request = BackfillRequest(
                 "sessionizer", start=FIRST_ARRIVAL, end=FIRST_ARRIVAL + timedelta(hours=hours)
@@ -213,7 +222,27 @@ def main(argv: list[str] | None = None) -> int:
             )
     finally:
         server.stop()
-    print_table(results, args.short, args.long)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.backfill", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--events-per-partition", type=int, default=120_000)
+    parser.add_argument("--short", type=int, default=10)
+    parser.add_argument("--long", type=int, default=30)
+    parser.add_argument(
+        "--users",
+        type=int,
+        action="append",
+        help="users the scenario draws from, once per workload (default: 10,000, then 40)",
+    )
+    args = parser.parse_args(argv)
+    for users in args.users or DEFAULT_WORKLOADS:
+        results = measure_workload(args, users)
+        print(f"### {users:,} users", flush=True)
+        print_table(results, args.short, args.long)
     return 0
 
 

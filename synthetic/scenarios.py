@@ -234,15 +234,21 @@ BOT_USER = "bot00001"
 
 
 def sessionizer_scenario(
-    landing_root: Path, n_events: int, seed: int, start: datetime = DEFAULT_START
+    landing_root: Path,
+    n_events: int,
+    seed: int,
+    start: datetime = DEFAULT_START,
+    users: int = SESSION_USERS,
 ) -> list[Path]:
-    """Web and app events of 40 users over 3 hours from `start`: a bot, duplicates, malformed lines.
+    """Web and app events of `users` users over 3 hours from `start`: a bot, duplicates, malformed lines.
 
     Each source gets `FILES_PER_SCENARIO` files of one hour each, in time order; within a file
     event times jitter by up to 5 minutes (out of order, well within the sessionizer's lateness).
     About 3 % of the lines repeat an earlier event of the same file (a duplicate event id) and 2 %
     are malformed. The bot sends one web event a minute for the whole scenario, so its sessions
-    are cut by `max_session_minutes`, never by the gap.
+    are cut by `max_session_minutes`, never by the gap. Each event's user is drawn at random: with
+    few users for many events (the tests' 40), every user is as busy as the bot and every session
+    is cut by the cap; with about one event per user per 15 minutes, most sessions end by the gap.
     """
     paths = []
     per_file = max(1, n_events // (FILES_PER_SCENARIO * len(SESSION_SOURCES)))
@@ -256,7 +262,7 @@ def sessionizer_scenario(
                 jitter = rng.uniform(-SESSION_JITTER_MINUTES, SESSION_JITTER_MINUTES)
                 minutes = min(max(minutes + jitter, 0.0), SESSION_FILE_MINUTES - 0.001)
                 event = make_event(rng, file_start + timedelta(minutes=minutes))
-                event["user_id"] = f"u{rng.randrange(SESSION_USERS):05d}"
+                event["user_id"] = f"u{rng.randrange(users):05d}"
                 roll = rng.random()
                 if roll < 0.02:
                     lines.append(break_event(rng, event, MALFORMED_KINDS[position % 3]).line)
