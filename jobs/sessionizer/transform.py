@@ -251,15 +251,21 @@ _PENDING = (_TIME_US, EVENT_ID, EVENT_TYPE)
 def split_sessions(pending: pd.DataFrame, rules: SessionRules) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Dedupe and order one bucket's events and cut them into sessions.
 
-    Returns (events, sessions): `events` sorted by key, time, id with a `_session` number;
-    `sessions` one row per session (key fields, start, end, last, count, types, closed_by).
+    Returns (events, sessions): `events` sorted by key and time (ties in the order given) with a
+    `_session` number; `sessions` one row per session (key fields, start, end, last, count,
+    types, closed_by). Everything is numpy over integer codes: a string is hashed once
+    (factorized), never compared in a sort.
     """
     keys = list(rules.key_fields)
-    events = pending.assign(_key=pending.groupby(keys, sort=False, dropna=False).ngroup())
-    events = events.sort_values(["_key", _TIME_US, EVENT_ID], kind="stable")
-    events = events.drop_duplicates(["_key", EVENT_ID], keep="first").reset_index(drop=True)
+    key_codes = _codes(pending, keys)
+    id_codes, ids = pd.factorize(pending[EVENT_ID])
+    order = np.lexsort((pending[_TIME_US].to_numpy(dtype=np.int64), key_codes))
+    # The first of a key's events with one id, in (time, input) order: the state's before arrivals.
+    first = ~pd.Series(key_codes[order] * (len(ids) + 1) + id_codes[order]).duplicated().to_numpy()
+    order = order[first]
+    events = pending.take(order).reset_index(drop=True)
     times = events[_TIME_US].to_numpy(dtype=np.int64)
-    key_ids = events["_key"].to_numpy()
+    key_ids = key_codes[order]
     new_session = np.ones(len(events), dtype=bool)
     new_session[1:] = (key_ids[1:] != key_ids[:-1]) | (np.diff(times) >= rules.gap_us)
     run = np.cumsum(new_session) - 1
@@ -276,25 +282,36 @@ def split_sessions(pending: pd.DataFrame, rules: SessionRules) -> tuple[pd.DataF
     events["_session"] = session
     starts = np.flatnonzero(new_session)
     ends = np.append(starts[1:], len(events)) - 1
-    first, last = times[starts], times[ends]
-    cap_end = first + rules.cap_us
-    gap_end = last + rules.gap_us
-    types = (
-        events.loc[events[EVENT_TYPE].notna(), ["_session", EVENT_TYPE]]
-        .drop_duplicates()
-        .sort_values(["_session", EVENT_TYPE])
-        .groupby("_session")[EVENT_TYPE]
-        .agg(list)
-        .reindex(range(len(starts)))
-    )
+    first_time, last_time = times[starts], times[ends]
+    cap_end = first_time + rules.cap_us
+    gap_end = last_time + rules.gap_us
     sessions = events.loc[starts, keys].reset_index(drop=True)
-    sessions["session_start_us"] = first
+    sessions["session_start_us"] = first_time
     sessions["session_end_us"] = np.minimum(cap_end, gap_end)
-    sessions["last_event_us"] = last
+    sessions["last_event_us"] = last_time
     sessions["event_count"] = ends - starts + 1
-    sessions["event_types"] = [value if isinstance(value, list) else [] for value in types]
+    sessions["event_types"] = _sorted_distinct(events[EVENT_TYPE], session, len(starts))
     sessions["closed_by"] = np.where(cap_end <= gap_end, CLOSED_BY_CAP, CLOSED_BY_GAP)
     return events, sessions
+
+
+def _codes(frame: pd.DataFrame, columns: list[str]) -> np.ndarray:
+    """An integer per distinct combination of `columns` (nulls included as a value)."""
+    if len(columns) == 1:
+        codes = pd.factorize(frame[columns[0]], use_na_sentinel=False)[0]
+    else:
+        codes = frame.groupby(columns, sort=False, dropna=False).ngroup().to_numpy()
+    return np.asarray(codes, dtype=np.int64)
+
+
+def _sorted_distinct(values: pd.Series, group: np.ndarray, groups: int) -> list[list[str]]:
+    """Per group (0 .. groups-1, `group` non-decreasing), its distinct non-null values in order."""
+    codes, names = pd.factorize(values, sort=True)
+    present = codes >= 0
+    pairs = np.unique(group[present] * max(len(names), 1) + codes[present])
+    pair_names = np.asarray(names, dtype=object)[pairs % max(len(names), 1)]
+    bounds = np.searchsorted(pairs // max(len(names), 1), np.arange(groups + 1))
+    return [pair_names[low:high].tolist() for low, high in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
 def _output_frame(rows: pd.DataFrame, output: str, key_fields: Sequence[str]) -> pd.DataFrame:
@@ -326,20 +343,22 @@ _OUTPUT_TAIL = (
 
 def sessionize_bucket(
     pending: pd.DataFrame, rules: SessionRules, watermark_us: int | None
-) -> tuple[list[pd.DataFrame], pd.DataFrame]:
+) -> tuple[list[pd.DataFrame], pd.DataFrame, int]:
     """Close every session of a bucket whose end is behind the watermark (all of them if None).
 
-    Returns (output frames, events still pending).
+    Returns (output frames, events still pending, the earliest end of a session still pending;
+    the end is meaningless when no event is pending).
     """
     if pending.empty:
-        return [], pending
+        return [], pending, 0
     events, sessions = split_sessions(pending, rules)
     if watermark_us is None:
-        return [_output_frame(sessions, SESSIONS, rules.key_fields)], events.iloc[0:0]
-    final = sessions["session_end_us"].to_numpy() < watermark_us
+        return [_output_frame(sessions, SESSIONS, rules.key_fields)], events.iloc[0:0], 0
+    ends = sessions["session_end_us"].to_numpy()
+    final = ends < watermark_us
     still_pending = events[~final[events["_session"].to_numpy()]]
     closed = [_output_frame(sessions[final], SESSIONS, rules.key_fields)] if final.any() else []
-    return closed, still_pending
+    return closed, still_pending, int(ends[~final].min(initial=np.iinfo(np.int64).max))
 
 
 def _split_input(
@@ -362,11 +381,15 @@ class BatchSessionizer:
 
     def __call__(self, rows: pd.DataFrame) -> pd.DataFrame:
         valid, dead = _split_input(iter([rows]), self.rules)
-        closed, _ = sessionize_bucket(valid[[*self.rules.key_fields, *_PENDING]], self.rules, None)
+        closed, _, _ = sessionize_bucket(valid[[*self.rules.key_fields, *_PENDING]], self.rules, None)
         frames = dead + closed
         if not frames:
             return _output_frame(pd.DataFrame(), SESSIONS, self.rules.key_fields).iloc[0:0]
-        return pd.concat(frames, ignore_index=True)
+        if len(frames) == 1:
+            return frames[0]
+        # As objects: a column all null in one frame (a dead letter's session fields) would make
+        # pandas guess the result's dtype, a guess it deprecates; Arrow types it by the schema.
+        return pd.concat([frame.astype(object) for frame in frames], ignore_index=True)
 
 
 class StreamSessionizer:
@@ -389,15 +412,8 @@ class StreamSessionizer:
             yield _output_frame(valid[late], LATE, rules.key_fields)
         arrived = valid.loc[~late, self.columns]
         kept = read_state(state, "sessionizer", self.layout)
-        pending = arrived if kept is None else pd.concat([kept, arrived])
-        closed, still_pending = sessionize_bucket(pending, rules, watermark_us)
+        pending = arrived if kept is None else kept if arrived.empty else pd.concat([kept, arrived])
+        closed, still_pending, first_end = sessionize_bucket(pending, rules, watermark_us)
         yield from closed
-        write_state(state, still_pending[self.columns], self.layout, lambda: self._wake_ms(still_pending))
-
-    def _wake_ms(self, pending: pd.DataFrame) -> int:
-        """When the first pending session is final: once the watermark is past its end."""
-        bounds = pending.groupby("_session")[_TIME_US].agg(["min", "max"])
-        return timeout_reaching(int(self._session_ends(bounds).min()) + 1)
-
-    def _session_ends(self, bounds: pd.DataFrame) -> pd.Series:
-        return np.minimum(bounds["min"] + self.rules.cap_us, bounds["max"] + self.rules.gap_us)
+        # Woken when the first pending session is final: once the watermark is past its end.
+        write_state(state, still_pending[self.columns], self.layout, lambda: timeout_reaching(first_end + 1))
