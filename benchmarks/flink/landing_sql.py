@@ -96,6 +96,50 @@ def event_source_table(table: str, landing_dir: Path, source: FileSource, procti
     )
 
 
+def json_source_table(table: str, landing_dir: Path, source: FileSource, rowtime: bool = False) -> str:
+    """DDL of a landing directory read by Flink's `json` format, every source field declared STRING.
+
+    The strongest fair way for Flink to read the lines: the format parses each line once and hands
+    over each field's text (`json_parsed_view` converts and checks them). What it cannot do, and so
+    does not pay for: a line that is not JSON is dropped (`json.ignore-parse-errors`), not kept as
+    a dead letter, and no row has its raw line. Fields the source does not declare are skipped by
+    the parser, as in Spark's struct parse; duplicate keys are not seen (Streamwarden counts them).
+    With `rowtime`, `_rt` is the event time as a watermarked time attribute, as in
+    `event_source_table`.
+    """
+    declared = ", ".join(f"{ident(f.name)} STRING" for f in source.fields)
+    if rowtime:
+        event_time = f"TO_TIMESTAMP({ident(source.event_time_field)}, {quote(TIMESTAMP_PATTERN)})"
+        declared += (
+            f", {ROWTIME} AS COALESCE({event_time}, {_NO_TIME}), "
+            f"WATERMARK FOR {ROWTIME} AS {ROWTIME} - {interval(WATERMARK_DELAY_SECONDS)}"
+        )
+    return (
+        f"CREATE TEMPORARY TABLE {table} ({declared}) WITH ('connector' = 'filesystem', "
+        f"'path' = {quote(str(landing_dir))}, 'format' = 'json', "
+        "'json.ignore-parse-errors' = 'true', 'json.fail-on-missing-field' = 'false')"
+    )
+
+
+def json_parsed_view(view: str, table: str, source: FileSource, keep: Sequence[str] = ()) -> str:
+    """DDL of `view` over a `json_source_table`: what `parsed_view` gives, from the format's texts.
+
+    The same conversions and reasons for a field's problems; no "invalid JSON" reason (the format
+    dropped those lines) and `raw` is NULL.
+    """
+    kept = "".join(f"{column}, " for column in keep)
+    texts = ", ".join(f"{ident(f.name)} AS _t_{f.name}" for f in source.fields)
+    problems = ", ".join(_problem(f.name, f.type, f.required) for f in source.fields)
+    typed = ", ".join(f"{_typed(f.name, f.type)} AS {ident(f.name)}" for f in source.fields)
+    reason = f"CASE WHEN COALESCE({problems}) IS NOT NULL THEN CONCAT_WS('; ', {problems}) END"
+    event_time = _typed(source.event_time_field, "timestamp")
+    return (
+        f"CREATE TEMPORARY VIEW {view} AS SELECT {kept}{typed}, {reason} AS dead_letter_reason, "
+        f"CAST(NULL AS STRING) AS `raw`, CAST({event_time} AS DATE) AS event_date, "
+        f"CAST(HOUR({event_time}) AS INT) AS event_hour FROM (SELECT {kept}{texts} FROM {table})"
+    )
+
+
 def _typed(name: str, field_type: FieldType) -> str:
     """The text of field `name` (column `_t_<name>`) cast to its type, null when it does not parse."""
     text = f"_t_{name}"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.flink import campaign_uniques, router
+from benchmarks.flink import campaign_uniques, router, sessionizer
 from benchmarks.flink.landing_sql import DEFAULT_PARTITION
 from benchmarks.flink_compare import CHUNKS_START, COMPARISONS, compared_counts, flink_partition_counts
 from jobs.campaign_uniques import transform as campaign_uniques_job
@@ -78,6 +78,21 @@ def test_campaign_uniques_sql_writes_the_compared_outputs_and_leaves_out_the_res
         campaign_uniques_job.LATE,
         "dead_letter",
     }
+
+
+def test_the_sessionizer_json_sql_parses_once_and_skips_the_dead_letter_check() -> None:
+    spec = find_job("sessionizer")
+    parsed_once = sessionizer.json_statements(spec, Path("/landing"), Path("/out"))
+    by_json_value = sessionizer.statements(spec, Path("/landing"), Path("/out"))
+    assert "JSON_VALUE" not in " ".join(parsed_once)
+    tables = [line for line in parsed_once if "'format' = 'json'" in line]
+    assert len(tables) == len(spec.pipeline.sources)  # type: ignore[union-attr]
+    # Past the sources' views, the same statements: the same sessions and sink.
+    assert parsed_once[-4:] == by_json_value[-4:]
+    assert COMPARISONS["sessionizer_json"].uncompared_outputs == {"dead_letter"}
+    counts = Counter({("sessions", "2025-01-01"): 7, ("dead_letter", "null"): 2})
+    compared = compared_counts(counts, COMPARISONS["sessionizer_json"], set(), lambda _line: None)
+    assert compared == Counter({("sessions", "2025-01-01"): 7})
 
 
 def test_the_check_leaves_out_the_flush_partitions_and_the_uncompared_outputs() -> None:
