@@ -115,6 +115,9 @@ class Comparison:
 
 
 STATEFUL_NOTE = "bounded streaming, as Spark runs it (the end of the input fires every window)"
+SESSIONIZER_NOTE = (
+    STATEFUL_NOTE + "; Flink's SESSION window has no length cap, see benchmarks/flink/sessionizer.py"
+)
 COMPARISONS: dict[str, Comparison] = {
     "router": Comparison(
         job="router",
@@ -128,17 +131,15 @@ COMPARISONS: dict[str, Comparison] = {
         flink_statements=flink_sessionizer.statements,
         flink_mode="streaming",
         target=1.0,
-        mode_note=STATEFUL_NOTE
-        + "; Flink's SESSION window has no length cap, see benchmarks/flink/sessionizer.py",
+        mode_note=SESSIONIZER_NOTE,
     ),
     "sessionizer_json": Comparison(
         job="sessionizer",
         flink_statements=flink_sessionizer.json_statements,
         flink_mode="streaming",
         target=1.5,
-        mode_note=STATEFUL_NOTE
-        + "; Flink reads with the json format, so it drops the lines that are not JSON "
-        "and keeps no raw line: dead letters not compared, see benchmarks/flink/landing_sql.py",
+        mode_note=SESSIONIZER_NOTE + "; Flink reads with the json format, which drops the lines that are "
+        "not JSON and keeps no raw line: dead letters not compared",
         label="sessionizer (Flink: json format)",
         uncompared_outputs=frozenset({DEAD_LETTER_ROUTE}),
     ),
