@@ -308,9 +308,10 @@ def _sorted_distinct(values: pd.Series, group: np.ndarray, groups: int) -> list[
     """Per group (0 .. groups-1, `group` non-decreasing), its distinct non-null values in order."""
     codes, names = pd.factorize(values, sort=True)
     present = codes >= 0
-    pairs = np.unique(group[present] * max(len(names), 1) + codes[present])
-    pair_names = np.asarray(names, dtype=object)[pairs % max(len(names), 1)]
-    bounds = np.searchsorted(pairs // max(len(names), 1), np.arange(groups + 1))
+    width = max(len(names), 1)
+    pairs = np.unique(group[present] * width + codes[present])
+    pair_names = np.asarray(names, dtype=object)[pairs % width]
+    bounds = np.searchsorted(pairs // width, np.arange(groups + 1))
     return [pair_names[low:high].tolist() for low, high in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
