@@ -200,7 +200,8 @@ def fetch(
     client: BaseClient | None = None,
     entries: list[ArchivedFile] | None = None,
 ) -> list[ArchivedFile]:
-    """Download a sealed partition's files into `target` (for a rewind or a backfill); its entries."""
+    """Download a sealed partition's files into `target` (for a rewind or a backfill), each dated
+    at its arrival hour (`_date_as_arrived`); its entries."""
     client = platform_client(platform, client, ArchiveError)
     entries = entries if entries is not None else read_manifest(platform, partition, client)
     if entries is None:
@@ -211,6 +212,7 @@ def fetch(
         key = _key(platform, partition, entry.name)
         with s3_errors(platform, f"reading {key}", ArchiveError):
             client.download_file(platform.s3.bucket, key, str(target / entry.name))
+        _date_as_arrived(target / entry.name, partition)
 
     with ThreadPoolExecutor(max_workers=UPLOAD_THREADS) as pool:
         list(pool.map(download, entries))
@@ -246,9 +248,9 @@ def restore(
     target: Path,
     client: BaseClient | None = None,
 ) -> None:
-    """Put an archived file back at `target`, checked against its manifest entry, with its arrival
-    hour as its modification time (so a file source that read it long ago does not take the copy
-    for a new file). Written under a temporary name and renamed: readers see all of it or nothing.
+    """Put an archived file back at `target`, checked against its manifest entry and dated at its
+    arrival hour (`_date_as_arrived`). Written under a temporary name and renamed: readers see all
+    of it or nothing.
     """
     client = platform_client(platform, client, ArchiveError)
     key = _key(platform, partition, entry.name)
@@ -259,9 +261,19 @@ def restore(
     if file_digest(partial) != (entry.size, entry.sha256):
         partial.unlink()
         raise ArchiveError(f"{key} does not match its manifest's size and sha256")
-    arrived = partition.hour.timestamp()
-    os.utime(partial, (arrived, arrived))
+    _date_as_arrived(partial, partition)
     partial.rename(target)
+
+
+def _date_as_arrived(path: Path, partition: Partition) -> None:
+    """Give an archived file's copy its arrival hour as modification time, as its landing file had
+    within that hour. Spark's file source logs that date: a copy dated today would be taken for a
+    new file by a source that read the original long ago, and, logged by a bootstrap backfill, would
+    make the live job skip as too old (`maxFileAge`, 7 days before the newest date logged) every
+    landing file after the bootstrap's end that is dated more than 7 days before the backfill.
+    """
+    arrived = partition.hour.timestamp()
+    os.utime(path, (arrived, arrived))
 
 
 def expire(

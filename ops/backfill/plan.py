@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -234,14 +233,9 @@ def fetch_partitions(
                     raise BackfillError(
                         f"archive partition {source} changed since the backfill was planned; plan again"
                     )
-                # A copy is dated by its arrival hour, as its landing file was: a bootstrap's
-                # file-source logs record that date, and the live job ages its landing files
-                # (maxFileAge, 7 days) from the newest date logged, not from the backfill's day.
-                arrived = partition.hour.timestamp()
                 for entry in entries:
                     if file_digest(target / entry.name) != (entry.size, entry.sha256):
                         raise BackfillError(f"{source}: {entry.name} does not match its manifest's sha256")
-                    os.utime(target / entry.name, (arrived, arrived))
                     fetched += entry.size
                     task.advance(entry.size)
             write_atomically(run.fetched_marker(partition.index), partition.label)
