@@ -3,19 +3,21 @@
 python -m benchmarks.backfill [--events-per-partition 120000] [--short 10] [--long 30] [--users N ...]
 
 Writes `--long` arrival hours of the job's scenario, archives them in an embedded S3 server of
-its own, then measures four runs, each a fresh process tree sampled every 0.1 s for its peak
+its own, then measures five runs, each a fresh process tree sampled every 0.1 s for its peak
 resident memory: the backfill application (`jobs.backfill`, one partition per micro-batch) over
-the first `--short` hours and over all `--long`, and the batch runner (`jobs.batch`, the same
-transform over all the files at once) over the same two ranges. In local mode the JVM is the
-driver and the executors; the Python workers (the pyspark daemon and the workers it forks) run
-the job's pandas state function. The launcher's `bash` wrappers are not counted. Prints a
-markdown table: peak RSS per process kind, the long/short ratio, and rows/s against the batch run.
+the first `--short` hours and over all `--long`, the batch runner (`jobs.batch`, the same
+transform over all the files at once) over the same two ranges, and the backfill's floor
+(`benchmarks.backfill_floor`: the same application whose pandas call does no sessionizing) over
+all `--long`. In local mode the JVM is the driver and the executors; the Python workers (the
+pyspark daemon and the workers it forks) run the job's pandas state function. The launcher's
+`bash` wrappers are not counted. Prints a markdown table: peak RSS per process kind, the
+long/short ratio, and rows/s of the backfill and of its floor against the batch run.
 
 An archive partition is an arrival hour. The default size, 120,000 events an hour (33 events/s,
 a sixth of the demo generator's 200/s), makes the data a sizeable part of each partition's time
 next to the fixed cost of a micro-batch (1.6-1.8 s), and writing the input plus the four runs
-took 6-10 minutes at a load of 3-18 on two shared cores; the demo's whole hour (720,000 events)
-would hold the shared benchmark lock for about 45.
+before the floor took 6-10 minutes at a load of 3-18 on two shared cores; the demo's whole hour
+(720,000 events) would hold the shared benchmark lock for about 45.
 
 Workloads (`--users`, once per workload, each measured as above): the scenario draws each event's
 user at random from `--users` users. At 10,000 users and 40,000 events an hour of event time a
@@ -54,6 +56,10 @@ from synthetic.scenarios import sessionizer_scenario
 HERE = Path(__file__).resolve().parent
 FIRST_ARRIVAL = datetime(2026, 11, 1, tzinfo=UTC)
 SAMPLE_SECONDS = 0.1
+# The runs' names, as the table prints them.
+BACKFILL = "backfill (Kappa+)"
+FLOOR = "backfill floor (no sessionizing)"
+BATCH = "one-shot batch (Lambda)"
 # Users per workload (`--users`): sessions that end by the gap, then every session cut by the cap.
 DEFAULT_WORKLOADS = (10_000, 40)
 
@@ -83,7 +89,7 @@ def measure(
     """Run `argv` to its end, sampling its process tree's resident memory."""
     started = time.monotonic()
     # The run's log goes to a file: a pipe nobody reads fills up and blocks the run.
-    log = log_dir / f"{name.split()[0]}-{partitions}.log"
+    log = log_dir / f"{name.split(' (')[0].replace(' ', '-')}-{partitions}.log"
     with log.open("wb") as log_file:
         process = psutil.Popen(argv, env=env, cwd=REPO_ROOT, stdout=log_file, stderr=subprocess.STDOUT)
     peaks = {"jvm": 0.0, "driver": 0.0, "workers": 0.0}
@@ -183,26 +189,31 @@ def measure_workload(args: argparse.Namespace, users: int) -> list[Measured]:
                 "sessionizer", start=FIRST_ARRIVAL, end=FIRST_ARRIVAL + timedelta(hours=hours)
             )
             run, plan, spec_bytes = plan_backfill(platform, request, now)
-            prepare_run(run, plan, spec_bytes)
-            fetch_partitions(platform, run, plan)
             rows = sum(lines[h] for h in range(hours))
-            print(f"backfill, {hours} partitions ({rows:,} lines)...", flush=True)
-            results.append(
-                measure(
-                    "backfill (Kappa+)",
-                    hours,
-                    rows,
-                    [sys.executable, "-m", "jobs.backfill", *submit_arguments(run)],
-                    env,
-                    workdir,
+            # The floor (`benchmarks.backfill_floor`) over the long range only, after the backfill.
+            backfills = [(BACKFILL, "jobs.backfill")]
+            if hours == args.long:
+                backfills.append((FLOOR, "benchmarks.backfill_floor"))
+            for name, module in backfills:
+                prepare_run(run, plan, spec_bytes)
+                fetch_partitions(platform, run, plan)
+                print(f"{name}, {hours} partitions ({rows:,} lines)...", flush=True)
+                results.append(
+                    measure(
+                        name,
+                        hours,
+                        rows,
+                        [sys.executable, "-m", module, *submit_arguments(run)],
+                        env,
+                        workdir,
+                    )
                 )
-            )
-            assert json.loads(run.complete_file.read_text())["partitions"] == hours
+                assert json.loads(run.complete_file.read_text())["partitions"] == hours
             landing = batch_landing(source_root, hours, workdir / f"batch-landing-{hours}")
             print(f"one-shot batch, {hours} partitions...", flush=True)
             results.append(
                 measure(
-                    "one-shot batch (Lambda)",
+                    BATCH,
                     hours,
                     rows,
                     [
@@ -259,7 +270,7 @@ def print_table(results: list[Measured], short: int, long: int) -> None:
             f"{m.python_workers} |"
         )
     by = {(m.name, m.partitions): m for m in results}
-    for name in ("backfill (Kappa+)", "one-shot batch (Lambda)"):
+    for name in (BACKFILL, BATCH):
         a, b = by[(name, long)], by[(name, short)]
         total_long = a.jvm_mib + a.python_driver_mib + a.python_workers_mib
         total_short = b.jvm_mib + b.python_driver_mib + b.python_workers_mib
@@ -268,10 +279,11 @@ def print_table(results: list[Measured], short: int, long: int) -> None:
             f"workers {a.python_workers_mib / max(b.python_workers_mib, 1):.2f}x, "
             f"all {total_long / total_short:.2f}x"
         )
-    kappa, lam = by[("backfill (Kappa+)", long)], by[("one-shot batch (Lambda)", long)]
+    kappa, lam, floor = by[(BACKFILL, long)], by[(BATCH, long)], by[(FLOOR, long)]
     print(
         f"throughput, {long} partitions: backfill "
-        f"{kappa.rows_per_second / lam.rows_per_second:.2f}x the batch run"
+        f"{kappa.rows_per_second / lam.rows_per_second:.2f}x the batch run; its floor (every "
+        f"micro-batch's work but the sessionizing) {floor.rows_per_second / lam.rows_per_second:.2f}x"
     )
 
 

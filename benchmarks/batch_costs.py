@@ -107,7 +107,10 @@ def summary(progress: list[dict[str, Any]]) -> dict[str, float]:
     return figures
 
 
-def benchmark(batches: int, events_per_file: int, rounds: int, echo: Callable[[str], None]) -> None:
+def benchmark(
+    batches: int, events_per_file: int, rounds: int, echo: Callable[[str], None]
+) -> dict[str, dict[str, float]]:
+    """Echo each run and the table of medians; return the medians per variant and figure."""
     from jobs.runtime import build_session
 
     shutil.rmtree(WORKDIR, ignore_errors=True)
@@ -131,11 +134,15 @@ def benchmark(batches: int, events_per_file: int, rounds: int, echo: Callable[[s
             )
     spark.stop()
     keys = [*PHASES, "triggerExecution", "events/s per batch", "events/s over the run"]
+    medians = {
+        variant: {key: statistics.median(run[key] for run in runs) for key in keys}
+        for variant, runs in results.items()
+    }
     echo("| variant | " + " | ".join(keys) + " |")
     echo("|---|" + "---|" * len(keys))
-    for variant, runs in results.items():
-        cells = [f"{statistics.median(r[k] for r in runs):,.0f}" for k in keys]
-        echo(f"| {variant} | " + " | ".join(cells) + " |")
+    for variant, figures in medians.items():
+        echo(f"| {variant} | " + " | ".join(f"{figures[key]:,.0f}" for key in keys) + " |")
+    return medians
 
 
 def main(argv: list[str] | None = None) -> int:

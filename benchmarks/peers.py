@@ -1,6 +1,7 @@
 """The router against its peers, in rotated rounds: `python -m benchmarks.peers`.
 
     python -m benchmarks.peers [--events N | --quick] [--rounds 3] [--malformed 0.02]
+                               [--stateful-events N] [--router-only]
 
 Contenders, each over the same landing files (the router scenario, `CHUNK_EVENTS` lines a file),
 each in its own child process, warm (a small warm-up input first in the same process; JVM start-up
@@ -25,6 +26,12 @@ the round (peer time / router time = router events/s / peer events/s) and the me
 ratios. With `--malformed`, the same comparison runs again over input with that fraction of
 malformed lines. Before any ratio is printed the routes' rows per partition are compared across
 contenders (dead letters are counted separately: the peers do not produce the same ones).
+
+Then, unless `--router-only`, the rest of the figures issue 14 asks for in the same run: the
+sessionizer against PyFlink reading with its json format, its strongest fair peer
+(`benchmarks.flink_compare --job sessionizer_json --rotate`, `--stateful-events` events), and the
+router's events/s in the case users run, a 5 s trigger with 50 files a batch
+(`benchmarks.batch_costs`). The last table gives each figure with its target.
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
+from benchmarks import batch_costs, flink_compare
 from benchmarks.flink import router_json
 from benchmarks.flink_compare import (
     CHUNKS_START,
@@ -66,6 +74,10 @@ QUICK_EVENTS = 100_000
 WARMUP_EVENTS = 30_000
 WARMUP_SEED = 90_000
 CONTENDERS = ("router", "bare", "flink", "pyarrow")
+# The sessionizer's comparison in `benchmarks.flink_compare`: Flink's json format, its strongest peer.
+STATEFUL = "sessionizer_json"
+# The batch-costs variant that is the driver as it runs.
+DRIVER_VARIANT = "router + telemetry"
 DEAD_LETTER = "dead_letter"
 
 Echo = Callable[[str], None]
@@ -217,6 +229,42 @@ def benchmark(events: int, rounds: int, malformed: float, echo: Echo) -> dict[st
     return results
 
 
+def targets_table(
+    router: dict[str, dict[str, float]], sessionizer: float | None, trigger: dict[str, float] | None
+) -> list[str]:
+    """Issue 14's figures with their targets, as markdown lines, from this run's medians:
+    `router` as `benchmark` returns it, the sessionizer's spark/flink wall ratio and the driver's
+    batch-costs medians (None when not measured)."""
+    clean = router["clean"]
+    rows = [
+        ("router / bare PySpark, clean", f"{clean['bare']:.2f}x", ">= 0.9x"),
+        ("router / PyFlink json, clean", f"{clean['flink']:.2f}x", ">= 1.2x"),
+        ("router / pyarrow floor", f"{clean['pyarrow']:.2f}x", ">= 0.45x"),
+    ]
+    for name, medians in router.items():
+        if name != "clean":
+            points = round(100 * (medians["bare"] - clean["bare"]))
+            rows.append(
+                (
+                    f"router / bare PySpark, {name}",
+                    f"{medians['bare']:.2f}x ({points:+d} points)",
+                    "within 5 points of clean",
+                )
+            )
+    if sessionizer is not None:
+        rows.append(("sessionizer / PyFlink json (median walls)", f"{sessionizer:.2f}x", ">= 1.5x"))
+    if trigger is not None:
+        rows.append(
+            (
+                "router events/s, trigger 5 s, 50 files a batch",
+                f"{trigger['events/s per batch']:,.0f} per batch, "
+                f"{trigger['events/s over the run']:,.0f} over the run",
+                "-",
+            )
+        )
+    return ["| figure | median | target |", "|---|---|---|", *(f"| {' | '.join(row)} |" for row in rows)]
+
+
 # --- the children -----------------------------------------------------------------------------------
 
 
@@ -296,6 +344,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--malformed", type=float, default=0.02, help="fraction of malformed lines in the second run"
     )
+    parser.add_argument(
+        "--stateful-events",
+        type=int,
+        default=flink_compare.DEFAULT_EVENTS,
+        help="the sessionizer comparison's input",
+    )
+    parser.add_argument(
+        "--router-only", action="store_true", help="skip the sessionizer and the 5 s trigger run"
+    )
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--events", type=int, default=DEFAULT_EVENTS)
     size.add_argument("--quick", action="store_const", dest="events", const=QUICK_EVENTS, help="~100K events")
@@ -306,7 +363,18 @@ def main(argv: list[str] | None = None) -> int:
         else:
             spark_child(args.contender, args.workdir, args.out)
         return 0
-    benchmark(args.events, args.rounds, args.malformed, print)
+    router = benchmark(args.events, args.rounds, args.malformed, print)
+    sessionizer = trigger = None
+    if not args.router_only:
+        print(f"== the sessionizer vs PyFlink json, {args.rounds} rotated rounds ==", flush=True)
+        result = flink_compare.compare(
+            STATEFUL, args.stateful_events, args.rounds, WORKDIR / STATEFUL, print, rotate=True
+        )
+        sessionizer = result.flink.wall_seconds / result.spark.wall_seconds
+        print("== the router at a 5 s trigger, 50 files a batch ==", flush=True)
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        trigger = batch_costs.benchmark(8, 1000, 2, print)[DRIVER_VARIANT]
+    print("\n".join(targets_table(router, sessionizer, trigger)))
     return 0
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from benchmarks.arrow_router import route_files
 from benchmarks.flink import router_json
-from benchmarks.peers import CONTENDERS, Timed, check_routes, compare, ratio_lines, rotated
+from benchmarks.peers import CONTENDERS, Timed, check_routes, compare, ratio_lines, rotated, targets_table
 from ops.spec.job import find_job
 from synthetic.generator import write_batch
 
@@ -62,6 +62,25 @@ def test_the_route_check_ignores_dead_letters_and_fails_on_a_routed_difference()
     check_routes(
         [timed("router", 1, 1, router), timed("flink", 1, 1, other)], lambda _line: None, strict=False
     )
+
+
+def test_the_targets_table_gives_each_figure_with_its_target_and_the_malformed_change_in_points() -> None:
+    router = {
+        "clean": {"bare": 0.66, "flink": 0.81, "pyarrow": 0.12},
+        "2% malformed": {"bare": 0.70, "flink": 0.9},
+    }
+    trigger = {"events/s per batch": 12840.4, "events/s over the run": 8953.0}
+    assert targets_table(router, 0.74, trigger) == [
+        "| figure | median | target |",
+        "|---|---|---|",
+        "| router / bare PySpark, clean | 0.66x | >= 0.9x |",
+        "| router / PyFlink json, clean | 0.81x | >= 1.2x |",
+        "| router / pyarrow floor | 0.12x | >= 0.45x |",
+        "| router / bare PySpark, 2% malformed | 0.70x (+4 points) | within 5 points of clean |",
+        "| sessionizer / PyFlink json (median walls) | 0.74x | >= 1.5x |",
+        "| router events/s, trigger 5 s, 50 files a batch | 12,840 per batch, 8,953 over the run | - |",
+    ]
+    assert len(targets_table({"clean": router["clean"]}, None, None)) == 5
 
 
 def test_the_flink_json_sql_reads_the_json_format_once_and_fans_out() -> None:
