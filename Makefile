@@ -27,7 +27,7 @@ help:
 	@echo "make check    ruff format --check, ruff check (the import walls too), mypy --strict"
 	@echo "make bench    print benchmark figures"
 	@echo "make bench-flink  the jobs against PyFlink SQL (installs .tools/flink-venv on first use)"
-	@echo "make bench-peers  the router against bare PySpark, PyFlink json and pyarrow, rotated rounds"
+	@echo "make bench-peers  the router against bare PySpark, PyFlink json and pyarrow, rotated rounds; then the sessionizer against PyFlink json and the router at a 5 s trigger"
 	@echo "make checkov  scan terraform/ with checkov, offline (installs .tools/checkov on first use)"
 
 $(UV):
