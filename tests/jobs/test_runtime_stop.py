@@ -23,12 +23,12 @@ def test_a_query_behind_its_input_stops_after_its_running_batch_and_loses_nothin
         (landing / f"part-{index:02d}.txt").write_text(
             "".join(f"{index}-{n}\n" for n in range(LINES_PER_FILE))
         )
-    rows: dict[int, int] = {}
+    rows: dict[int, list[str]] = {}
 
     def record(batch: DataFrame, batch_id: int) -> None:
         # A slow batch, so the backlog keeps the next trigger starting the moment one ends.
         time.sleep(0.5)
-        rows[batch_id] = batch.count()
+        rows[batch_id] = [row.value for row in batch.collect()]
 
     def start(available_now: bool = False) -> StreamingQuery:
         writer = (
@@ -54,7 +54,12 @@ def test_a_query_behind_its_input_stops_after_its_running_batch_and_loses_nothin
     committed = len(list((checkpoint / "commits").glob("[0-9]*")))
     assert asked_at <= committed <= asked_at + 1 < FILES
 
-    # Nothing lost, nothing doubled: the next start reads the rest, a cut batch re-run whole.
+    # Nothing lost, nothing doubled: the next start reads the rest, a cut batch re-run whole. A
+    # stop that lands after the file source logged its next file but before the offset log took
+    # the batch leaves that file to the next run's first new batch, with the file after it: a
+    # batch may then read two files, so the batches can be fewer than the files.
     again = start(available_now=True)
-    again.awaitTermination(300)
-    assert sorted(rows) == list(range(FILES)) and sum(rows.values()) == FILES * LINES_PER_FILE
+    assert again.awaitTermination(300)
+    assert sorted(rows) == list(range(len(rows)))
+    read = sorted(line for lines in rows.values() for line in lines)
+    assert read == sorted(f"{index}-{n}" for index in range(FILES) for n in range(LINES_PER_FILE))
