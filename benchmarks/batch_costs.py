@@ -39,6 +39,10 @@ from synthetic.generator import write_batch
 REPO = Path(__file__).resolve().parent.parent
 WORKDIR = REPO / "benchmarks" / "out" / "batch_costs"
 FILES_PER_BATCH = 50
+# The defaults: a backlog of 8 batches of 50 files of 1,000 events, 2 rotated rounds.
+DEFAULT_BATCHES = 8
+DEFAULT_EVENTS_PER_FILE = 1000
+DEFAULT_ROUNDS = 2
 BEFORE = "router, Spark's listing job"
 VARIANTS = ("router + telemetry", "router", BEFORE, "bare")
 LISTING_THRESHOLD = "spark.sql.sources.parallelPartitionDiscovery.threshold"
@@ -149,9 +153,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.batch_costs", description=__doc__.splitlines()[0]
     )
-    parser.add_argument("--batches", type=int, default=8, help="batches of 50 files in the backlog")
-    parser.add_argument("--events-per-file", type=int, default=1000)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--batches", type=int, default=DEFAULT_BATCHES, help="batches of 50 files in the backlog"
+    )
+    parser.add_argument("--events-per-file", type=int, default=DEFAULT_EVENTS_PER_FILE)
+    parser.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS)
     args = parser.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     benchmark(args.batches, args.events_per_file, args.rounds, print)

@@ -373,7 +373,13 @@ def main(argv: list[str] | None = None) -> int:
         sessionizer = result.flink.wall_seconds / result.spark.wall_seconds
         print("== the router at a 5 s trigger, 50 files a batch ==", flush=True)
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        trigger = batch_costs.benchmark(8, 1000, 2, print)[DRIVER_VARIANT]
+        costs = batch_costs.benchmark(
+            batch_costs.DEFAULT_BATCHES,
+            batch_costs.DEFAULT_EVENTS_PER_FILE,
+            batch_costs.DEFAULT_ROUNDS,
+            print,
+        )
+        trigger = costs[DRIVER_VARIANT]
     print("\n".join(targets_table(router, sessionizer, trigger)))
     return 0
 
