@@ -5,7 +5,9 @@ warden validate [--no-analysis] check platform.yaml and every job file, their Sp
 warden status                   one row per job: state, last batch, rates, backlog, cores, the
                                 autoscaler's recommendation, restarts, standby, last alert
 warden migrate                  create or upgrade the ledger's schema (the team stack runs it first)
-warden decisions JOB            the supervisor's recent decisions for a job, newest first
+warden decisions JOB [--limit N | --all]
+                                the supervisor's decisions for a job, newest first: the newest 30
+                                unless --limit or --all says otherwise
 warden start JOB / stop JOB     resume or suspend a job and reconcile it now (stop: its standby too)
 warden reconcile JOB            run one supervisor pass now
 warden scale JOB --cores N | --auto [--reason R] [--wait SECONDS]
@@ -93,6 +95,8 @@ from rich.text import Text
 from ops import progress
 from ops.driver.preview import preview_rows
 
+# `warden decisions` shows this many unless told otherwise: a busy job records thousands.
+DEFAULT_DECISIONS = 30
 # Off a terminal a table keeps its natural width, however wide, so every row stays one line.
 _UNWRAPPED_WIDTH = 100_000
 
@@ -247,6 +251,9 @@ def cmd_decisions(args: argparse.Namespace) -> int:
         for d in decisions
     ]
     _print_table(["id", "at (UTC)", "action", "reason", "outcome", "run"], rows)
+    if args.limit is not None and len(decisions) == args.limit:
+        # On stderr, so a script splitting the table's lines never reads it as a row.
+        print(f"the newest {args.limit} decisions shown; older ones with --limit N or --all", file=sys.stderr)
     return 0
 
 
@@ -350,14 +357,22 @@ def _moment_argument(text: str) -> datetime:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
-def _cores_argument(text: str) -> int:
+def _positive_int(text: str, what: str) -> int:
     try:
-        cores = int(text)
+        number = int(text)
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not a number of cores: {text!r}") from exc
-    if cores < 1:
-        raise argparse.ArgumentTypeError(f"cores must be at least 1, not {cores}")
-    return cores
+        raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from exc
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{what} must be at least 1, not {number}")
+    return number
+
+
+def _count_argument(text: str) -> int:
+    return _positive_int(text, "a count")
+
+
+def _cores_argument(text: str) -> int:
+    return _positive_int(text, "a number of cores")
 
 
 def _progress(line: str) -> None:
@@ -641,9 +656,17 @@ def build_parser() -> argparse.ArgumentParser:
     validate.set_defaults(run=cmd_validate)
     commands.add_parser("status", help="a table of every job's health").set_defaults(run=cmd_status)
     commands.add_parser("migrate", help="create or upgrade the ledger's schema").set_defaults(run=cmd_migrate)
-    decisions = commands.add_parser("decisions", help="the supervisor's decisions for a job")
+    decisions = commands.add_parser("decisions", help="the supervisor's decisions for a job, newest first")
     decisions.add_argument("job")
-    decisions.add_argument("--limit", type=int, default=30)
+    shown = decisions.add_mutually_exclusive_group()
+    shown.add_argument(
+        "--limit",
+        type=_count_argument,
+        default=DEFAULT_DECISIONS,
+        metavar="N",
+        help=f"show the newest N decisions (default: {DEFAULT_DECISIONS})",
+    )
+    shown.add_argument("--all", dest="limit", action="store_const", const=None, help="show every decision")
     decisions.set_defaults(run=cmd_decisions)
     for name, run, verb in (("start", cmd_start, "resume"), ("stop", cmd_stop, "suspend")):
         command = commands.add_parser(name, help=f"{verb} a job and reconcile it now")

@@ -713,8 +713,8 @@ class Ledger:
                 decisions_table.update().where(decisions_table.c.id == decision_id).values(outcome=outcome)
             )
 
-    def decisions(self, job: str, limit: int = 50, action: str | None = None) -> list[DecisionRecord]:
-        """The job's newest decisions, newest first, optionally of one action."""
+    def decisions(self, job: str, limit: int | None = 50, action: str | None = None) -> list[DecisionRecord]:
+        """The job's newest `limit` decisions (all with None), newest first, optionally of one action."""
         query = sa.select(decisions_table).where(decisions_table.c.job == job)
         if action is not None:
             query = query.where(decisions_table.c.action == action)

@@ -6,7 +6,7 @@ import pytest
 import sqlalchemy as sa
 
 from ops.cli import main
-from ops.ledger.store import SCHEMA_REVISION, schema_revision
+from ops.ledger.store import SCHEMA_REVISION, Ledger, schema_revision
 from ops.spec.platform import PlatformConfig
 
 
@@ -48,3 +48,28 @@ def test_migrate_creates_the_ledger_schema(
     assert schema_revision(sa.create_engine(f"sqlite:///{ledger_file}")) == SCHEMA_REVISION
     # A second run finds it current and changes nothing.
     assert main(["migrate"]) == 0
+
+
+def test_decisions_shows_the_newest_30_unless_told_otherwise(
+    platform_conf: PlatformConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ledger = Ledger.open(platform_conf.resolved_ledger_url)
+    for index in range(45):
+        ledger.record_decision("router", "launch", f"pass {index}", {})
+
+    with pytest.raises(SystemExit):
+        main(["decisions", "--help"])
+    assert "(default: 30)" in capsys.readouterr().out
+
+    def shown(*args: str) -> tuple[list[str], str]:
+        assert main(["decisions", "router", *args]) == 0
+        captured = capsys.readouterr()
+        return [line.split()[5] for line in captured.out.splitlines()[1:]], captured.err
+
+    reasons, note = shown()
+    assert reasons == [str(index) for index in range(44, 14, -1)]
+    assert "the newest 30 decisions shown; older ones with --limit N or --all" in note
+    reasons, note = shown("--limit", "5")
+    assert reasons == ["44", "43", "42", "41", "40"] and "newest 5" in note
+    reasons, note = shown("--all")
+    assert reasons == [str(index) for index in range(44, -1, -1)] and note == ""
