@@ -26,6 +26,7 @@ from ops.embedded.platform import AIRFLOW_COMMANDS, AIRFLOW_MIGRATE_COMMAND
 from ops.embedded.services import SeaweedPorts, seaweed_argv
 from ops.prometheus_targets import DRIVER_SCRAPE_JOB
 from ops.spec.platform import load_platform
+from ops.warehouse.metastore import metastore_conf
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"
@@ -445,3 +446,59 @@ def test_the_image_installs_from_the_lock_with_the_tools_the_repo_pins() -> None
 
     venv_relative = Path(pyspark.__file__).parent.relative_to(sys.prefix)
     assert f"SPARK_HOME=${{APP_DIR}}/.venv/{venv_relative}" in dockerfile
+
+
+def test_the_stacks_warehouse_reaches_the_metastore_database_with_the_compose_secrets(
+    tmp_path: Path, stack: dict[str, Any]
+) -> None:
+    """The nightly compaction's Spark confs, built from the stack's platform file as
+    `load_platform` reads it in a container: the `metastore` database of the postgres service, as
+    the `metastore` role, with the password .env gives both that role and the mounted secret."""
+    services = stack["services"]
+    (tmp_path / "conf").mkdir()
+    # The secret references name Compose's mount point; the files Compose would mount there (each
+    # secret's .env value) are written under tmp_path instead of /run/secrets.
+    secrets_dir = tmp_path / "run" / "secrets"
+    secrets_dir.mkdir(parents=True)
+    env_values = dict(
+        line.split("=", 1) for line in EXAMPLE_ENV.read_text().splitlines() if re.match(r"[A-Z]", line)
+    )
+    for mounted in services["airflow-scheduler"]["secrets"]:
+        variable = stack["secrets"][mounted["source"]]["environment"]
+        (secrets_dir / mounted["source"]).write_text(env_values[variable] + "\n")
+    platform_text = (REPO / "conf" / "platform-compose.yaml").read_text()
+    (tmp_path / "conf" / "platform.yaml").write_text(
+        platform_text.replace("file:/run/secrets/", f"file:{secrets_dir}/")
+    )
+    platform = load_platform(tmp_path / "conf")
+    # The image's JDBC jar is the Dockerfile's concern; a stand-in file takes its place here.
+    jar = tmp_path / "postgresql.jar"
+    jar.touch()
+    platform = platform.model_copy(
+        update={"warehouse": platform.warehouse.model_copy(update={"jdbc_driver_jar": jar})}
+    )
+
+    conf = metastore_conf(platform)
+
+    url = re.fullmatch(
+        r"jdbc:postgresql://([a-z-]+):(\d+)/([a-z]+)", conf["spark.hadoop.javax.jdo.option.ConnectionURL"]
+    )
+    assert url, conf["spark.hadoop.javax.jdo.option.ConnectionURL"]
+    host, port, database = url.groups()
+    assert host == "postgres" and host in services
+    assert int(port) in {published["target"] for published in services["postgres"]["ports"]}
+    init_script = (REPO / "conf" / "postgres" / "init-databases.sh").read_text()
+    user = conf["spark.hadoop.javax.jdo.option.ConnectionUserName"]
+    assert (database, user) == ("metastore", "metastore")
+    assert f"CREATE DATABASE {database} OWNER {user};" in init_script
+    # The password the drivers send is the one the init script gave the role.
+    assert (
+        conf["spark.hadoop.javax.jdo.option.ConnectionPassword"]
+        == services["postgres"]["environment"]["METASTORE_DB_PASSWORD"]
+    )
+    assert f"CREATE ROLE {user} LOGIN PASSWORD :'{user}_password';" in init_script
+    # Every container that runs drivers mounts it, and none holds it in its environment.
+    for name, service in services.items():
+        if service.get("environment", {}).get("AIRFLOW_HOME"):
+            assert "metastore_db_password" in {secret["source"] for secret in service["secrets"]}, name
+            assert "METASTORE_DB_PASSWORD" not in service["environment"], name

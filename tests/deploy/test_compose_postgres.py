@@ -24,6 +24,7 @@ import pytest
 import sqlalchemy as sa
 
 from ops.ledger.store import SCHEMA_REVISION, schema_revision
+from ops.spec.platform import load_platform
 from tests.deploy.test_compose import EXAMPLE_ENV, REPO, run_compose
 
 # Each test starts a PostgreSQL server (and one runs Airflow's migrations): not the fast tier.
@@ -87,8 +88,8 @@ def run_init_script(
     """The init script as the postgres image runs it: as POSTGRES_USER, with the compose env."""
     env = {
         **stack_services["postgres"]["environment"],
-        **overrides,
         "POSTGRES_USER": "postgres",
+        **overrides,
         "PGHOST": server.socket_dir,
         "PATH": f"{server.bin_dir}:/usr/bin:/bin",
     }
@@ -204,3 +205,33 @@ def test_airflow_db_migrate_runs_with_the_stacks_database_settings(
     with psycopg.connect(initialised.url("airflow", "airflow")) as airflow_db:
         assert airflow_db.execute("SELECT count(*) FROM alembic_version").fetchone() == (1,)
         assert airflow_db.execute("SELECT to_regclass('public.dag_run') IS NOT NULL").fetchone() == (True,)
+
+
+def test_the_stacks_metastore_settings_reach_the_metastore_database(
+    initialised: Server, tmp_path: Path
+) -> None:
+    """The database and role conf/platform-compose.yaml names are the ones the init script made."""
+    conf_dir = tmp_path / "conf"
+    conf_dir.mkdir()
+    (conf_dir / "platform.yaml").write_text((REPO / "conf" / "platform-compose.yaml").read_text())
+    warehouse = load_platform(conf_dir).warehouse
+    assert warehouse.metastore_jdbc_url is not None
+    database = warehouse.metastore_jdbc_url.rsplit("/", 1)[1]
+    with psycopg.connect(initialised.url(warehouse.metastore_user, database)) as metastore:
+        assert metastore.execute(
+            "SELECT current_user, pg_get_userbyid(datdba) FROM pg_database WHERE datname = current_database()"
+        ).fetchone() == (warehouse.metastore_user, warehouse.metastore_user)
+
+
+def test_the_init_script_runs_as_a_master_user_that_is_no_superuser(stack_services: dict[str, Any]) -> None:
+    """Managed PostgreSQL (RDS, terraform/) gives a master role with CREATEROLE and CREATEDB, not a
+    superuser; since PostgreSQL 16 such a role must be able to SET ROLE the owner of a database it
+    creates, which the script grants itself."""
+    with postgres_server() as server:
+        with psycopg.connect(server.url("postgres", "postgres"), autocommit=True) as admin:
+            admin.execute("CREATE ROLE master LOGIN CREATEROLE CREATEDB")
+        result = run_init_script(server, stack_services, POSTGRES_USER="master")
+        assert result.returncode == 0, result.stdout + result.stderr
+        for role in ("airflow", "ledger", "metastore"):
+            with psycopg.connect(server.url(role, role)) as own:
+                assert own.execute("SELECT current_user").fetchone() == (role,)
