@@ -72,15 +72,16 @@ from typing import TYPE_CHECKING
 
 from ops.clock import utcnow
 from ops.control.health import observe
-from ops.control.launcher import LocalProcessBackend
+from ops.control.launcher import LocalProcessBackend, driver_job
 from ops.control.policy import FAILURE
 from ops.control.scaling import run_scale
 from ops.driver.preview import read_preview
 from ops.driver.takeover import read_standby_status
 from ops.exceptions import ConfigError, WardenError
 from ops.ledger.store import SCHEMA_REVISION, JobRecord, Ledger, RunRecord
+from ops.ports import port_holder
 from ops.spec.analysis import read_verdict, run_analysis, with_verdicts
-from ops.spec.job import JobSpec, find_job, job_file, load_jobs
+from ops.spec.job import METRICS_PORT_FIELD, JobSpec, find_job, job_file, load_jobs, metrics_port_in_use
 from ops.spec.platform import PlatformConfig, load_platform
 from ops.warehouse.metastore import jdbc_driver_jar
 
@@ -146,6 +147,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
             continue
         analysed = "analysed by Spark" if verdict is not None else "not analysed by Spark"
         print(f"ok       {name} ({spec.pipeline.kind}, config {spec.config_version}, {analysed})")
+        port_line = _metrics_port_line(platform, spec)
+        if port_line is not None:
+            print(port_line)
+            rejected = rejected or port_line.startswith("INVALID")
     for error in loaded.errors.values():
         print(f"INVALID  {error}")
     # Compaction, backfill and republish load the driver only when they run (at night, paging on
@@ -156,6 +161,23 @@ def cmd_validate(args: argparse.Namespace) -> int:
         rejected = True
         print(f"INVALID  {error}")
     return 1 if loaded.errors or rejected else 0
+
+
+def _metrics_port_line(platform: PlatformConfig, spec: JobSpec) -> str | None:
+    """What `validate` says of a job's metrics port another process holds (None while it is free):
+    a warning when the holder may be the job's own driver, which holds it while it runs, else the
+    problem the supervisor would refuse the launch for, naming the holder."""
+    holder = port_holder(spec.operations.metrics_port)
+    if holder is None:
+        return None
+    path = job_file(spec.name, platform.conf_dir)
+    if holder.pid is None or driver_job(holder.command) == spec.name:
+        return (
+            f"WARNING  {path}: field '{METRICS_PORT_FIELD}': port {holder.port} is held by "
+            f"{holder.describe()}, which may be job {spec.name!r}'s own driver: fine while it runs; "
+            "otherwise the job is not launched until the port is free"
+        )
+    return f"INVALID  {path}: {metrics_port_in_use(spec)} (held by {holder.describe()})"
 
 
 def _supervisor() -> Supervisor:
@@ -654,7 +676,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="warden", description="Operate Streamwarden's streaming jobs.")
     commands = parser.add_subparsers(dest="command", required=True)
     validate = commands.add_parser(
-        "validate", help="validate platform.yaml and every job file, Spark SQL included"
+        "validate",
+        help="validate platform.yaml and every job file, Spark SQL included; check that each job's "
+        "metrics port is free",
     )
     validate.add_argument(
         "--no-analysis",
@@ -757,6 +781,12 @@ def build_parser() -> argparse.ArgumentParser:
     backfill.add_argument("--dry-run", action="store_true", help="print the partitions it would run")
     backfill.add_argument(
         "--bootstrap", action="store_true", help="end with a savepoint the live job continues from"
+    )
+    backfill.add_argument(
+        "--whole-partitions",
+        action="store_true",
+        help="widen the range to the arrival hours that make every warehouse partition it writes whole "
+        "(without it, a range covering a partition only in part is refused)",
     )
     backfill.set_defaults(run=cmd_backfill)
     preview = commands.add_parser("preview", help="the newest records a job's preview tap captured")

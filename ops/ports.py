@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 import socket
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import psutil
+
+# What `describe()` keeps of a holder's command line: enough to recognise it, one line.
+COMMAND_CHARS = 160
 
 
 def port_is_free(port: int) -> bool:
@@ -23,3 +30,41 @@ def free_loopback_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class PortHolder:
+    """The process listening on a port: its pid and command line, None and empty when this user
+    may not see them (another user's process, seen from an unprivileged account)."""
+
+    port: int
+    pid: int | None
+    command: Sequence[str] = ()
+
+    def describe(self) -> str:
+        """`pid N (command line)`, or what is known of a holder this user cannot see."""
+        if self.pid is None:
+            return "a process this user cannot see"
+        # One line, whatever the arguments hold (`python -c` code has newlines).
+        command = " ".join(" ".join(self.command).split())
+        if len(command) > COMMAND_CHARS:
+            command = command[: COMMAND_CHARS - 3] + "..."
+        return f"pid {self.pid} ({command or 'no command line'})"
+
+
+def port_holder(port: int) -> PortHolder | None:
+    """Who holds `port` of 127.0.0.1 (a listener there or on every interface, else a socket bound
+    to it), or None when it is free."""
+    if port_is_free(port):
+        return None
+    on_port = [c for c in psutil.net_connections(kind="tcp") if c.laddr and c.laddr.port == port]
+    # The listener is the holder; a socket merely bound to the port (or connected from it) is one
+    # only when nothing listens.
+    on_port.sort(key=lambda connection: connection.status != psutil.CONN_LISTEN)
+    pid = next((connection.pid for connection in on_port), None)
+    if pid is None:
+        return PortHolder(port, None)
+    try:
+        return PortHolder(port, pid, tuple(psutil.Process(pid).cmdline()))
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return PortHolder(port, pid)

@@ -25,6 +25,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -112,6 +113,19 @@ def _process_start_ticks(pid: int) -> str | None:
         return None
 
 
+# How a driver's command line names its job; `driver_job` reads it back.
+DRIVER_JOB_FLAG = "--job"
+
+
+def driver_job(command: Sequence[str]) -> str | None:
+    """The job a process's command line names the way a driver's does, or None: how `warden
+    validate` tells a job's own driver from a stranger holding its metrics port."""
+    arguments = list(command)
+    if DRIVER_JOB_FLAG not in arguments[:-1]:
+        return None
+    return arguments[arguments.index(DRIVER_JOB_FLAG) + 1]
+
+
 def scale_args(spec: JobSpec) -> list[str]:
     """The driver arguments of the scale `spec` is at (`ops.control.scaling`): the driver loads the
     job file, which says nothing of the scale the ledger gave the job."""
@@ -166,7 +180,7 @@ class LocalProcessBackend:
             sys.executable,
             "-m",
             self.driver_module,
-            "--job",
+            DRIVER_JOB_FLAG,
             spec.name,
             "--run-id",
             run_id,

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
+
 import pytest
 import sqlalchemy as sa
 
 from ops.cli import main
 from ops.ledger.store import SCHEMA_REVISION, Ledger, schema_revision
+from ops.spec.job import find_job, job_file
 from ops.spec.platform import PlatformConfig
 
 
@@ -73,3 +79,54 @@ def test_decisions_shows_the_newest_30_unless_told_otherwise(
     assert reasons == ["44", "43", "42", "41", "40"] and "newest 5" in note
     reasons, note = shown("--all")
     assert reasons == [str(index) for index in range(44, -1, -1)] and note == ""
+
+
+# A process that listens on the port in argv[1] until killed; what follows the port is its only
+# likeness to a driver.
+HOLD_PORT = (
+    "import socket, sys, time\n"
+    "server = socket.socket()\n"
+    "server.bind(('127.0.0.1', int(sys.argv[1])))\n"
+    "server.listen()\n"
+    "print('listening', flush=True)\n"
+    "time.sleep(600)\n"
+)
+
+
+def test_validate_says_a_job_s_metrics_port_is_taken_and_by_whom(
+    platform_conf: PlatformConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = find_job("router", platform_conf.conf_dir)
+    path = job_file("router", platform_conf.conf_dir)
+    port = spec.operations.metrics_port
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", port))
+        squatter.listen()
+        assert main(["validate", "--no-analysis"]) == 1
+    out = capsys.readouterr().out
+    assert (
+        f"INVALID  {path}: field 'operations.metrics_port': port {port} of job 'router' is in use by "
+        "another process on 127.0.0.1; the job is not launched until the port is free or the job file "
+        f"names another (held by pid {os.getpid()} ("
+    ) in out
+    assert sum(line.startswith("INVALID") for line in out.splitlines()) == 1, "only the router's port"
+
+    # Held by what looks like the router's own driver: a warning, and the files still validate.
+    with subprocess.Popen(
+        [sys.executable, "-c", HOLD_PORT, str(port), "--job", "router", "--run-id", "r1"],
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as holder:
+        try:
+            assert holder.stdout is not None and holder.stdout.readline() == "listening\n"
+            assert main(["validate", "--no-analysis"]) == 0
+        finally:
+            holder.kill()
+    warning = next(line for line in capsys.readouterr().out.splitlines() if "operations.metrics_port" in line)
+    assert warning.startswith(
+        f"WARNING  {path}: field 'operations.metrics_port': port {port} is held by pid {holder.pid} ("
+    )
+    assert "which may be job 'router''s own driver: fine while it runs" in warning
+
+    assert main(["validate", "--no-analysis"]) == 0
+    assert "operations.metrics_port" not in capsys.readouterr().out
