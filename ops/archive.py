@@ -14,6 +14,9 @@ writers rename a finished file into place, so that is when it arrived). An hour 
 it is over and `seal_after_minutes` have passed, so late writers land first; the manifest lists
 each file's name, size and sha256 and is written only after every file was uploaded and checked,
 so a partition without a manifest is incomplete and a crash mid-way is redone by the next pass.
+Each entry also records the file's event-time span for every way a job reads its time
+(`ops.event_times`), which a backfill reads to know which partitions an hour feeds; a manifest
+written before spans were recorded gets them the first time a backfill asks (`event_time_spans`).
 A file that lands in an hour already sealed (copied in later with its old time) is added with a
 new manifest that lists it too.
 """
@@ -22,10 +25,11 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from collections import defaultdict
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -33,10 +37,11 @@ from typing import Any
 from botocore.client import BaseClient
 from botocore.exceptions import ClientError
 
-from ops import progress
+from ops import event_times, progress
 from ops.exceptions import ArchiveError
 from ops.s3 import file_digest, list_objects, platform_client, s3_errors
 from ops.spec.job import load_jobs
+from ops.spec.pipelines import SourceField
 from ops.spec.platform import PlatformConfig
 
 MANIFEST_NAME = "_manifest.json"
@@ -49,6 +54,8 @@ class ArchivedFile:
     name: str
     size: int
     sha256: str
+    # The file's event-time span by `ops.event_times.time_key`: [earliest, latest], or None.
+    event_times: dict[str, list[str] | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -104,6 +111,7 @@ def archive_landing(
     sealed_before = now - timedelta(hours=1, minutes=platform.archive.seal_after_minutes)
     sealed: list[Partition] = []
     files = size = 0
+    time_fields = _time_fields(platform)
     for source, landing in landing_sources(platform, source_paths).items():
         by_hour: dict[datetime, list[Path]] = defaultdict(list)
         for path in sorted(landing.glob(LANDING_GLOB)) if landing.is_dir() else []:
@@ -117,7 +125,7 @@ def archive_landing(
             new = [path for path in paths if path.name not in known]
             if archived is not None and not new:
                 continue
-            entries = _upload(platform, client, partition, new)
+            entries = _upload(platform, client, partition, new, time_fields.get(source, []))
             _write_manifest(platform, client, partition, [*(archived or ()), *entries])
             sealed.append(partition)
             files += len(entries)
@@ -127,6 +135,16 @@ def archive_landing(
     # hourly; a source whose input stopped keeps its last partitions until input resumes.
     expired = expire(platform, sorted({partition.source for partition in sealed}), now, client)
     return ArchiveReport(tuple(sealed), files, size, expired)
+
+
+def _time_fields(platform: PlatformConfig) -> dict[str, list[SourceField]]:
+    """The event-time fields valid jobs read from each source path, one per way of reading it."""
+    fields: dict[str, dict[str, SourceField]] = defaultdict(dict)
+    for spec in load_jobs(platform.conf_dir).specs.values():
+        for source in spec.pipeline.inputs.values():
+            time_field = next(f for f in source.fields if f.name == source.event_time_field)
+            fields[source.path][event_times.time_key(time_field)] = time_field
+    return {path: list(by_key.values()) for path, by_key in fields.items()}
 
 
 def archive_all(platform: PlatformConfig, now: datetime) -> list[str]:
@@ -161,6 +179,40 @@ def read_manifest(
         raise
     document = json.loads(body)
     return [ArchivedFile(**entry) for entry in document["files"]]
+
+
+def event_time_spans(
+    platform: PlatformConfig, partition: Partition, time_field: SourceField, client: BaseClient | None = None
+) -> list[event_times.Span | None] | None:
+    """The event-time span of each file of a sealed partition as `time_field` reads it (None for a
+    file without a readable time); None when the field's format cannot be read outside Spark.
+
+    Spans the manifest lacks (it was written before they were recorded, or before a job read the
+    source this way) are computed from a download of those files and written into the manifest.
+    """
+    if not event_times.readable(time_field):
+        return None
+    client = platform_client(platform, client, ArchiveError)
+    key = event_times.time_key(time_field)
+    entries = read_manifest(platform, partition, client) or []
+    missing = [entry for entry in entries if key not in entry.event_times]
+    if missing:
+        with tempfile.TemporaryDirectory(prefix="spans-") as scratch:
+            fetch(platform, partition, Path(scratch), client, missing)
+            computed = {
+                entry.name: event_times.file_spans(Path(scratch) / entry.name, [time_field])[key]
+                for entry in missing
+            }
+        entries = [
+            entry
+            if entry.name not in computed
+            else ArchivedFile(
+                entry.name, entry.size, entry.sha256, {**entry.event_times, key: computed[entry.name]}
+            )
+            for entry in entries
+        ]
+        _write_manifest(platform, client, partition, entries)
+    return [event_times.stored_span(entry.event_times[key]) for entry in entries]
 
 
 def partitions(platform: PlatformConfig, source: str, client: BaseClient | None = None) -> list[Partition]:
@@ -298,9 +350,14 @@ def expire(
 
 
 def _upload(
-    platform: PlatformConfig, client: BaseClient, partition: Partition, paths: list[Path]
+    platform: PlatformConfig,
+    client: BaseClient,
+    partition: Partition,
+    paths: list[Path],
+    time_fields: list[SourceField],
 ) -> list[ArchivedFile]:
-    """Upload the files and check each object's size; their manifest entries."""
+    """Upload the files and check each object's size; their manifest entries, with the files'
+    event-time spans as `time_fields` read them."""
     total = sum(path.stat().st_size for path in paths)
     with (
         progress.track(f"archiving {partition}", total=total, unit=progress.BYTES) as task,
@@ -316,7 +373,7 @@ def _upload(
             if stored != size:
                 raise ArchiveError(f"{key} holds {stored} bytes after upload, {path} has {size}")
             task.advance(size)
-            return ArchivedFile(path.name, size, sha256)
+            return ArchivedFile(path.name, size, sha256, event_times.file_spans(path, time_fields))
 
         return list(pool.map(upload, paths))
 

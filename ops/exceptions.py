@@ -17,6 +17,7 @@ Hierarchy::
     ├── UpgradeError            an upgrade was refused before the running version was touched
     ├── JobBusyError            another operation holds the job's lock
     ├── OperationInProgressError  a rewind, restate or upgrade of the job is still open
+    ├── RecoveryOpenError       a table write waited in vain for the job's rewind, restate or upgrade
     ├── StateReadError          a job's state cannot be read (not stateful, nothing committed yet)
     ├── StateLookupError        the job board's out-of-process state read gave no answer
     │   ├── StateLookupBusyError     another lookup is running
@@ -120,6 +121,20 @@ class OperationInProgressError(WardenError):
         super().__init__(
             f"job {job!r} has a {kind} in progress (step {step}, requested {since:%Y-%m-%d %H:%M:%S} UTC); "
             f"the reconcile loop finishes it (warden reconcile {job}) before another can start"
+        )
+
+
+class RecoveryOpenError(WardenError):
+    """A writer of a job's warehouse table (compaction, backfill publish) waited for the job's open
+    rewind, restate or upgrade to end, and it did not end in time: nothing was written."""
+
+    def __init__(self, job: str, operation: str, kind: str, step: str, since: datetime) -> None:
+        self.job = job
+        self.kind = kind
+        super().__init__(
+            f"{operation} of {job!r} skipped: its {kind} (step {step}, requested "
+            f"{since:%Y-%m-%d %H:%M:%S} UTC) is rewriting the sink the table is made from; the "
+            f"{kind} republishes what it changed, and the next {operation} takes the rest"
         )
 
 

@@ -18,7 +18,8 @@ A candidate's run (`--spec`) publishes nothing: its target partitions are compar
 table shows for them (rows added, removed, changed), written to the run's `diff.json`.
 
 The outcome goes to the run's `published.json` (`ops.driver.backfill`). Exit codes: 0 done (a
-blocked publish included: it is recorded and paged), 2 config error, 4 the job lock is held.
+blocked publish included: it is recorded and paged), 2 config error, 4 the table lock is held or a
+recovery of the job stayed open.
 """
 
 from __future__ import annotations
@@ -36,30 +37,44 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.compaction.compact import BLOCKED_ALERT_KIND, AuditedVersion, settle, write_and_audit
-from jobs.compaction.main import EXIT_JOB_BUSY, LOCK_TIMEOUT_SECONDS, warehouse_session, warehouse_table
+from jobs.compaction.main import (
+    EXIT_JOB_BUSY,
+    LOCK_TIMEOUT_SECONDS,
+    RECOVERY_WAIT_SECONDS,
+    warehouse_session,
+    warehouse_table,
+)
 from jobs.compaction.rewrite import read_partition
 from jobs.runtime import EXIT_CONFIG_ERROR, EXIT_STOPPED, configure_logging
 from ops.atomic import write_atomically
 from ops.control.alerts import Alert, AlertCenter
-from ops.control.locks import job_lock
 from ops.driver.backfill import BackfillRun
-from ops.exceptions import BackfillError, ConfigError, JobBusyError, WarehouseError
+from ops.driver.event_windows import ANY_WINDOW, Coverage
+from ops.exceptions import BackfillError, ConfigError, JobBusyError, RecoveryOpenError, WarehouseError
 from ops.ledger.store import Ledger
 from ops.spec.job import JobSpec, find_job, load_job
 from ops.spec.paths import JobPaths
 from ops.spec.platform import PlatformConfig, load_platform
 from ops.warehouse.sinklog import SinkPartition, partition_end, sink_partitions
 from ops.warehouse.table import BLOCKED, PUBLISHED, WarehouseTable, block, ensure_table
+from ops.warehouse.writers import table_writer
 
 log = structlog.get_logger("streamwarden.backfill")
 
 
-def target_partitions(sink: Path, table: WarehouseTable) -> tuple[list[SinkPartition], list[str]]:
-    """The staged sink's partitions the backfill replaces in the table, and those it leaves out
-    (no event time: they never close)."""
+def target_partitions(
+    sink: Path, table: WarehouseTable, coverage: Coverage | None
+) -> tuple[list[SinkPartition], list[str], list[str]]:
+    """The staged sink's partitions the backfill replaces in the table; those it leaves out (no
+    event time: they never close); and those it withholds, since the run recomputed their event
+    window only in part (`ops.backfill.coverage`: other arrival hours feed it too)."""
     partitions = sink_partitions(sink, table)
-    targets = [partition for partition in partitions if partition_end(partition.values) is not None]
-    return targets, [partition.key for partition in partitions if partition not in targets]
+    timed = [partition for partition in partitions if partition_end(partition.values) is not None]
+    left_out = [partition.key for partition in partitions if partition not in timed]
+    if coverage is None:
+        return timed, left_out, []
+    whole = [p for p in timed if coverage.is_whole(coverage.window_of(p.values) or ANY_WINDOW)]
+    return whole, left_out, [partition.key for partition in timed if partition not in whole]
 
 
 def publish_staged(
@@ -232,9 +247,16 @@ def finish_run(platform: PlatformConfig, run: BackfillRun) -> dict[str, Any]:
     installed = find_job(plan.job, platform.conf_dir)
     table = warehouse_table(platform, installed)
     sink = JobPaths.of(run.platform(platform), spec).sink
-    targets, left_out = target_partitions(sink, table)
+    targets, left_out, withheld = target_partitions(sink, table, plan.coverage)
     ledger = Ledger.open(platform.resolved_ledger_url)
-    with job_lock(platform, plan.job, "backfill publish", timeout=LOCK_TIMEOUT_SECONDS):
+    with table_writer(
+        platform,
+        ledger,
+        plan.job,
+        "backfill publish",
+        recovery_wait=RECOVERY_WAIT_SECONDS,
+        lock_timeout=LOCK_TIMEOUT_SECONDS,
+    ):
         spark = warehouse_session(platform, spec)
         try:
             if plan.candidate:
@@ -243,14 +265,14 @@ def finish_run(platform: PlatformConfig, run: BackfillRun) -> dict[str, Any]:
                     side = read_partition(spark, sink, [path for p in targets for path in p.files])
                     diff = diff_output(side, published_rows(spark, table, side), table.partition_columns)
                 write_atomically(run.diff_file, json.dumps(diff, indent=1))
-                return {"table": table.name, "diff": diff, "left_out": left_out}
+                return {"table": table.name, "diff": diff, "left_out": left_out, "withheld": withheld}
             live_sink = JobPaths.of(platform, installed).sink
             live = {partition.key: partition for partition in sink_partitions(live_sink, table)}
             alerts = AlertCenter(ledger, platform.slack)
             outcome = publish_staged(spark, ledger, alerts, spec, table, plan.run_id, targets, sink, live)
         finally:
             spark.stop()
-    document = {"table": table.name, **outcome, "left_out": left_out}
+    document = {"table": table.name, **outcome, "left_out": left_out, "withheld": withheld}
     write_atomically(run.published_file, json.dumps(document, indent=1))
     return document
 
@@ -268,8 +290,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, WarehouseError, BackfillError, ValueError) as exc:
         log.error("cannot publish the backfill", error=str(exc))
         return EXIT_CONFIG_ERROR
-    except JobBusyError as exc:
-        log.error("job busy", error=str(exc))
+    except (JobBusyError, RecoveryOpenError) as exc:
+        log.error("table busy", error=str(exc))
         return EXIT_JOB_BUSY
     for entry in document.get("partitions", document.get("diff", [])):
         log.info("partition", **entry)

@@ -13,8 +13,9 @@ published version was made from (never published, restated, late files), one pas
    as blocked, nothing is published, and Slack is paged with the check, its observed value and a
    sample. Failed `warn` checks publish and warn.
 
-The job lock is held for the whole run, so compaction, restatement and rewind of one job never
-overlap.
+The table lock is held for the whole run, with no rewind, restate or upgrade of the job open
+(`ops.warehouse.writers`), so a compaction never reads a sink a recovery is rewriting. A version's
+input fingerprint is the one of the listing its files were read from.
 """
 
 from __future__ import annotations

@@ -8,8 +8,15 @@ missed night passes that night's time. Then, with `operations.compaction.sink_re
 raw files and sink-log entries of published partitions past that horizon expire
 (`ops.warehouse.sinklog`).
 
-Exit codes: 0 done (a partition blocked by its audit is reported, paged and left unpublished:
-the run itself did its job), 2 config error, 4 the job lock is held by another operation.
+The run holds the job's table lock, not its operation lock: the supervisor restarts a dead driver
+while a compaction runs. It waits while a rewind, restate or upgrade of the job is open
+(`--recovery-wait` seconds at most) and otherwise skips the job with a decision row
+(`ops.warehouse.writers`); the sink-log expiry, which rewrites the checkpoint's sink log, also
+takes the operation lock, for a moment, and is left to the next night if the job is busy.
+
+Exit codes: 0 done (a partition blocked by its audit is reported, paged and left unpublished, and a
+job skipped for its open recovery is recorded: the run itself did its job), 2 config error, 4 the
+table lock is held by another writer.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from jobs.runtime import EXIT_CONFIG_ERROR, EXIT_STOPPED, build_session, configu
 from ops.clock import utcnow
 from ops.control.alerts import AlertCenter
 from ops.control.locks import job_lock
-from ops.exceptions import ConfigError, JobBusyError, WarehouseError
+from ops.exceptions import ConfigError, JobBusyError, RecoveryOpenError, WarehouseError
 from ops.ledger.store import Ledger
 from ops.spec.job import CompactionPolicy, JobSpec, find_job
 from ops.spec.paths import JobPaths
@@ -36,10 +43,15 @@ from ops.spec.platform import PlatformConfig, load_platform
 from ops.warehouse.metastore import metastore_conf
 from ops.warehouse.sinklog import expire_sink_log
 from ops.warehouse.table import WarehouseTable, expire_versions
+from ops.warehouse.writers import table_writer
 
 EXIT_JOB_BUSY = 4
-# How long a nightly run waits for a restatement or rewind of the job to finish.
+# How long a nightly run waits for another writer of the table (a backfill's publish) to finish.
 LOCK_TIMEOUT_SECONDS = 3600.0
+# How long a nightly run waits for a rewind, restate or upgrade of the job to end before skipping it.
+RECOVERY_WAIT_SECONDS = 3600.0
+# The sink-log expiry waits this long for the operation lock (a reconcile pass takes seconds).
+EXPIRY_LOCK_SECONDS = 60.0
 
 log = structlog.get_logger("streamwarden.compaction")
 
@@ -63,10 +75,14 @@ def run_compaction(
     partitions: Sequence[str] | None = None,
     lock_timeout: float | None = LOCK_TIMEOUT_SECONDS,
     source: str = "compaction",
+    recovery_wait: float = RECOVERY_WAIT_SECONDS,
 ) -> list[PartitionOutcome]:
-    """Compact under the job lock in a warehouse session; the outcomes, one per partition."""
+    """Compact under the table lock in a warehouse session; the outcomes, one per partition.
+    RecoveryOpenError when a recovery of the job stayed open for `recovery_wait` seconds."""
     ledger = Ledger.open(platform.resolved_ledger_url)
-    with job_lock(platform, spec.name, "compaction", timeout=lock_timeout):
+    with table_writer(
+        platform, ledger, spec.name, "compaction", recovery_wait=recovery_wait, lock_timeout=lock_timeout
+    ):
         spark = warehouse_session(platform, spec)
         table = warehouse_table(platform, spec)
         try:
@@ -87,11 +103,28 @@ def run_compaction(
             ledger, table, timedelta(hours=platform.warehouse.version_retention_hours)
         ):
             log.info("version expired", partition=expired.partition, version=expired.version)
-        policy = spec.operations.compaction or CompactionPolicy()
-        expiry = expire_sink_log(ledger, table, JobPaths.of(platform, spec).sink, policy, now)
-        if expiry is not None:
-            log.info("sink log expired", summary=expiry.line())
+        _expire_sink_log(platform, ledger, spec, table, now)
         return outcomes
+
+
+def _expire_sink_log(
+    platform: PlatformConfig, ledger: Ledger, spec: JobSpec, table: WarehouseTable, now: datetime
+) -> None:
+    """Expire the sink log's published partitions under the operation lock too, since it rewrites
+    the log a savepoint copies; when the job is busy or a recovery opened meanwhile, the next
+    night does it."""
+    policy = spec.operations.compaction or CompactionPolicy()
+    try:
+        with job_lock(platform, spec.name, "sink log expiry", timeout=EXPIRY_LOCK_SECONDS):
+            if ledger.operation(spec.name) is not None:
+                log.info("sink log expiry deferred: a recovery of the job is open", job=spec.name)
+                return
+            expiry = expire_sink_log(ledger, table, JobPaths.of(platform, spec).sink, policy, now)
+    except JobBusyError as busy:
+        log.info("sink log expiry deferred", job=spec.name, reason=str(busy))
+        return
+    if expiry is not None:
+        log.info("sink log expired", summary=expiry.line())
 
 
 def _parse_now(text: str) -> datetime:
@@ -118,12 +151,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--now", type=_parse_now, help="judge partitions closed at this ISO time (default: now)"
     )
+    parser.add_argument(
+        "--recovery-wait",
+        type=float,
+        default=RECOVERY_WAIT_SECONDS,
+        metavar="SECONDS",
+        help="how long to wait for an open rewind, restate or upgrade of the job before skipping it "
+        f"(default {RECOVERY_WAIT_SECONDS:g})",
+    )
     args = parser.parse_args(argv)
     configure_logging(job=args.job, mode="compaction")
     try:
         platform = load_platform()
         spec = find_job(args.job, platform.conf_dir)
-        outcomes = run_compaction(platform, spec, args.now or utcnow(), args.partition, source=args.source)
+        outcomes = run_compaction(
+            platform,
+            spec,
+            args.now or utcnow(),
+            args.partition,
+            source=args.source,
+            recovery_wait=args.recovery_wait,
+        )
+    except RecoveryOpenError as skipped:
+        log.warning("compaction skipped", reason=str(skipped))
+        return EXIT_STOPPED
     except (ConfigError, WarehouseError, ValueError) as exc:
         log.error("cannot compact", error=str(exc))
         return EXIT_CONFIG_ERROR

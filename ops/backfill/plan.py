@@ -3,10 +3,14 @@
 A range is a span of arrival hours [start, end). Every hour of it must be sealed in the archive
 (a partition still open would be read half) and within the archive's retention; an hour where
 one source of the job has files and another none is an hour that source was idle, as it was live.
-The plan names each partition's files by input and is identified by a digest of the job file, the
-range and the manifests: planning the same range again over the same archive finds the same run
-directory, which is how a killed backfill resumes, while a late file re-sealed into an hour, or a
-changed job file, makes a new run.
+A job with a warehouse table publishes only the event-time partitions the range recomputes whole
+(`ops.backfill.coverage`): a range that covers a partition only in part is refused before anything
+runs, naming the partition and the arrival hours that would make it whole, unless the request
+widens the range to them (`whole_partitions`); a bootstrap, whose range ends where the live job takes over,
+runs and leaves such partitions unpublished. The plan names each partition's files by input and
+is identified by a digest of the job file, the range and the manifests: planning the same range
+again over the same archive finds the same run directory, which is how a killed backfill resumes,
+while a late file re-sealed into an hour, or a changed job file, makes a new run.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -22,6 +26,7 @@ from botocore.client import BaseClient
 
 from ops import archive, progress
 from ops.atomic import write_atomically
+from ops.backfill.coverage import archive_feeds, assess, widen
 from ops.driver.backfill import BackfillPlan, BackfillRun, PlannedPartition
 from ops.exceptions import BackfillError, ConfigError
 from ops.s3 import file_digest, platform_client
@@ -39,6 +44,8 @@ class BackfillRequest:
     candidate: Path | None = None
     throttle_seconds: float = 0.0
     bootstrap: bool = False
+    # Widen the range to the arrival hours that make every partition it writes whole.
+    whole_partitions: bool = False
 
 
 def whole_hour(moment: datetime, what: str) -> datetime:
@@ -109,6 +116,15 @@ def plan_backfill(
         )
     if start >= end:
         raise BackfillError(f"empty range: --from {start.isoformat()} is not before --to {end.isoformat()}")
+    coverage = None
+    if spec.operations.compaction is not None:
+        feeds = archive_feeds(platform, spec, client)
+        window_hours = spec.pipeline.event_partition_hours
+        if request.whole_partitions:
+            start, end = widen(feeds, start, end, window_hours)
+        coverage = assess(feeds, start, end, window_hours)
+        if coverage.partial:
+            coverage = replace(coverage, widened=widen(feeds, start, end, window_hours))
     # The archive seals an hour `seal_after_minutes` after it ends.
     sealed_until = (now - timedelta(minutes=platform.archive.seal_after_minutes)).replace(
         minute=0, second=0, microsecond=0
@@ -157,6 +173,7 @@ def plan_backfill(
         throttle_seconds=request.throttle_seconds,
         bootstrap=request.bootstrap,
         compare_with=table_name(platform, installed) if request.candidate is not None else None,
+        coverage=coverage,
     )
     return BackfillRun(backfill_root(platform) / run_id), plan, spec_bytes
 
@@ -181,6 +198,8 @@ def describe(plan: BackfillPlan, run: BackfillRun) -> list[str]:
         f"{len(plan.partitions)} partitions, one micro-batch each, oldest first",
         f"  run directory {run.root}" + (f" ({len(done)} partitions done: resumes)" if done else ""),
     ]
+    if plan.coverage is not None:
+        lines += ["warehouse partitions (by event time):", *plan.coverage.lines()]
     for partition in plan.partitions:
         files = ", ".join(f"{name} {len(names)} files" for name, names in partition.files.items())
         state = "done" if partition.index in done else "to run"
@@ -190,12 +209,36 @@ def describe(plan: BackfillPlan, run: BackfillRun) -> list[str]:
     return lines
 
 
+def refuse_partial(plan: BackfillPlan) -> None:
+    """BackfillError when the plan would publish partitions it recomputes only in part (a bootstrap
+    runs, and leaves them unpublished); it names them, the hours missing, and the whole range."""
+    coverage = plan.coverage
+    if coverage is None or not coverage.partial or plan.bootstrap:
+        return
+    assert coverage.widened is not None
+    start, end = coverage.widened
+    raise BackfillError(
+        "\n".join(
+            [
+                f"backfill of {plan.job} over {plan.start:%Y-%m-%dT%H}:00 .. {plan.end:%Y-%m-%dT%H}:00 would "
+                f"replace {len(coverage.partial)} warehouse partitions it recomputes only in part "
+                "(their other rows come from arrival hours outside the range):",
+                *[line for line in coverage.lines() if "REFUSED" in line],
+                f"the smallest range that recomputes them whole is --from {start:%Y-%m-%dT%H}:00 --to "
+                f"{end:%Y-%m-%dT%H}:00; pass --whole-partitions to widen the range to it",
+            ]
+        )
+    )
+
+
 def prepare_run(run: BackfillRun, plan: BackfillPlan, spec_bytes: bytes) -> bool:
     """Create (or keep, to resume) the run directory; whether an unfinished run is resumed.
+    BackfillError, with nothing created, for a plan `refuse_partial` refuses.
 
     A finished run of the same plan is started afresh: a rerun recomputes the range and must give
     the same rows.
     """
+    refuse_partial(plan)
     if run.is_complete():
         shutil.rmtree(run.root)
     resumed = run.plan_file.is_file()

@@ -225,4 +225,9 @@ def publication_lines(run: BackfillRun) -> tuple[list[str], bool]:
         lines.append(f"{document['table']}: {len(document['partitions'])} partitions published")
     if document["left_out"]:
         lines.append(f"left out (no event time, never published): {', '.join(document['left_out'])}")
+    if document["withheld"]:
+        lines.append(
+            "withheld (other arrival hours feed them too; a wider range recomputes them whole): "
+            + ", ".join(document["withheld"])
+        )
     return lines, blocked

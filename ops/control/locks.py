@@ -1,9 +1,17 @@
-"""The per-job operation lock: one of reconcile, savepoint, rewind, restate, upgrade at a time.
+"""The per-job locks: the operation lock (its driver) and the table lock (its warehouse table).
 
-Whichever process operates on a job (an Airflow task, the triggerer, the CLI) takes the job's lock
-first. Where the lock lives follows the ledger, because the ledger is what the processes share:
+Whichever process operates on a job's driver and checkpoint (reconcile, savepoint, rewind, restate,
+upgrade: an Airflow task, the triggerer, the CLI) takes the job's operation lock first
+(`job_lock`). Whatever writes the job's warehouse table or deletes the sink files it is made from
+(compaction, a backfill's publish, a rewind's removal of sink files) takes the job's table lock
+(`table_lock`). They are two locks because they guard two things: an hour-long compaction must
+never keep the supervisor from restarting a dead driver. A process that needs both takes the
+operation lock first; one that holds the table lock asks for the operation lock only with a
+timeout, so the two orders can never wait on each other for ever.
 
-- SQLite ledger (one host): an exclusive `fcntl` lock on `<runtime>/jobs/<job>/.operation.lock`.
+Where a lock lives follows the ledger, because the ledger is what the processes share:
+
+- SQLite ledger (one host): an exclusive `fcntl` lock on `<runtime>/jobs/<job>/.<scope>.lock`.
   The holder writes what it is doing into the file, so a waiter can say what it waits for.
 - PostgreSQL ledger (supervisors on several hosts): a session-level advisory lock
   (`pg_try_advisory_lock`) on a key derived from the job name, held on a connection of its own
@@ -24,7 +32,7 @@ import os
 import socket
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Protocol
 
@@ -91,9 +99,16 @@ class _FileLock:
         self.file.flush()
 
 
-def advisory_key(job: str) -> int:
-    """The job's advisory lock key: 64 bits of a hash of its name, signed as PostgreSQL's bigint."""
-    digest = hashlib.sha256(f"streamwarden job lock:{job}".encode()).digest()
+# A lock's scope: what it guards, and the name of its file (SQLite) or of its key's hash (PostgreSQL).
+OPERATION_SCOPE = "operation"
+TABLE_SCOPE = "table"
+_KEY_PREFIX = {OPERATION_SCOPE: "streamwarden job lock", TABLE_SCOPE: "streamwarden table lock"}
+
+
+def advisory_key(job: str, scope: str = OPERATION_SCOPE) -> int:
+    """The advisory key of the job's lock of `scope`: 64 bits of a hash of its name, signed as
+    PostgreSQL's bigint."""
+    digest = hashlib.sha256(f"{_KEY_PREFIX[scope]}:{job}".encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
@@ -105,12 +120,12 @@ def libpq_url(ledger_url: str) -> str:
 class _AdvisoryLock:
     """A session-level PostgreSQL advisory lock on a connection of its own (any number of hosts)."""
 
-    def __init__(self, ledger_url: str, job: str, note: str) -> None:
+    def __init__(self, ledger_url: str, job: str, scope: str, note: str) -> None:
         # Imported here: a SQLite ledger never needs the PostgreSQL driver (a tenth of a second).
         import psycopg
 
         self.job = job
-        self.key = advisory_key(job)
+        self.key = advisory_key(job, scope)
         self.where = url_without_password(ledger_url)
         application_name = note.encode()[:_APPLICATION_NAME_BYTES].decode(errors="ignore")
         try:
@@ -163,24 +178,38 @@ def _holder_note(operation: str) -> str:
     return f"{operation} (pid {os.getpid()} on {socket.gethostname()})"
 
 
-@contextmanager
 def job_lock(
     platform: PlatformConfig, job: str, operation: str, timeout: float | None = None
-) -> Iterator[None]:
-    """Hold the job's operation lock while the block runs.
+) -> AbstractContextManager[None]:
+    """Hold the job's operation lock (its driver and checkpoint) while the block runs.
 
     Waits for the current holder (forever with `timeout=None`, logging once what it waits for);
     raises `JobBusyError` naming the holder when `timeout` runs out, and `LedgerError` when a
     PostgreSQL ledger cannot be reached. Not re-entrant: an operation must not take the lock
     again inside its own block.
     """
+    return _scoped_lock(platform, job, OPERATION_SCOPE, operation, timeout)
+
+
+def table_lock(
+    platform: PlatformConfig, job: str, operation: str, timeout: float | None = None
+) -> AbstractContextManager[None]:
+    """Hold the job's table lock (its warehouse table and the sink files it is made from) while
+    the block runs; waits and fails as `job_lock` does."""
+    return _scoped_lock(platform, job, TABLE_SCOPE, operation, timeout)
+
+
+@contextmanager
+def _scoped_lock(
+    platform: PlatformConfig, job: str, scope: str, operation: str, timeout: float | None
+) -> Iterator[None]:
     ledger_url = platform.resolved_ledger_url
     note = _holder_note(operation)
     lock: _Lock
     if sa.make_url(ledger_url).get_backend_name() == "postgresql":
-        lock = _AdvisoryLock(ledger_url, job, note)
+        lock = _AdvisoryLock(ledger_url, job, scope, note)
     else:
-        lock = _FileLock(platform.job_runtime_dir(job) / ".operation.lock", note)
+        lock = _FileLock(platform.job_runtime_dir(job) / f".{scope}.lock", note)
     deadline = None if timeout is None else time.monotonic() + timeout
     try:
         waiting_logged = False
@@ -189,7 +218,7 @@ def job_lock(
             if deadline is not None and time.monotonic() >= deadline:
                 raise JobBusyError(job, holder)
             if not waiting_logged:
-                log.info("waiting for job lock", job=job, operation=operation, holder=holder)
+                log.info("waiting for lock", job=job, scope=scope, operation=operation, holder=holder)
                 waiting_logged = True
             time.sleep(_POLL_SECONDS)
         try:

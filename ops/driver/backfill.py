@@ -35,9 +35,10 @@ from pathlib import Path
 from typing import Any
 
 from ops.atomic import write_atomically
+from ops.driver.event_windows import Coverage
 from ops.spec.platform import PlatformConfig, StorageConfig
 
-PLAN_FORMAT = 1
+PLAN_FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,9 @@ class BackfillPlan:
     bootstrap: bool = False
     # A candidate's run: the warehouse table its side table is compared with (`diff.json`).
     compare_with: str | None = None
+    # The event windows the range recomputes whole and those it covers only in part; only
+    # partitions of whole windows are published. None for a job without a warehouse table.
+    coverage: Coverage | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -97,6 +101,7 @@ class BackfillPlan:
             "throttle_seconds": self.throttle_seconds,
             "bootstrap": self.bootstrap,
             "compare_with": self.compare_with,
+            "coverage": None if self.coverage is None else self.coverage.as_json(),
             "partitions": [partition.as_json() for partition in self.partitions],
         }
 
@@ -113,6 +118,7 @@ class BackfillPlan:
             throttle_seconds=float(document["throttle_seconds"]),
             bootstrap=bool(document["bootstrap"]),
             compare_with=document["compare_with"],
+            coverage=None if document["coverage"] is None else Coverage.from_json(document["coverage"]),
             partitions=tuple(PlannedPartition.from_json(p) for p in document["partitions"]),
         )
 

@@ -44,7 +44,7 @@ from botocore.client import BaseClient
 
 from ops import archive
 from ops.atomic import write_atomically
-from ops.control.locks import job_lock
+from ops.control.locks import job_lock, table_lock
 from ops.driver.checkpoint import (
     log_entries,
     read_offsets,
@@ -494,8 +494,11 @@ def _swap(replacement: Path, live: Path, retired: Path) -> None:
 
 def complete_rewind(platform: PlatformConfig, ledger: Ledger, plan: RewindPlan) -> None:
     """Carry out a prepared rewind and mark the savepoints taken after its own as superseded
-    (they list sink files the rewind deleted). The job must be stopped and its lock held."""
-    execute_rewind(platform, plan)
+    (they list sink files the rewind deleted). The job must be stopped and its operation lock
+    held; the table lock is taken here, so that no compaction or backfill publish is reading the
+    sink while the rewind removes files from it (it waits for one that is)."""
+    with table_lock(platform, plan.job, "rewind"):
+        execute_rewind(platform, plan)
     newer = [sp.id for sp in ledger.savepoints(plan.job) if sp.created_at > plan.savepoint.created_at]
     ledger.set_savepoint_status(newer, STATUS_SUPERSEDED)
 

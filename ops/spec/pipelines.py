@@ -8,7 +8,8 @@ its transform. A new kind adds its model here and to the `Pipeline` union at the
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from datetime import timedelta
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -130,13 +131,37 @@ class FileSink(Model):
     path: str
 
 
+class PipelineModel(Model):
+    """What every pipeline kind tells a backfill about its output's event time.
+
+    `event_partition_hours`: the event-time span of one partition of its sink and table (1 for
+    `event_date`/`event_hour`, 24 for `event_date` alone). `backfill_reach`: how far from an
+    event's time the rows it can change may lie (0 for a stateless kind, a session's length for
+    the sessionizer), or None when the kind's state bounds it by nothing a backfill can know; then
+    every arrival hour may feed every partition, and only a backfill of the whole archive
+    recomputes a partition whole (`ops.backfill.coverage`).
+    """
+
+    event_partition_hours: ClassVar[int] = 1
+
+    def backfill_reach(self) -> timedelta | None:
+        return None
+
+
+class StatelessPipeline(PipelineModel):
+    """A kind whose every row comes from one event: it reaches no further than that event's time."""
+
+    def backfill_reach(self) -> timedelta | None:
+        return timedelta(0)
+
+
 class Route(Model):
     name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
     filter: str = Field(min_length=1, description="A Spark SQL boolean expression over the source fields.")
     columns: tuple[str, ...] = Field(min_length=1)
 
 
-class RouterPipeline(Model):
+class RouterPipeline(StatelessPipeline):
     kind: Literal["router"]
     source: FileSource
     sink: FileSink
@@ -162,7 +187,7 @@ class RouterPipeline(Model):
         return self
 
 
-class ImpressionsPlaysPipeline(Model):
+class ImpressionsPlaysPipeline(PipelineModel):
     """Joins each title impression to the plays of the same profile and title within the window after it."""
 
     kind: Literal["impressions_plays"]
@@ -201,7 +226,7 @@ class ImpressionsPlaysPipeline(Model):
 KEY_FIELD_TYPES: tuple[FieldType, ...] = ("string", "long", "boolean")
 
 
-class SessionizerPipeline(Model):
+class SessionizerPipeline(PipelineModel):
     """Sessions per key over the union of several event sources (see `jobs/sessionizer/transform.py`).
 
     `gap_minutes`, `max_session_minutes` and `allowed_lateness_minutes` change results but not the
@@ -228,10 +253,18 @@ class SessionizerPipeline(Model):
     )
     state_buckets: int = Field(64, ge=1, le=65536, description="Keys are hashed into this many state rows.")
 
+    event_partition_hours: ClassVar[int] = 24
+
     @property
     def inputs(self) -> dict[str, FileSource]:
         """The job's sources by the name its transform knows them by."""
         return dict(self.sources)
+
+    def backfill_reach(self) -> timedelta | None:
+        """A session's events lie within its length of its start, and an event joins a session
+        within a gap of its neighbours: farther than that, no event changes another's session.
+        (A key busy without a gap for longer is cut by the cap, and its cuts are not followed.)"""
+        return timedelta(minutes=self.max_session_minutes + self.gap_minutes)
 
     @model_validator(mode="after")
     def _sources_carry_the_session_fields(self) -> SessionizerPipeline:
@@ -259,7 +292,7 @@ class SessionizerPipeline(Model):
         return self
 
 
-class WarehouseWriterPipeline(Model):
+class WarehouseWriterPipeline(StatelessPipeline):
     """Product events into a Parquet warehouse partitioned by event-time date and hour."""
 
     kind: Literal["warehouse_writer"]
@@ -284,11 +317,12 @@ def _require_string_fields(source: FileSource, names: tuple[str, ...], what: str
         raise ValueError(f"{what} event_time_field {source.event_time_field!r} must be required")
 
 
-class CampaignUniquesPipeline(Model):
+class CampaignUniquesPipeline(PipelineModel):
     """Unique users per campaign per hour (exact and HyperLogLog), and each engagement enriched
     with the number of distinct campaigns its user engaged with in the sliding window ending
     at/after it."""
 
+    event_partition_hours: ClassVar[int] = 24
     kind: Literal["campaign_uniques"]
     source: FileSource
     sink: FileSink
@@ -355,9 +389,10 @@ class DistinctCountRule(Model):
 PatternRule = Annotated[SequenceRule | ThresholdThenRule | DistinctCountRule, Field(discriminator="kind")]
 
 
-class AttackChainsPipeline(Model):
+class AttackChainsPipeline(PipelineModel):
     """Complex event patterns over security events, one stateful matcher per rule and key."""
 
+    event_partition_hours: ClassVar[int] = 24
     kind: Literal["attack_chains"]
     source: FileSource
     sink: FileSink
@@ -419,7 +454,7 @@ class DataPointRule(Model):
         return self
 
 
-class DeviceHealthPipeline(Model):
+class DeviceHealthPipeline(PipelineModel):
     """Per device and data point a RED/GREEN state from declarative rules; triggers on GREEN -> RED."""
 
     kind: Literal["device_health"]
@@ -470,7 +505,7 @@ class ReferenceTable(Model):
         return self
 
 
-class EnricherPipeline(Model):
+class EnricherPipeline(StatelessPipeline):
     """Joins events to a refreshed lookup table, then reshapes each event by a reloaded mapping file.
 
     See `jobs/enricher/transform.py`; the mapping file's format is in `jobs/enricher/mapping.py`.

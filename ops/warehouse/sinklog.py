@@ -60,15 +60,13 @@ IN_FLIGHT_TIMEOUT_SECONDS = 60.0
 
 @dataclass(frozen=True)
 class SinkPartition:
-    """One partition of the sink as its log lists it: the committed files, and their fingerprint."""
+    """One partition of the sink as its log lists it: the committed files, and their fingerprint
+    taken when they were listed (what a version made from these files records)."""
 
     key: str
     values: dict[str, str]
     files: tuple[Path, ...]
-
-    @property
-    def fingerprint(self) -> str:
-        return fingerprint(self.files)
+    fingerprint: str
 
 
 def fingerprint(files: tuple[Path, ...]) -> str:
@@ -85,10 +83,11 @@ def sink_partitions(sink: Path, table: WarehouseTable) -> list[SinkPartition]:
     by_key: dict[str, list[Path]] = {}
     for path in sink_files(sink / SINK_LOG):
         by_key.setdefault(path.parent.relative_to(sink).as_posix(), []).append(path)
-    return [
-        SinkPartition(key, table.parse_partition(key), tuple(sorted(files)))
-        for key, files in sorted(by_key.items())
-    ]
+    partitions = []
+    for key, files in sorted(by_key.items()):
+        listed = tuple(sorted(files))
+        partitions.append(SinkPartition(key, table.parse_partition(key), listed, fingerprint(listed)))
+    return partitions
 
 
 def changed_since_published(ledger: Ledger, job: str, sink: Path) -> tuple[list[str], list[str]]:

@@ -328,6 +328,12 @@ def backfill_dag(jobs: list[str]) -> DAG:
             "bootstrap": Param(
                 False, type="boolean", description="End with a savepoint the live job starts from."
             ),
+            "whole_partitions": Param(
+                False,
+                type="boolean",
+                description="Widen the range to the arrival hours that make every warehouse partition it "
+                "writes whole (otherwise a range covering a partition only in part is refused).",
+            ),
             "dry_run": Param(False, type="boolean", description="Only list the partitions it would run."),
         },
     ) as dag:
@@ -339,6 +345,7 @@ def backfill_dag(jobs: list[str]) -> DAG:
             candidate="{{ params.spec or '' }}",
             throttle_seconds="{{ params.throttle_seconds }}",
             bootstrap="{{ params.bootstrap }}",
+            whole_partitions="{{ params.whole_partitions }}",
             dry_run="{{ params.dry_run }}",
         )
         submitted = PlatformSparkSubmitOperator(

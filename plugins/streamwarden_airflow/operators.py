@@ -211,7 +211,16 @@ class PrepareBackfillOperator(BaseOperator):
     """Plan a backfill and stage its archive partitions; returns the run directory for the Spark
     submit. A dry run logs the plan and skips the rest of the DAG run."""
 
-    template_fields = ("job", "start", "end", "candidate", "throttle_seconds", "bootstrap", "dry_run")
+    template_fields = (
+        "job",
+        "start",
+        "end",
+        "candidate",
+        "throttle_seconds",
+        "bootstrap",
+        "whole_partitions",
+        "dry_run",
+    )
 
     def __init__(
         self,
@@ -222,6 +231,7 @@ class PrepareBackfillOperator(BaseOperator):
         candidate: str = "",
         throttle_seconds: str = "0",
         bootstrap: str = "False",
+        whole_partitions: str = "False",
         dry_run: str = "False",
         **kwargs: Any,
     ) -> None:
@@ -232,6 +242,7 @@ class PrepareBackfillOperator(BaseOperator):
         self.candidate = candidate
         self.throttle_seconds = throttle_seconds
         self.bootstrap = bootstrap
+        self.whole_partitions = whole_partitions
         self.dry_run = dry_run
 
     def execute(self, context: Context) -> str:
@@ -248,6 +259,7 @@ class PrepareBackfillOperator(BaseOperator):
             candidate=Path(self.candidate) if self.candidate.strip() else None,
             throttle_seconds=float(self.throttle_seconds),
             bootstrap=_flag(self.bootstrap),
+            whole_partitions=_flag(self.whole_partitions),
         )
         if _flag(self.dry_run):
             run, plan, _ = plan_backfill(platform, request, utcnow())

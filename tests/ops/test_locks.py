@@ -14,16 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from ops.control.locks import job_lock
+from ops.control.locks import job_lock, table_lock
 from ops.exceptions import JobBusyError
 from ops.spec.platform import CONF_DIR_ENV, PlatformConfig, load_platform
 from tests.support.platform import on_both_ledgers, write_conf
 
 HOLDER = """
 import sys, time
-from ops.control.locks import job_lock
+from ops.control import locks
 from ops.spec.platform import load_platform
-with job_lock(load_platform(), sys.argv[1], "a test holder"):
+with getattr(locks, sys.argv[2])(load_platform(), sys.argv[1], "a test holder"):
     print("held", flush=True)
     time.sleep(600)
 """
@@ -35,9 +35,11 @@ def hold(platform_conf: PlatformConfig) -> Iterator[Hold]:
     """Starts a process that takes a job's lock (under the given platform) and keeps it."""
     holders: list[subprocess.Popen[str]] = []
 
-    def start(job: str, platform: PlatformConfig = platform_conf) -> subprocess.Popen[str]:
+    def start(
+        job: str, platform: PlatformConfig = platform_conf, lock: str = "job_lock"
+    ) -> subprocess.Popen[str]:
         holder = subprocess.Popen(
-            [sys.executable, "-c", HOLDER, job],
+            [sys.executable, "-c", HOLDER, job, lock],
             env={**os.environ, CONF_DIR_ENV: str(platform.conf_dir)},
             stdout=subprocess.PIPE,
             text=True,
@@ -92,4 +94,24 @@ def test_on_postgresql_the_lock_holds_across_platforms_that_share_only_the_ledge
     holder.send_signal(signal.SIGKILL)
     holder.wait()
     with job_lock(hosts[1], "router", "reconcile", timeout=5):
+        pass
+
+
+@on_both_ledgers
+def test_a_held_table_lock_keeps_other_table_writers_out_but_never_the_supervisor(
+    platform_conf: PlatformConfig, hold: Hold
+) -> None:
+    # A compaction holds the router's table for as long as it runs ...
+    holder = hold("router", lock="table_lock")
+    with (
+        pytest.raises(JobBusyError, match=f"pid {holder.pid}"),
+        table_lock(platform_conf, "router", "backfill publish", timeout=0.5),
+    ):
+        pytest.fail("a second table writer took the lock a compaction holds")
+    # ... while a restart of the router's dead driver, or `warden stop`, goes ahead at once.
+    with job_lock(platform_conf, "router", "reconcile", timeout=0):
+        pass
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    with table_lock(platform_conf, "router", "compaction", timeout=5):
         pass
