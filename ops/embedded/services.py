@@ -37,7 +37,7 @@ from psycopg import sql
 from ops import progress
 from ops.control.launcher import _process_start_ticks, _reap
 from ops.exceptions import ServiceError
-from ops.ports import port_is_free
+from ops.ports import port_holder, port_is_free
 from ops.s3 import s3_client, s3_credentials
 from ops.spec.platform import PlatformConfig, S3Config
 
@@ -277,9 +277,17 @@ class SeaweedPorts:
     def admin_grpc(self) -> int:
         return self.admin + SEAWEED_GRPC_OFFSET
 
+    def by_role(self) -> dict[str, int]:
+        """Every port the server binds, by what it serves (`filer gRPC`, ...)."""
+        roles = {
+            name.replace("_", " ").replace("grpc", "gRPC"): getattr(self, name)
+            for name in self.__dataclass_fields__
+        }
+        return {**roles, f"admin gRPC (admin + {SEAWEED_GRPC_OFFSET})": self.admin_grpc}
+
     def all(self) -> tuple[int, ...]:
         """Every port the server binds."""
-        return (*(getattr(self, name) for name in self.__dataclass_fields__), self.admin_grpc)
+        return tuple(self.by_role().values())
 
     def flags(self) -> list[str]:
         return [
@@ -360,12 +368,33 @@ class SeaweedS3:
         return f"http://127.0.0.1:{self.ports.s3}"
 
     def start(self, timeout: float = 60.0) -> int:
-        """Start the server (unless running), wait until S3 answers, ensure the bucket; the pid."""
+        """Start the server (unless running), wait until S3 answers, ensure the bucket; the pid.
+
+        Refuses to start (ServiceError naming each taken port and its holder) while another
+        process holds a port of the block: weed mini would move a taken admin gRPC port elsewhere
+        without a word, where its admin worker never finds it.
+        """
+        if not self.process.is_running():
+            self.refuse_taken_ports()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         pid = self.process.start()
         self.wait_until_ready(timeout)
         self.ensure_bucket()
         return pid
+
+    def refuse_taken_ports(self) -> None:
+        """ServiceError naming every port of the server's block another process holds, and who."""
+        taken = [
+            f"{role} port {holder.port} is held by {holder.describe()}"
+            for role, port in self.ports.by_role().items()
+            if (holder := port_holder(port)) is not None
+        ]
+        if taken:
+            raise ServiceError(
+                f"cannot start SeaweedFS on 127.0.0.1: {'; '.join(taken)} (the server uses the port "
+                "of s3.endpoint_url in platform.yaml, the 8 after it and the admin port "
+                f"+ {SEAWEED_GRPC_OFFSET}: stop the holder or choose another port)"
+            )
 
     def wait_until_ready(self, timeout: float = 60.0) -> None:
         """Return once S3 lists buckets and serves the data of an object it holds (the volume
@@ -549,10 +578,11 @@ class EmbeddedPostgres:
 
     def start(self, timeout: float = 60.0) -> int:
         """Start the server (unless running), wait until it answers, create missing databases."""
-        if not self.process.is_running() and not port_is_free(self.port):
+        holder = None if self.process.is_running() else port_holder(self.port)
+        if holder is not None:
             raise ServiceError(
                 f"cannot start PostgreSQL on {POSTGRES_HOST}:{self.port}: another process listens "
-                "there (set postgres.port in platform.yaml)"
+                f"there, {holder.describe()} (set postgres.port in platform.yaml)"
             )
         self._init_data_dir()
         pid = self.process.start()

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -67,19 +69,39 @@ def test_two_servers_with_their_own_ports_run_side_by_side(s3_server: S3Server, 
     assert not second.process.is_running()
 
 
-@pytest.mark.s3
-def test_start_failure_reports_the_log_tail(tmp_path: Path) -> None:
+@pytest.mark.parametrize("role", ["s3", "admin gRPC (admin + 10000)"])
+def test_a_taken_port_of_the_block_is_refused_naming_its_holder(tmp_path: Path, role: str) -> None:
     ports = free_seaweed_ports()
     server = SeaweedS3(s3_platform(tmp_path, ports), ports)
-    # Something else holds the S3 port (and accepts connections without answering).
+    port = ports.by_role()[role]
+    # weed mini would fail on a taken S3 port, but silently move a taken admin gRPC port elsewhere.
     with socket.socket() as squatter:
-        squatter.bind(("127.0.0.1", ports.s3))
+        squatter.bind(("127.0.0.1", port))
         squatter.listen()
-        try:
-            with pytest.raises(ServiceError, match="last lines of"):
-                server.start(timeout=20)
-        finally:
-            server.stop()
+        with pytest.raises(ServiceError) as refused:
+            server.start(timeout=20)
+    assert f"{role} port {port} is held by pid {os.getpid()} (" in str(refused.value)
+    assert not server.process.is_running() and not server.process.log_path.exists(), "nothing started"
+
+
+@dataclass(frozen=True)
+class ExitingSeaweed(SeaweedS3):
+    """A server whose process exits at once, as weed does on a bad flag or data directory."""
+
+    def __post_init__(self) -> None:
+        argv = [sys.executable, "-c", "print('weed: cannot start'); raise SystemExit(1)"]
+        process = ManagedProcess.under(self.platform.runtime_root, "seaweedfs", argv, {})
+        object.__setattr__(self, "process", process)
+
+
+def test_start_failure_reports_the_log_tail(tmp_path: Path) -> None:
+    ports = free_seaweed_ports()
+    server = ExitingSeaweed(s3_platform(tmp_path, ports), ports)
+    # The message ends with the log's last lines: the starting line, then what the process said.
+    with pytest.raises(
+        ServiceError, match=r"seaweedfs is not running .*seaweedfs\.log:\n.*\nweed: cannot start$"
+    ):
+        server.start(timeout=20)
 
 
 def test_managed_process_stops_its_whole_group(tmp_path: Path) -> None:
