@@ -127,3 +127,27 @@ def test_without_taps_nothing_extra_runs_and_the_sink_is_the_same(
     assert sinks[0].count() == 15
     assert not (platform_conf.job_runtime_dir("router_plain") / "preview").exists()
     assertDataFrameEqual(sinks[0], sinks[1])
+
+
+def test_the_shipped_router_taps_its_output(
+    spark: SparkSession, platform_conf: PlatformConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The repo's router file as shipped (only its metrics port differs), so the demo has a tap to show.
+    spec = find_job("router", platform_conf.conf_dir)
+    assert spec.operations.preview.stages == ("output",)
+    write_json_lines(platform_conf.landing_root / "events", "a.json", [event(n) for n in range(1, 4)])
+    query = with_trigger(plan_job(platform_conf, spec), spec, available_now=True)(spark).start()
+    taps = start_taps(spark, platform_conf, spec, available_now=True)
+    for running in (query, *taps):
+        running.awaitTermination(300)
+    assert all(running.exception() is None for running in (query, *taps))
+
+    assert main(["preview", "router", "output"]) == 0
+    out = capsys.readouterr().out
+    lines = out[out.index("router / output") :].splitlines()
+    assert lines[0] == "router / output: newest 3 of 3 records, batch 0"
+    assert [line.split()[:2] for line in lines[2:]] == [
+        ["purchases", "e01"],
+        ["purchases", "e02"],
+        ["purchases", "e03"],
+    ]
