@@ -25,6 +25,8 @@ warden restate JOB --savepoint ID|--before T --reason R [--dry-run]
 warden upgrade JOB --spec FILE --reason R
                                 deploy a new spec from a fresh savepoint; roll back if not ready
 warden platform up|down|status  the embedded platform (S3, PostgreSQL, Airflow, generator, drivers)
+warden platform generator start|stop
+                                the synthetic event generator alone (the jobs drain what it wrote)
 warden state JOB [--key K] [--json]
                                 a stateful job's latest committed state (per key), e.g. device health
 warden archive [--list SOURCE | --verify SOURCE --hour T]
@@ -376,6 +378,12 @@ def cmd_platform(args: argparse.Namespace) -> int:
                 for s in embedded.status(platform)
             ]
             _print_table(["service", "state", "pid", "url"], rows)
+        case "generator":
+            print(
+                embedded.start_generator(platform)
+                if args.switch == "start"
+                else embedded.stop_generator(platform)
+            )
     return 0
 
 
@@ -761,7 +769,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     state.set_defaults(run=cmd_state)
     platform = commands.add_parser("platform", help="the embedded platform")
-    platform.add_argument("action", choices=["up", "down", "status"])
+    platform_commands = platform.add_subparsers(dest="action", required=True)
+    for action, summary in (
+        ("up", "start every service, Airflow and the event generator; supervise the autostart jobs"),
+        ("down", "stop everything, the streaming drivers included"),
+        ("status", "each service: running or not, its pid and address"),
+    ):
+        platform_commands.add_parser(action, help=summary)
+    generator = platform_commands.add_parser(
+        "generator", help="start or stop the synthetic event generator alone; the rest keeps running"
+    )
+    generator.add_argument("switch", choices=["start", "stop"])
     platform.set_defaults(run=cmd_platform)
     archive = commands.add_parser("archive", help="archive landing input to S3 by arrival hour")
     archive.add_argument("--list", metavar="SOURCE", help="a source's archived hours (e.g. events)")

@@ -159,6 +159,25 @@ def generator_process(platform: PlatformConfig) -> ManagedProcess:
     return ManagedProcess.under(platform.runtime_root, "generator", argv, _base_env(platform), cwd=CODE_ROOT)
 
 
+def start_generator(platform: PlatformConfig) -> str:
+    """Start the event generator alone (`warden platform generator start`), unless it runs; what
+    happened."""
+    generator = generator_process(platform)
+    running = generator.pid()
+    if running is not None:
+        return f"generator: already running (pid {running})"
+    pid = generator.start()
+    return (
+        f"generator: started (pid {pid}, {GENERATOR_RATE} events/s into {platform.landing_root / 'events'})"
+    )
+
+
+def stop_generator(platform: PlatformConfig) -> str:
+    """Stop the event generator alone (`warden platform generator stop`): the jobs keep running and
+    drain what it wrote; what happened."""
+    return f"generator: {generator_process(platform).stop()}"
+
+
 def _airflow_api(platform: PlatformConfig, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
     """One JSON call to the embedded api-server (no token: all users are admin there)."""
     request = urllib.request.Request(
@@ -321,7 +340,7 @@ def down(platform: PlatformConfig, *, echo: Echo = print) -> None:
     # Imported here: only `down` needs the supervisor stack, and `up`/`status` must work without it.
     from ops.control.supervisor import stop_all_jobs
 
-    echo(f"generator: {generator_process(platform).stop()}")
+    echo(stop_generator(platform))
     for component in reversed(airflow_processes(platform)):
         echo(f"{component.name}: {component.stop(AIRFLOW_STOP_TIMEOUT)}")
     seaweed = SeaweedS3.for_platform(platform)

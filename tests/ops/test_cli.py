@@ -1,4 +1,4 @@
-"""`warden` commands against a real ledger (no driver is started: the job is suspended)."""
+"""`warden` commands against a real ledger (no driver is started: the jobs are suspended or unlaunched)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 import sqlalchemy as sa
@@ -14,6 +15,7 @@ from ops.cli import main
 from ops.ledger.store import SCHEMA_REVISION, Ledger, schema_revision
 from ops.spec.job import find_job, job_file
 from ops.spec.platform import PlatformConfig
+from tests.support.drivers import wait_for
 
 
 def test_stop_status_and_decisions(platform_conf: PlatformConfig, capsys: pytest.CaptureFixture[str]) -> None:
@@ -130,3 +132,31 @@ def test_validate_says_a_job_s_metrics_port_is_taken_and_by_whom(
 
     assert main(["validate", "--no-analysis"]) == 0
     assert "operations.metrics_port" not in capsys.readouterr().out
+
+
+def test_platform_generator_stops_and_starts_alone(
+    platform_conf: PlatformConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    landing = platform_conf.landing_root / "events"
+
+    def written() -> int:
+        return sum(1 for _ in landing.rglob("*.json")) if landing.exists() else 0
+
+    assert main(["platform", "generator", "start"]) == 0
+    try:
+        assert capsys.readouterr().out.startswith("generator: started (pid ")
+        assert main(["platform", "generator", "start"]) == 0
+        assert capsys.readouterr().out.startswith("generator: already running (pid ")
+        wait_for(lambda: written() > 0, 60, "the generator's first file")
+        assert main(["platform", "status"]) == 0
+        assert next(
+            line.split()[:2] for line in capsys.readouterr().out.splitlines() if line.startswith("generator")
+        ) == ["generator", "running"]
+    finally:
+        assert main(["platform", "generator", "stop"]) == 0
+    assert capsys.readouterr().out == "generator: stopped\n"
+    files = written()
+    time.sleep(3)
+    assert written() == files, "no file after the stop"
+    assert main(["platform", "generator", "stop"]) == 0
+    assert capsys.readouterr().out == "generator: not running\n"
