@@ -76,7 +76,7 @@ from ops.clock import utcnow
 from ops.control.health import observe
 from ops.control.launcher import LocalProcessBackend, driver_job
 from ops.control.policy import FAILURE
-from ops.control.scaling import run_scale
+from ops.control.scaling import cores_label, run_scale
 from ops.driver.preview import read_preview
 from ops.driver.takeover import read_standby_status
 from ops.exceptions import ConfigError, WardenError
@@ -354,8 +354,7 @@ def _cores_cell(job: JobRecord | None, run: RunRecord | None, spec: JobSpec | No
     """The cores the job's driver runs with (its run's scale), marked when an operator pinned them."""
     if run is None or spec is None:
         return "-"
-    cores = run_scale(run, spec).cores
-    return f"{cores or 'default'}{' pinned' if job is not None and job.scale_pinned else ''}"
+    return cores_label(run_scale(run, spec).cores, job is not None and job.scale_pinned)
 
 
 def cmd_reconcile(args: argparse.Namespace) -> int:

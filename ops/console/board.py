@@ -24,7 +24,7 @@ import sqlalchemy as sa
 from ops.console.diagnosis import Diagnosis, diagnose, master_cores
 from ops.console.state_lookup import StateLookup, StateLookupForm, StateRows, lookup_form
 from ops.control.policy import FAILURE, Lifecycle
-from ops.control.scaling import desired_scale
+from ops.control.scaling import cores_label, desired_scale
 from ops.driver.history import MinuteRates, ProgressHistory, rates_since, read_history, read_rates
 from ops.driver.preview import load_preview_file, preview_path, preview_rows
 from ops.driver.telemetry import Heartbeat, read_heartbeat
@@ -134,7 +134,10 @@ class BoardRow:
     desired_state: str
     down: bool
     config_error: str | None
+    # The cores the driver is given (the master's when the job names none), for the diagnosis;
+    # `cores_label` is what the board shows, as `warden status` does.
     cores: int | None
+    cores_label: str
     cores_pinned: bool
     recommended_cores: int | None
     master: str | None
@@ -284,12 +287,13 @@ class Console:
         if isinstance(spec, ConfigError) or spec is None:
             state = "INVALID" if isinstance(spec, ConfigError) else (record.state if record else "NEW")
             config_error = str(spec) if isinstance(spec, ConfigError) else None
-            master, scaled_cores = None, None
+            master, scaled_cores, label = None, None, "-"
         else:
             state = record.state if record else "NEW"
             config_error = None
             master = spec.operations.resources.master or self.platform.spark.master
             scaled_cores = desired_scale(spec, record).cores
+            label = cores_label(scaled_cores, bool(record and record.scale_pinned))
         sample = heartbeat.last_sample if heartbeat else None
         return BoardRow(
             job=name,
@@ -300,6 +304,7 @@ class Console:
             down=state in DOWN_STATES or state == "INVALID",
             config_error=config_error,
             cores=scaled_cores or (master_cores(master) if master else None),
+            cores_label=label,
             cores_pinned=bool(record and record.scale_pinned),
             recommended_cores=record.recommended_cores if record else None,
             master=master,

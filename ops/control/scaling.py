@@ -60,6 +60,13 @@ def run_scale(run: RunRecord, spec: JobSpec) -> Scale:
     return Scale(run.cores, run.max_files_per_trigger)
 
 
+def cores_label(cores: int | None, pinned: bool) -> str:
+    """A job's cores as `warden status` and the job board both show them: the number, `default`
+    when neither the job file nor the ledger names one (the Spark master then decides), marked
+    `pinned` when an operator pinned them."""
+    return f"{'default' if cores is None else cores}{' pinned' if pinned else ''}"
+
+
 def desired_scale(spec: JobSpec, job: JobRecord | None) -> Scale:
     """The scale the job should run at: pinned by an operator, else the autoscaler's (in `apply`
     mode, within the policy's bounds, starting at the written cores or the policy's minimum),

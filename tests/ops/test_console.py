@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from ops.cli import main
 from ops.console.board import Console, as_json
 from ops.console.diagnosis import diagnose, master_cores
 from ops.driver.history import HISTORY_BATCHES, ProgressHistory, read_history, read_rates, write_history
@@ -234,6 +235,7 @@ def test_the_board_has_a_row_per_job_with_its_figures(platform_conf: PlatformCon
     assert rows["enricher"].state == "NEW" and not rows["enricher"].down
     assert (router.cores, router.cores_pinned, router.recommended_cores) == (2, False, None), "local[2]"
     assert (sessionizer.cores, sessionizer.cores_pinned, sessionizer.recommended_cores) == (3, True, 1)
+    assert (router.cores_label, sessionizer.cores_label) == ("default", "3 pinned")
     assert router.last_batch_id == 41 and router.backlog_files == 3
     assert (router.input_rate, router.processed_rate) == (50.0, 80.0)
     assert router.watermark_lag_seconds == pytest.approx(120)
@@ -248,6 +250,21 @@ def test_the_board_has_a_row_per_job_with_its_figures(platform_conf: PlatformCon
         and 10 * 60 - 5 < router.last_batch_age_seconds < 10 * 60 + 5
     )
     json.dumps(as_json(rows["router"]))
+
+
+def test_the_board_shows_a_job_s_cores_as_warden_status_does(
+    platform_conf: PlatformConfig, ledger: Ledger, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A running router whose file and ledger name no cores (local[2] gives it 2): both say `default`.
+    ledger.ensure_job("router", desired_state="running", state="RUNNING", config_version="v1")
+    ledger.start_run(RunRecord("r1", "router", "local", None, None, None, None, "v1", NOW, None, None))
+
+    assert main(["status"]) == 0
+    header, *rows = capsys.readouterr().out.splitlines()
+    status_cores = next(row for row in rows if row.startswith("router ")).split()[7]
+    board_cores = {row.job: row for row in Console(platform_conf, ledger).board(NOW)}["router"].cores_label
+
+    assert header.split()[9] == "cores" and status_cores == board_cores == "default"
 
 
 def test_a_job_file_that_does_not_validate_is_a_red_row(

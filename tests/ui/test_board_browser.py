@@ -7,14 +7,19 @@ seconds and back after the supervisor relaunched it; the job page shows that inc
 "restate from here" opens the restate form with the job and savepoint filled in, and its
 confirmation triggers `warden_restate` through Airflow's REST API. Screenshots of each step go
 to `.runtime/test-artifacts/ui/` (gitignored).
+
+The layout test needs no platform: Chromium opens the page with the console's answers on a seeded
+ledger (served by request interception, as the plugin's app serves them) in a 1600-pixel window.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,11 +29,12 @@ import pytest
 import yaml
 
 from ops.clock import utcnow
+from ops.console.board import Console, as_json
 from ops.control.supervisor import Supervisor
 from ops.driver.telemetry import read_heartbeat
 from ops.embedded import platform as embedded
 from ops.embedded.services import free_seaweed_ports
-from ops.ledger.store import Ledger
+from ops.ledger.store import Ledger, SavepointRecord
 from ops.spec.platform import CONF_DIR_ENV, PlatformConfig, load_platform
 from tests.support.drivers import edit_job, wait_for
 from tests.support.platform import job_paths, write_conf
@@ -217,3 +223,80 @@ def test_the_board_follows_an_incident_and_restates_from_a_savepoint(
     wait_for(finished, 600, "the dry-run restatement")
     assert airflow_get(platform, f"/api/v2/dags/warden_restate/dagRuns/{run_id}")["state"] == "success"
     assert red_after < BACKOFF_SECONDS + 15
+
+
+PAGE = REPO / "plugins" / "streamwarden_airflow" / "console_page.html"
+# Where the page believes it is served; every request to it is answered here, none leaves Chromium.
+BOARD_ORIGIN = "http://127.0.0.1:9"
+ISO_WITH_MICROSECONDS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+")
+
+
+def serve_console(page: Any, console: Console) -> None:
+    """Answer the page's requests as the plugin's app does: the static page, and the console's
+    board and job pages as JSON (the app's routes without Airflow's auth in front)."""
+
+    def answer(route: Any) -> None:
+        path = urllib.parse.urlsplit(route.request.url).path.removeprefix("/streamwarden")
+        now = utcnow()
+        if path == "/api/board":
+            body: Any = {"generated_at": now.isoformat(), "jobs": as_json(console.board(now))}
+        elif path.startswith("/api/jobs/"):
+            body = {"generated_at": now.isoformat(), **as_json(console.job_page(path.split("/")[3], now))}
+        else:
+            route.fulfill(status=200, content_type="text/html", body=PAGE.read_text())
+            return
+        route.fulfill(status=200, content_type="application/json", body=json.dumps(body))
+
+    page.route(f"{BOARD_ORIGIN}/streamwarden/**", answer)
+
+
+def test_the_board_fits_a_1600_pixel_window_and_reads_plainly(platform_conf: PlatformConfig) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    ledger = Ledger.open(platform_conf.resolved_ledger_url)
+    now = utcnow()
+    for name in sorted(path.stem for path in (platform_conf.conf_dir / "jobs").glob("*.yaml")):
+        ledger.ensure_job(name, desired_state="running", state="RESTARTING", config_version="v1")
+        ledger.update_job(name, backlog=1234, last_batch_id=123456, recommended_cores=4)
+        ledger.enqueue_alert(name, "falling_behind", f"{name}/falling_behind", "warning", {})
+        ledger.enqueue_alert(name, "restart_storm", f"{name}/restart_storm", "critical", {})
+        ledger.add_savepoint(SavepointRecord(f"sp-{name}", name, 123456, now, "k", 9, 9, "complete", "v1"))
+    ledger.update_job("router", state="RUNNING", state_reason="progress at batch 56")
+    ledger.update_job("sessionizer", scale_cores=3, scale_pinned=True)
+    ledger.record_decision("router", "launch", "backoff over", {})
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        page = browser.new_page(viewport={"width": 1600, "height": 1000})
+        try:
+            serve_console(page, Console(platform_conf, ledger))
+            page.goto(f"{BOARD_ORIGIN}/streamwarden/board")
+            expect(page.locator('tr[data-job="router"][data-state="RUNNING"]')).to_be_visible(timeout=30_000)
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "board-1600.png"), full_page=True)
+            # Every column, the newest savepoint's last, inside the window: no sideways scrolling.
+            for cell in (page.locator("#board th").last, page.locator('tr[data-job="router"] td').last):
+                box = cell.bounding_box()
+                assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 1600, box
+            assert page.evaluate("document.documentElement.scrollWidth") <= 1600
+            # The board's cores are `warden status`'s: `default` where neither file nor ledger names them.
+            cores = page.locator('tr[data-job="router"] td.cores')
+            expect(cores).to_have_text("default")
+            expect(page.locator('tr[data-job="sessionizer"] td.cores')).to_have_text("3 pinned")
+            # Times as a person reads them, in UTC, without microseconds.
+            assert not ISO_WITH_MICROSECONDS.search(page.locator("main").inner_text())
+            expect(page.locator("#refreshed")).to_have_text(
+                re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$")
+            )
+
+            page.locator('tr[data-job="router"] a').click()
+            expect(page.locator("#state-line")).to_have_text(
+                "Batches commit or the query idles on time. Reason: progress at batch 56."
+            )
+            expect(page.locator("#decisions tbody td").first).to_have_text(
+                re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$")
+            )
+            assert not ISO_WITH_MICROSECONDS.search(page.locator("main").inner_text())
+            page.screenshot(path=str(ARTIFACTS / "job-page-1600.png"), full_page=True)
+        finally:
+            browser.close()
