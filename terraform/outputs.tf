@@ -4,18 +4,23 @@ output "bucket_names" {
 }
 
 output "kms_key_arn" {
-  description = "The key that encrypts the buckets and the Slack secret."
+  description = "The key that encrypts the buckets, the secrets, the database and the log groups."
   value       = module.storage.kms_key_arn
 }
 
-output "glue_database_name" {
-  description = "The Glue catalog database of the warehouse tables."
-  value       = module.catalog.database_name
+output "secret_names" {
+  description = "Secrets Manager secret names by the file the platform reads each from (/run/secrets/<key>); their values are put by an operator."
+  value       = module.secrets.secret_names
 }
 
-output "slack_webhook_secret_arn" {
-  description = "Secrets Manager secret to store the Slack incoming-webhook URL in."
-  value       = module.secrets.slack_webhook_secret_arn
+output "postgres_address" {
+  description = "Host name of the PostgreSQL instance with the airflow, ledger and metastore databases."
+  value       = module.database.address
+}
+
+output "postgres_master_secret_arn" {
+  description = "The secret RDS keeps the master password in (for running conf/postgres/init-databases.sh once)."
+  value       = module.database.master_user_secret_arn
 }
 
 output "role_arns" {

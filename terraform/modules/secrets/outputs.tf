@@ -1,4 +1,9 @@
-output "slack_webhook_secret_arn" {
-  description = "ARN of the Slack webhook secret."
-  value       = aws_secretsmanager_secret.slack_webhook.arn
+output "secret_arns" {
+  description = "Secret ARN by the file name the platform reads it from (/run/secrets/<name>)."
+  value       = { for key, secret in aws_secretsmanager_secret.platform : key => secret.arn }
+}
+
+output "secret_names" {
+  description = "Secret name by the file name the platform reads it from."
+  value       = { for key, secret in aws_secretsmanager_secret.platform : key => secret.name }
 }

@@ -32,19 +32,37 @@ locals {
   }
 }
 
+# The platform's key: buckets, secrets, the database, the image repository, Kubernetes secrets
+# and the log groups. The services that act for a caller (S3, Secrets Manager, RDS, EKS) use it
+# within that caller's IAM permissions; CloudWatch Logs encrypts as itself, so the key policy
+# names it, for the platform's log groups only.
 resource "aws_kms_key" "platform" {
-  description             = "${var.name}: S3 buckets and the Slack webhook secret"
+  description             = "${var.name}: buckets, secrets, database and log groups"
   enable_key_rotation     = true
   deletion_window_in_days = 30
   policy = jsonencode({
     Version = "2012-10-17"
-    Statement = [{
-      Sid       = "AccountAdministersTheKeyThroughIAM"
-      Effect    = "Allow"
-      Principal = { AWS = "arn:aws:iam::${var.account_id}:root" }
-      Action    = "kms:*"
-      Resource  = "*"
-    }]
+    Statement = [
+      {
+        Sid       = "AccountAdministersTheKeyThroughIAM"
+        Effect    = "Allow"
+        Principal = { AWS = "arn:aws:iam::${var.account_id}:root" }
+        Action    = "kms:*"
+        Resource  = "*"
+      },
+      {
+        Sid       = "CloudWatchLogsEncryptsThePlatformsLogGroups"
+        Effect    = "Allow"
+        Principal = { Service = "logs.${var.region}.amazonaws.com" }
+        Action    = ["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"]
+        Resource  = "*"
+        Condition = {
+          ArnLike = {
+            "kms:EncryptionContext:aws:logs:arn" = [for prefix in var.log_group_prefixes : "arn:aws:logs:${var.region}:${var.account_id}:log-group:${prefix}*"]
+          }
+        }
+      },
+    ]
   })
 }
 

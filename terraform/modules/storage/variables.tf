@@ -8,6 +8,16 @@ variable "account_id" {
   type        = string
 }
 
+variable "region" {
+  description = "The AWS region of the key and the log groups it encrypts."
+  type        = string
+}
+
+variable "log_group_prefixes" {
+  description = "Name prefixes of the log groups CloudWatch Logs may encrypt with the key."
+  type        = list(string)
+}
+
 variable "savepoint_max_age_days" {
   description = "Days a deleted savepoint object stays recoverable as a noncurrent version."
   type        = number
