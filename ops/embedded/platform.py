@@ -48,8 +48,9 @@ from ops.spec.platform import CONF_DIR_ENV, SUPERVISE_DAG_PREFIX, PlatformConfig
 CODE_ROOT = Path(__file__).resolve().parents[2]
 # Each component with the flags that keep it off the network beyond its own job. The team stack's
 # docker-compose.yml runs the same commands (tests/deploy checks it).
+SCHEDULER = "airflow-scheduler"
 AIRFLOW_COMMANDS = {
-    "airflow-scheduler": ["scheduler", "--skip-serve-logs"],
+    SCHEDULER: ["scheduler", "--skip-serve-logs"],
     "airflow-dag-processor": ["dag-processor"],
     "airflow-triggerer": ["triggerer", "--skip-serve-logs"],
     "airflow-api-server": ["api-server"],
@@ -121,7 +122,7 @@ def airflow_env(platform: PlatformConfig) -> dict[str, str]:
 
 
 def airflow_processes(platform: PlatformConfig) -> list[ManagedProcess]:
-    """Airflow's components as managed services, in start order."""
+    """Airflow's components as managed services (`up` starts the scheduler after the others)."""
     env = airflow_env(platform)
     airflow = str(venv_bin_dir() / "airflow")
     return [
@@ -195,6 +196,15 @@ def _airflow_api(platform: PlatformConfig, method: str, path: str, body: dict[st
         raise ServiceError(
             f"Airflow at {platform.airflow.base_url} does not answer {method} {path}: {exc}"
         ) from exc
+
+
+def _api_server_down(platform: PlatformConfig) -> list[str]:
+    """["api_server"] until the api-server answers its health endpoint, then []."""
+    try:
+        _airflow_api(platform, "GET", "/api/v2/monitor/health")
+    except ServiceError:
+        return ["api_server"]
+    return []
 
 
 def _unhealthy_airflow_components(platform: PlatformConfig) -> list[str]:
@@ -303,8 +313,16 @@ def up(platform: PlatformConfig, *, timeout: float = 300.0, echo: Echo = print) 
         migrate_airflow_db(platform)
     airflow = airflow_processes(platform)
     echo(f"starting Airflow: {', '.join(component.name for component in airflow)}")
-    for component in airflow:
+    # The scheduler last: each task it runs reports to the api-server's execution API from its
+    # first second, and at a first start on a busy machine the api-server listened 12 s after the
+    # scheduler ran the first tasks, which all failed (the dag-processor and triggerer call that API
+    # in-process).
+    scheduler = next(component for component in airflow if component.name == SCHEDULER)
+    first = [component for component in airflow if component is not scheduler]
+    for component in first:
         component.start()
+    _wait("Airflow's api-server", lambda: _api_server_down(platform), first, timeout)
+    scheduler.start()
     generator = generator_process(platform)
     echo(f"starting the event generator ({GENERATOR_RATE} events/s into {platform.landing_root / 'events'})")
     generator.start()
