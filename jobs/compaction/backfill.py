@@ -235,7 +235,7 @@ def published_rows(spark: SparkSession, table: WarehouseTable, like: DataFrame) 
 
 
 def finish_run(platform: PlatformConfig, run: BackfillRun) -> dict[str, Any]:
-    """Publish a finished run's staged output (or diff a candidate's) under the job lock; the
+    """Publish a finished run's staged output (or diff a candidate's) under the table lock; the
     document written to the run's `published.json` (or `diff.json`)."""
     plan = run.read_plan()
     if not run.is_complete():

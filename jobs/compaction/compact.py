@@ -292,7 +292,7 @@ def compact(
     """Compact the sink's closed partitions that changed since they were published (or just
     the partitions `only` names, closed or not, when given); `source` is what the versions
     record as their origin ("restatement" for a restatement's republish). The caller holds the
-    job lock."""
+    table lock (`ops.warehouse.writers.table_writer`)."""
     policy = spec.operations.compaction or CompactionPolicy()
     partitions = sink_partitions(sink, table)
     if only is not None:

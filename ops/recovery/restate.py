@@ -181,7 +181,7 @@ def republish_restated(platform: PlatformConfig, ledger: Ledger, job: str, *, re
     what it republished, None when nothing changed.
 
     The compaction entry point runs as its own local Spark process on the platform's master
-    (write, audit, publish, under the job lock), its versions' source "restatement"; Slack hears
+    (write, audit, publish, under the table lock), its versions' source "restatement"; Slack hears
     it from the compaction (`warehouse_republished`). The `warden_restate` DAG submits the same
     work through SparkSubmitOperator instead (its `republish` task). A partition the restatement
     emptied cannot be compacted: the line says so, and the table keeps its version until an

@@ -8,7 +8,8 @@ since; here a partition's files are dropped once they are safe to lose: the part
 its published warehouse version was made from exactly its committed files (same fingerprint), and
 its hour ended `operations.compaction.sink_retention_hours` ago (the sink's rewind horizon).
 
-Expiring a partition, under the job lock (no compaction, savepoint or rewind of the job runs):
+Expiring a partition, under the table and operation locks (no other compaction, savepoint or rewind
+of the job runs):
 
 1. `_expired.json` is written into its sink directory: which version holds its rows now. A
    directory-listing reader skips `_` files; files that land in such a partition late are

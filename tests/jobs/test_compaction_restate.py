@@ -2,12 +2,16 @@
 the router runs as a real driver under the supervisor, a wrong version writes hour 1 of the day,
 the nightly compaction publishes every partition, then `warden restate` from the savepoint taken
 before the wrong version replays hour 1 with the right code and republishes hour 1's partitions,
-and no other; the table then equals a clean run of the right version, and the restate's summary,
+and no other (a nightly compaction started during the replay skips the job rather than publish
+the rewound sink); the table then equals a clean run of the right version, and the restate's summary,
 its `republish` decision and `warden table history` name each republished partition with its rows
 before and after."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -21,11 +25,12 @@ from ops.control.supervisor import Supervisor, stop_all_jobs
 from ops.ledger.store import Ledger
 from ops.recovery.restate import REPUBLISH_ACTION
 from ops.spec.job import find_job
-from ops.spec.platform import PlatformConfig, load_platform
+from ops.spec.platform import CONF_DIR_ENV, PlatformConfig, load_platform
+from ops.warehouse.writers import SKIPPED_ACTION
 from synthetic.generator import write_batch
 from tests.dags.test_restate import RIGHT, WRONG, warden
 from tests.support.drivers import caught_up, edit_job, wait_for
-from tests.support.warehouse import compact_job, query_table
+from tests.support.warehouse import REPO_ROOT, compact_job, query_table
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 DAY = datetime(2025, 3, 1, tzinfo=UTC)
@@ -71,6 +76,11 @@ def table_rows(platform: PlatformConfig) -> Counter[tuple[str, ...]]:
     return Counter(tuple(str(value) for value in row.values()) for row in rows)
 
 
+def _step(ledger: Ledger) -> str | None:
+    operation = ledger.operation("router")
+    return None if operation is None else operation.step
+
+
 def test_a_restate_of_a_compacted_day_republishes_exactly_the_partitions_it_changed(
     platform: PlatformConfig, ledger: Ledger, spark: SparkSession
 ) -> None:
@@ -93,14 +103,41 @@ def test_a_restate_of_a_compacted_day_republishes_exactly_the_partitions_it_chan
     hour_one = sorted(key for key in published if key.endswith("event_hour=1"))
     assert len(hour_one) == 3 and len(published) == 6, sorted(published)
 
-    restated = warden(
-        platform, "restate", "router", "--savepoint", savepoint.id, "--reason", "zero-amount purchases"
+    restating = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ops.cli",
+            "restate",
+            "router",
+            "--savepoint",
+            savepoint.id,
+            "--reason",
+            "zero-amount purchases",
+        ],
+        cwd=REPO_ROOT,
+        env={**os.environ, CONF_DIR_ENV: str(platform.conf_dir)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
+    # The nightly compaction starts while the restate has rewound the sink and is replaying: it
+    # must neither publish the rewound sink's rows nor hold up the restate.
+    wait_for(lambda: _step(ledger) in ("replay", "finish"), 600, "the restate's replay")
+    during = compact_job(platform, "router", "--now", LATER, "--recovery-wait", "0")
+    assert "compaction skipped" in during.stderr + during.stdout
+    [skipped] = ledger.decisions("router", action=SKIPPED_ACTION)
+    assert skipped.outcome is not None and "its restate (step" in skipped.outcome
+    assert {v.partition: v for v in ledger.partition_versions("router")} == published
+    stdout, stderr = restating.communicate(timeout=900)
+    restated = subprocess.CompletedProcess(restating.args, restating.returncode, stdout, stderr)
     assert restated.returncode == 0, restated.stdout + restated.stderr[-6000:]
     print(restated.stdout)
 
     republished = [v for v in ledger.partition_versions("router") if v.source == "restatement"]
     assert sorted(v.partition for v in republished) == hour_one
+    # Readers saw each partition's old version, then its restated one: nothing in between.
+    assert len(ledger.partition_versions("router")) == len(published) + len(hour_one)
     assert all(v.status == "published" and v.version == 2 for v in republished)
     for version in republished:
         assert version.rows_before == published[version.partition].output_rows

@@ -21,6 +21,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -41,9 +42,11 @@ from ops.backfill.submit import application_env, submit_arguments
 from ops.cli import main
 from ops.control.supervisor import Supervisor
 from ops.driver.backfill import BackfillRun
+from ops.event_times import stored_span, time_key
 from ops.exceptions import BackfillError
 from ops.ledger.store import Ledger
 from ops.recovery.rewind import rewind_job
+from ops.s3 import platform_client
 from ops.spec.job import JobSpec, find_job
 from ops.spec.paths import JobPaths
 from ops.spec.platform import PlatformConfig, StorageConfig, load_platform
@@ -413,3 +416,107 @@ def test_a_candidate_runs_into_a_side_table_and_is_diffed_per_partition_without_
     assert all(entry["changed"] == 0 for entry in diff.values())
     assert "purchases" in output and "added" in output and "against warehouse.router" in output
     assert ledger.partition_versions("router") == versions  # nothing published
+
+
+def test_a_range_covering_router_hours_that_late_arrivals_also_feed_is_refused_and_can_be_widened(
+    platform: PlatformConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write_input(platform, "router", seed=17)
+    # Late arrivals: in the last arrival hour, events of the first arrival hour's event hour (22:00).
+    first_event_hour = datetime(2025, 3, 1, 22, tzinfo=UTC)
+    rng = random.Random(17)
+    scratch = platform.runtime_root / "late"
+    late = [json.dumps(make_event(rng, first_event_hour + timedelta(minutes=m))) for m in (5, 6)]
+    land(platform, [write_json_lines(scratch / "events", "events-17-late-again.json", late)], scratch)
+    archive.archive_landing(platform, ["events"], NOW)
+    first_hour = [
+        "router",
+        "--from",
+        FIRST_ARRIVAL.isoformat(),
+        "--to",
+        (FIRST_ARRIVAL + timedelta(hours=1)).isoformat(),
+    ]
+
+    assert main(["backfill", *first_hour]) == 2
+    refused = capsys.readouterr().err
+    assert "would replace 1 warehouse partitions it recomputes only in part" in refused
+    assert (
+        "REFUSED event_date=2025-03-01/event_hour=22: also fed by arrival hours 2026-11-20T08:00" in refused
+    )
+    assert "--from 2026-11-20T06:00 --to 2026-11-20T09:00; pass --whole-partitions" in refused
+    assert not (platform.runtime_root / "backfill").exists() or not any(
+        (platform.runtime_root / "backfill").glob("router-*")
+    )
+
+    assert main(["backfill", *first_hour, "--dry-run"]) == 0
+    dry_run = capsys.readouterr().out
+    assert "REFUSED event_date=2025-03-01/event_hour=22" in dry_run
+
+    assert main(["backfill", *first_hour, "--whole-partitions", "--dry-run"]) == 0
+    widened = capsys.readouterr().out
+    assert "over arrival hours 2026-11-20T06:00 .. 2026-11-20T09:00: 3 partitions" in widened
+    assert "replaces whole event_date=2025-03-01/event_hour=22: fed only by arrival hours" in widened
+    assert "REFUSED" not in widened
+
+
+def test_a_manifest_written_before_spans_were_recorded_gets_them_from_its_files(
+    platform: PlatformConfig,
+) -> None:
+    write_input(platform, "router", seed=19)
+    archive.archive_landing(platform, ["events"], NOW)
+    partition = archive.partitions(platform, "events")[0]
+    recorded = archive.read_manifest(platform, partition)
+    assert recorded and all(entry.event_times for entry in recorded)
+    # The same manifest as an older archiver wrote it: no spans.
+    archive._write_manifest(
+        platform,
+        platform_client(platform, None, BackfillError),
+        partition,
+        [archive.ArchivedFile(entry.name, entry.size, entry.sha256) for entry in recorded],
+    )
+    time_field = find_job("router", platform.conf_dir).pipeline.inputs["events"].fields[1]
+
+    spans = archive.event_time_spans(platform, partition, time_field)
+
+    assert archive.read_manifest(platform, partition) == recorded
+    key = time_key(time_field)
+    assert spans == [stored_span(entry.event_times[key]) for entry in recorded]
+
+
+# Backfills, publishes and warehouse readers: Spark processes of their own, with the cores shared.
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_backfills_over_part_of_a_days_arrival_hours_never_replace_its_published_sessions(
+    spark: SparkSession, warehouse: PlatformConfig
+) -> None:
+    platform = warehouse
+    write_input(platform, "sessionizer", seed=23)
+    archive.archive_landing(platform, ["app_events", "web_events"], NOW)
+    whole_range = BackfillRequest(
+        "sessionizer", start=FIRST_ARRIVAL, end=FIRST_ARRIVAL + timedelta(hours=HOURS)
+    )
+    plan, staged = run_backfill(platform, whole_range, NOW)
+    publish_output(platform, staged.run, plan)
+    ledger = Ledger.open(platform.resolved_ledger_url)
+    published = ledger.partition_versions("sessionizer")
+    day = "SELECT output, event_date, count(*) AS n FROM warehouse.sessionizer GROUP BY output, event_date"
+    before = {(row["output"], str(row["event_date"])): row["n"] for row in query_table(platform, day)}
+    staged_rows = spark.read.parquet(str(staged.sink)).where("event_date IS NOT NULL")
+    assert sum(before.values()) == staged_rows.count() > 0
+
+    # The later, narrower backfills of the issue: each day they write is fed by hours outside them.
+    for start, end in ((1, 2), (0, 1)):
+        narrower = BackfillRequest(
+            "sessionizer",
+            start=FIRST_ARRIVAL + timedelta(hours=start),
+            end=FIRST_ARRIVAL + timedelta(hours=end),
+        )
+        with pytest.raises(BackfillError, match="recomputes only in part") as refused:
+            run_backfill(platform, narrower, NOW)
+        assert "REFUSED event_date=" in str(refused.value)
+        widened, _, _ = plan_backfill(platform, replace(narrower, whole_partitions=True), NOW)
+        assert widened.root.name.startswith("sessionizer-20261120T06-20261120T09-job-")
+
+    assert ledger.partition_versions("sessionizer") == published
+    after = {(row["output"], str(row["event_date"])): row["n"] for row in query_table(platform, day)}
+    assert after == before
