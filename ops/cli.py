@@ -32,7 +32,7 @@ warden state JOB [--key K] [--json]
 warden archive [--list SOURCE | --verify SOURCE --hour T]
                                 archive the sealed arrival hours of every landing directory now,
                                 list a source's archived hours, or check one against its manifest
-warden backfill JOB --from T1 --to T2 [--spec FILE] [--throttle S] [--dry-run]
+warden backfill JOB --from T1 --to T2 [--whole-partitions] [--spec FILE] [--throttle S] [--dry-run]
 warden backfill JOB --bootstrap --to T
                                 run the job's own streaming query over the archived arrival hours
                                 [T1, T2), one hour per micro-batch (resumes a killed run); with
@@ -568,6 +568,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
         candidate=args.spec,
         throttle_seconds=args.throttle,
         bootstrap=args.bootstrap,
+        whole_partitions=args.whole_partitions,
     )
     if args.dry_run:
         run, plan, _ = plan_backfill(platform, request, utcnow())
