@@ -8,7 +8,15 @@ The `text` source keeps each line's bytes as they are; only converting them to a
 (which `from_json` does) replaces invalid UTF-8 with U+FFFD. So the parse checks the bytes first
 (`is_valid_utf8`, a native scan) and dead-letters a line that is not UTF-8 before anything reads
 it, with the line's bytes in base64 as its `raw`: every column the parse writes is valid UTF-8, so
-every Parquet reader can read the sinks, and nothing of the line is lost.
+every Parquet reader can read the sinks, and nothing of the line is lost. The base64 is one unbroken
+line whatever `spark.sql.chunkBase64String.enabled` says, so strict decoders accept it.
+
+A leading UTF-8 byte-order mark (Windows producers write one) is not part of the JSON: the parse
+reads the line after it, and `raw` keeps the line as it came. A blank line (empty, or only JSON
+whitespace) is neither an event nor a dead letter: the parse drops it and counts it
+(`BLANK_LINES`). A line nested deeper than the JSON parser's limit (`MAX_JSON_DEPTH`) is a dead
+letter that says so, told from invalid JSON by a second parse with no limit for the rows the first
+refused.
 
 Each object is parsed into a `map<string,string>` (a value's JSON text by key) rather than a
 struct: the map keeps every occurrence of a key, so a duplicate key is seen in the one parse. The
@@ -38,7 +46,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ops.driver.listener import DUPLICATE_KEY_LINES
+from ops.driver.listener import BLANK_LINES, DUPLICATE_KEY_LINES
 from ops.spec.pipelines import FieldType, FileSource, SourceField
 
 DEAD_LETTER_REASON = "dead_letter_reason"
@@ -50,6 +58,14 @@ LANDING_GLOB = "*.json"
 
 INVALID_UTF8 = "invalid UTF-8 (raw holds the line's bytes in base64)"
 INVALID_JSON = "invalid JSON"
+# The nesting depth `from_json` parses to: Jackson's default `StreamReadConstraints`, which Spark
+# keeps unless a `maxNestingDepth` option says otherwise.
+MAX_JSON_DEPTH = 1000
+NESTED_TOO_DEEP = f"JSON nested deeper than {MAX_JSON_DEPTH} levels (the parser's limit)"
+
+BYTE_ORDER_MARK = "\ufeff"
+# JSON's whitespace (RFC 8259) that can be in a line: the line reader splits at "\n".
+JSON_WHITESPACE = " \t\r"
 
 SPARK_TYPES: dict[FieldType, T.DataType] = {
     "string": T.StringType(),
@@ -71,7 +87,13 @@ _EPOCH_DECIMAL = T.DecimalType(38, 9)
 _OBJECT_MAP = T.MapType(T.StringType(), T.StringType())
 _VALUE = "value"
 _VALID_UTF8 = "_valid_utf8"
+_LINE = "_line"
+_BLANK = "_blank"
 _VALID = "_valid"
+# The depth probe's corrupt-record column: set when a line does not parse even with no depth limit.
+_UNPARSED = "_streamwarden_unparsed"
+_DEPTH_PROBE = T.StructType([T.StructField(_UNPARSED, T.StringType())])
+_DEPTH_PROBE_OPTIONS = {"maxNestingDepth": str(2**31 - 1), "columnNameOfCorruptRecord": _UNPARSED}
 
 ObjectPath = tuple[str, ...]
 
@@ -81,22 +103,30 @@ def parse_events(raw: DataFrame, source: FileSource, observe_as: str | None = No
 
     Each line is parsed once, with every value read as text, and each field's text is then
     converted to its declared type without failing the batch (ANSI mode). The reason is null for a
-    good row; otherwise `INVALID_UTF8`, "invalid JSON", or the field problems joined by "; ", each
-    quoting the field: "missing required field 'user_id'", "field 'amount': cannot parse 'abc' as
-    double", "field 'device_id': 'device' is not an object". `raw` is the line, except for a line
-    that is not UTF-8: its bytes in base64. The fields of such a line and of invalid JSON are null.
+    good row; otherwise `INVALID_UTF8`, `NESTED_TOO_DEEP`, "invalid JSON", or the field problems
+    joined by "; ", each quoting the field: "missing required field 'user_id'", "field 'amount':
+    cannot parse 'abc' as double", "field 'device_id': 'device' is not an object". `raw` is the
+    line, except for a line that is not UTF-8: its bytes in base64, unchunked. The fields of such a
+    line and of one that is not a JSON object are null. A leading byte-order mark is skipped; a
+    blank line gives no row.
 
     With `observe_as`, the number of lines in which an object the source reads has a key more
-    than once is observed under that name (`DUPLICATE_KEY_LINES`), for the driver's metrics.
+    than once (`DUPLICATE_KEY_LINES`) and the number of blank lines (`BLANK_LINES`) are observed
+    under that name, for the driver's metrics.
     """
     columns = _ParseColumns(source)
     value = F.col(_VALUE)
     utf8_lines = raw.select(value, F.is_valid_utf8(value).alias(_VALID_UTF8))
     # A line that is not UTF-8 is not parsed: its text would hold replacement characters.
-    line = F.when(F.col(_VALID_UTF8), value)
-    parsed = utf8_lines.select(
-        F.coalesce(line, F.base64(value.cast("binary"))).alias(RAW),
+    lines = utf8_lines.select(
+        value, F.col(_VALID_UTF8), F.when(F.col(_VALID_UTF8), _without_byte_order_mark(value)).alias(_LINE)
+    )
+    line = F.col(_LINE)
+    parsed = lines.select(
+        F.coalesce(F.when(F.col(_VALID_UTF8), value), _unchunked_base64(value)).alias(RAW),
         F.col(_VALID_UTF8),
+        line,
+        _is_blank(line).alias(_BLANK),
         *columns.parse_object((), line),
     )
     # One level deeper at a time: the text of each path, then the objects among them, parsed from it.
@@ -112,7 +142,12 @@ def parse_events(raw: DataFrame, source: FileSource, observe_as: str | None = No
     for flag in columns.duplicates.values():
         duplicate_keys = duplicate_keys | F.col(flag)
     if observe_as is not None:
-        parsed = parsed.observe(observe_as, F.count_if(duplicate_keys).alias(DUPLICATE_KEY_LINES))
+        parsed = parsed.observe(
+            observe_as,
+            F.count_if(duplicate_keys).alias(DUPLICATE_KEY_LINES),
+            F.count_if(F.col(_BLANK)).alias(BLANK_LINES),
+        )
+    parsed = parsed.where(~F.col(_BLANK))
 
     # Each field's value, converted once: the valid check and the output read the same column.
     parsed = parsed.withColumns(
@@ -128,7 +163,7 @@ def parse_events(raw: DataFrame, source: FileSource, observe_as: str | None = No
     reason = (
         F.when(F.col(_VALID), F.lit(None).cast("string"))
         .when(~F.col(_VALID_UTF8), F.lit(INVALID_UTF8))
-        .when(~F.col(columns.is_object[()]), F.lit(INVALID_JSON))
+        .when(~F.col(columns.is_object[()]), _not_an_object_reason(line))
         .otherwise(F.concat_ws("; ", *problems))
     )
     typed = [F.col(columns.typed[field.name]).alias(field.name) for field in source.fields]
@@ -183,6 +218,43 @@ class _ParseColumns:
     def text_in_parent(self, path: ObjectPath) -> Column:
         """The JSON text of `path` in its parent object (its last occurrence), or null when absent."""
         return F.col(self.values[path[:-1]]).getField(path[-1])
+
+
+def _without_byte_order_mark(line: Column) -> Column:
+    """The line without a leading byte-order mark (only the lines with one pay for the copy)."""
+    return F.when(line.startswith(BYTE_ORDER_MARK), F.substr(line, F.lit(2))).otherwise(line)
+
+
+def _is_blank(line: Column) -> Column:
+    """Whether a line is empty or only JSON whitespace; false for a null line (not UTF-8).
+
+    Nearly every line starts with "{", so only the others pay for the trim (which copies the line).
+    """
+    trimmed = F.btrim(line, F.lit(JSON_WHITESPACE))
+    return F.coalesce(F.when(~line.startswith("{"), trimmed == F.lit("")), F.lit(False))
+
+
+def _unchunked_base64(value: Column) -> Column:
+    """The bytes of `value` in base64 as one line.
+
+    Spark's `base64` puts "\r\n" after every 76 characters while
+    `spark.sql.chunkBase64String.enabled` is true (the default); removing them does not depend on
+    every session setting that conf, and is the same text when it is off.
+    """
+    return F.replace(F.base64(value.cast("binary")), F.lit("\r\n"), F.lit(""))
+
+
+def _not_an_object_reason(line: Column) -> Column:
+    """Why a UTF-8 line the parse refused is not an object: `NESTED_TOO_DEEP` when it parses as
+    one with no depth limit, else `INVALID_JSON`.
+
+    The probe reads no key (only the corrupt-record column), so no value's text is copied: Spark
+    copies it with a JSON generator, which has the same depth limit. It runs only for the refused
+    lines, the CASE branch that calls this.
+    """
+    probe = F.from_json(line, _DEPTH_PROBE, _DEPTH_PROBE_OPTIONS)
+    parses = probe.isNotNull() & probe.getField(_UNPARSED).isNull()
+    return F.when(parses, F.lit(NESTED_TOO_DEEP)).otherwise(F.lit(INVALID_JSON))
 
 
 def _text_struct(keys: Iterable[str]) -> T.StructType:

@@ -55,9 +55,11 @@ from ops.spec.job import Operations
 MAX_ERROR_MESSAGE = 2000
 BACKLOG_FILES_METRIC = "numFilesOutstanding"
 # `jobs.parsing.parse_events` observes each input of a job under "parse.<input>" (Spark's observed
-# metrics, in each progress record's `observedMetrics`), counting the lines with a duplicate key.
+# metrics, in each progress record's `observedMetrics`), counting the lines with a duplicate key
+# and the blank lines it skipped.
 PARSE_OBSERVATION_PREFIX = "parse."
 DUPLICATE_KEY_LINES = "duplicate_key_lines"
+BLANK_LINES = "blank_lines"
 
 log = structlog.get_logger("streamwarden.listener")
 
@@ -98,9 +100,18 @@ def parse_observation(input_name: str) -> str:
 
 def duplicate_key_lines(progress: Mapping[str, Any]) -> dict[str, int]:
     """Lines with a duplicate key in the batch, by input (inputs with none included)."""
+    return _parse_counts(progress, DUPLICATE_KEY_LINES)
+
+
+def blank_lines(progress: Mapping[str, Any]) -> dict[str, int]:
+    """Blank lines the parse skipped in the batch, by input (inputs with none included)."""
+    return _parse_counts(progress, BLANK_LINES)
+
+
+def _parse_counts(progress: Mapping[str, Any], metric: str) -> dict[str, int]:
     observed = progress.get("observedMetrics") or {}
     return {
-        name.removeprefix(PARSE_OBSERVATION_PREFIX): int(metrics.get(DUPLICATE_KEY_LINES) or 0)
+        name.removeprefix(PARSE_OBSERVATION_PREFIX): int(metrics.get(metric) or 0)
         for name, metrics in observed.items()
         if name.startswith(PARSE_OBSERVATION_PREFIX)
     }
@@ -171,6 +182,12 @@ class _Metrics:
         self.duplicate_key_lines = Counter(
             "streamwarden_duplicate_key_lines",
             "Lines in which an object the job reads has a key more than once (the last value is used)",
+            [JOB_LABEL, "input"],
+            registry=registry,
+        )
+        self.blank_lines = Counter(
+            "streamwarden_blank_lines",
+            "Empty or whitespace-only lines the parse skipped (neither events nor dead letters)",
             [JOB_LABEL, "input"],
             registry=registry,
         )
@@ -309,6 +326,8 @@ class TelemetryListener(StreamingQueryListener):
         self._metrics.dropped_by_watermark.inc(_state_total(progress, "numRowsDroppedByWatermark") or 0)
         for input_name, lines in duplicate_key_lines(progress).items():
             self._metrics.duplicate_key_lines.labels(self.job, input_name).inc(lines)
+        for input_name, lines in blank_lines(progress).items():
+            self._metrics.blank_lines.labels(self.job, input_name).inc(lines)
         self._metrics.input_rate.set(sample.input_rows_per_second)
         self._metrics.processed_rate.set(sample.processed_rows_per_second)
         self._metrics.batch_duration.set(sample.duration_ms / 1000)

@@ -1,5 +1,5 @@
 """The shared parse (`jobs.parsing.parse_events`) on tiny inline DataFrames: time encodings, nested
-paths, bytes that are not UTF-8, duplicate keys."""
+paths, bytes that are not UTF-8, byte-order marks, deep nesting, blank lines, duplicate keys."""
 
 from __future__ import annotations
 
@@ -14,8 +14,15 @@ from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from jobs.catalog import sink_rows
-from jobs.parsing import INVALID_UTF8, invalid_time_formats, parse_events
-from ops.driver.listener import duplicate_key_lines
+from jobs.parsing import (
+    INVALID_JSON,
+    INVALID_UTF8,
+    MAX_JSON_DEPTH,
+    NESTED_TOO_DEEP,
+    invalid_time_formats,
+    parse_events,
+)
+from ops.driver.listener import TelemetryListener, duplicate_key_lines
 from ops.exceptions import ConfigError
 from ops.spec.job import find_job
 from ops.spec.pipelines import FileSource
@@ -195,19 +202,91 @@ def test_a_line_that_is_not_utf8_is_a_dead_letter_with_its_bytes_in_raw(spark: S
     truncated = b'{"event_time": "2025-01-01T10:15:00Z", "city": "\xe2\x82"}'
     # A replacement character written on purpose is valid UTF-8 and stays an event.
     literal = '{"event_time": "2025-01-01T10:15:00Z", "city": "M\ufffdlaga"}'.encode()
-    parsed = parse_bytes(spark, [latin1, surrogate, truncated, literal], source)
+    # Longer than 57 bytes: Spark's base64 would break its text into lines of 76 characters.
+    long_city = {"event_time": "2025-01-01T10:15:00Z", "city": "Málaga " * 40}
+    long_latin1 = json.dumps(long_city, ensure_ascii=False).encode("latin-1")
+    parsed = parse_bytes(spark, [latin1, surrogate, truncated, literal, long_latin1], source)
     expected = spark.createDataFrame(
         [
             (None, None, INVALID_UTF8, base64.b64encode(latin1).decode()),
             (None, None, INVALID_UTF8, base64.b64encode(surrogate).decode()),
             (None, None, INVALID_UTF8, base64.b64encode(truncated).decode()),
             ("2025-01-01 10:15:00.000000", "M\ufffdlaga", None, literal.decode()),
+            (None, None, INVALID_UTF8, base64.b64encode(long_latin1).decode()),
         ],
         f"event_time string, city string, {PARSED}",
     )
+    # The session chunks base64 (Spark's default), which the parse must not depend on.
+    assert spark.conf.get("spark.sql.chunkBase64String.enabled") == "true"
     assertDataFrameEqual(utc_text(parsed, "event_time"), expected)
     raws = [row.raw for row in parsed.where(parsed.dead_letter_reason == INVALID_UTF8).collect()]
-    assert sorted(base64.b64decode(raw) for raw in raws) == sorted([latin1, surrogate, truncated])
+    # A strict decoder (as Java's `Base64.getDecoder()`) refuses anything but the alphabet.
+    decoded = [base64.b64decode(raw, validate=True) for raw in raws]
+    assert sorted(decoded) == sorted([latin1, surrogate, truncated, long_latin1])
+
+
+CITY_SOURCE = make_source({"name": "event_time", "type": "timestamp"}, {"name": "city", "type": "string"})
+
+
+def test_a_leading_byte_order_mark_is_skipped_and_raw_keeps_the_line(spark: SparkSession) -> None:
+    event = '{"event_time": "2025-01-01T10:15:00Z", "city": "Oslo"}'
+    # The text source drops a file's first byte-order mark, not one on a later line.
+    lines = [f"\ufeff{event}", "\ufeff{broken", f"\ufeff\ufeff{event}"]
+    expected = spark.createDataFrame(
+        [
+            ("2025-01-01 10:15:00.000000", "Oslo", None, lines[0]),
+            (None, None, INVALID_JSON, lines[1]),
+            # Only one mark is a byte-order mark: a second is text before the JSON.
+            (None, None, INVALID_JSON, lines[2]),
+        ],
+        f"event_time string, city string, {PARSED}",
+    )
+    assertDataFrameEqual(utc_text(parse(spark, lines, CITY_SOURCE), "event_time"), expected)
+
+
+def nested(depth: int) -> str:
+    """An event line nested `depth` levels deep (the line's object is the first level)."""
+    arrays = depth - 1
+    return f'{{"event_time": "2025-01-01T10:15:00Z", "city": "Oslo", "deep": {"[" * arrays}{"]" * arrays}}}'
+
+
+def test_a_line_nested_past_the_parsers_limit_says_so(spark: SparkSession) -> None:
+    deepest = nested(MAX_JSON_DEPTH)
+    too_deep = nested(MAX_JSON_DEPTH + 1)
+    # Far deeper still, and a key the source reads after the deep value: nothing is read from it.
+    far_too_deep = nested(50_000)[:-1] + ', "extra": 1}'
+    # Too deep and broken too, or not an object: not JSON whatever the limit.
+    broken = nested(MAX_JSON_DEPTH + 1)[:-2]
+    array = "[" * (MAX_JSON_DEPTH + 1) + "]" * (MAX_JSON_DEPTH + 1)
+    lines = [deepest, too_deep, far_too_deep, broken, array]
+    expected = spark.createDataFrame(
+        [
+            ("2025-01-01 10:15:00.000000", "Oslo", None, deepest),
+            (None, None, NESTED_TOO_DEEP, too_deep),
+            (None, None, NESTED_TOO_DEEP, far_too_deep),
+            (None, None, INVALID_JSON, broken),
+            (None, None, INVALID_JSON, array),
+        ],
+        f"event_time string, city string, {PARSED}",
+    )
+    assertDataFrameEqual(utc_text(parse(spark, lines, CITY_SOURCE), "event_time"), expected)
+    assert NESTED_TOO_DEEP == "JSON nested deeper than 1000 levels (the parser's limit)"
+
+
+def test_a_blank_line_is_neither_an_event_nor_a_dead_letter(spark: SparkSession) -> None:
+    event = '{"event_time": "2025-01-01T10:15:00Z", "city": "Oslo"}'
+    # A form feed and a no-break space are not JSON whitespace: such a line is not JSON.
+    blank = ["", " ", "\t \r", "\ufeff", "\ufeff  "]
+    lines = [*blank, f"  {event}\t", "\f", "\u00a0"]
+    expected = spark.createDataFrame(
+        [
+            ("2025-01-01 10:15:00.000000", "Oslo", None, lines[len(blank)]),
+            (None, None, INVALID_JSON, "\f"),
+            (None, None, INVALID_JSON, "\u00a0"),
+        ],
+        f"event_time string, city string, {PARSED}",
+    )
+    assertDataFrameEqual(utc_text(parse(spark, lines, CITY_SOURCE), "event_time"), expected)
 
 
 def test_a_duplicate_key_takes_its_last_value_at_every_level(spark: SparkSession) -> None:
@@ -231,38 +310,53 @@ def test_a_duplicate_key_takes_its_last_value_at_every_level(spark: SparkSession
     assertDataFrameEqual(parsed, expected)
 
 
-def test_lines_with_a_duplicate_key_are_observed(spark: SparkSession, tmp_path: Path) -> None:
+def test_lines_with_a_duplicate_key_and_blank_lines_are_counted_in_the_drivers_metrics(
+    spark: SparkSession, tmp_path: Path
+) -> None:
     landing = tmp_path / "landing"
     landing.mkdir()
-    (landing / "a.json").write_text(
-        "\n".join(
-            [
-                '{"event_time": "2025-01-01T10:15:00Z", "device": {"id": "a", "id": "b"}}',
-                '{"event_time": "2025-01-01T10:15:00Z", "event_time": "2025-01-01T10:15:00Z", "device": {}}',
-                # Keys the source does not read count too: the line still says two things.
-                '{"event_time": "2025-01-01T10:15:00Z", "colour": "red", "colour": "blue"}',
-                '{"event_time": "2025-01-01T10:15:00Z", "device": {"id": "a"}}',
-                "not json",
-            ]
-        )
-        + "\n"
-    )
+    lines = [
+        '{"event_time": "2025-01-01T10:15:00Z", "device": {"id": "a", "id": "b"}}',
+        "",
+        '{"event_time": "2025-01-01T10:15:00Z", "event_time": "2025-01-01T10:15:00Z", "device": {}}',
+        # Keys the source does not read count too: the line still says two things.
+        '{"event_time": "2025-01-01T10:15:00Z", "colour": "red", "colour": "blue"}',
+        " \t ",
+        '{"event_time": "2025-01-01T10:15:00Z", "device": {"id": "a"}}',
+        "not json",
+        "",
+    ]
+    # Windows line ends: the text source splits at "\r\n", leaving no "\r" in a line.
+    (landing / "a.json").write_text("\r\n".join(lines) + "\r\n", newline="")
     parsed = (
         spark.readStream.format("text")
         .load(str(landing))
         .transform(parse_events, NESTED_SOURCE, "parse.events")
     )
-    query = (
-        parsed.writeStream.format("noop")
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    # What the driver's listener reads from the progress record (as JSON, like Spark Connect's).
+    listener = TelemetryListener(tmp_path / "heartbeat.json", "router", "run-1")
+    spark.streams.addListener(listener)
+    try:
+        query = (
+            parsed.writeStream.format("memory")
+            .queryName("parse_counts")
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        assert listener.wait_terminated(timeout=60)
+    finally:
+        spark.streams.removeListener(listener)
+    # What the driver's listener read from the progress record (as JSON, like Spark Connect's).
     progress = query.lastProgress
     assert progress is not None
     assert duplicate_key_lines(json.loads(progress.json)) == {"events": 3}
+    labels = {"job_name": "router", "input": "events"}
+    assert listener.registry.get_sample_value("streamwarden_duplicate_key_lines_total", labels) == 3
+    assert listener.registry.get_sample_value("streamwarden_blank_lines_total", labels) == 3
+    # The blank lines give no row, events and dead letters alike.
+    raws = [row.raw for row in spark.table("parse_counts").collect()]
+    assert sorted(raws) == sorted(line for line in lines if line.strip())
 
 
 def test_a_datetime_pattern_spark_refuses_is_a_config_error_before_the_query_starts(

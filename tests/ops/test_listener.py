@@ -19,6 +19,7 @@ from ops.driver.history import read_history
 from ops.driver.listener import (
     TelemetryListener,
     batch_sample,
+    blank_lines,
     describe_failure,
     duplicate_key_lines,
     serve_metrics,
@@ -62,16 +63,17 @@ def test_batch_sample_reads_a_progress_record() -> None:
     assert state_rows({"stateOperators": []}) is None and state_memory_bytes({}) is None
 
 
-def test_duplicate_key_lines_are_read_from_the_parse_observations_by_input() -> None:
+def test_duplicate_key_and_blank_lines_are_read_from_the_parse_observations_by_input() -> None:
     progress = {
         "observedMetrics": {
-            "parse.web": {"duplicate_key_lines": 3},
-            "parse.app": {"duplicate_key_lines": 0},
-            "quality": {"duplicate_key_lines": 9},
+            "parse.web": {"duplicate_key_lines": 3, "blank_lines": 2},
+            "parse.app": {"duplicate_key_lines": 0, "blank_lines": 0},
+            "quality": {"duplicate_key_lines": 9, "blank_lines": 9},
         }
     }
     assert duplicate_key_lines(progress) == {"web": 3, "app": 0}
-    assert duplicate_key_lines({}) == {}
+    assert blank_lines(progress) == {"web": 2, "app": 0}
+    assert duplicate_key_lines({}) == {} and blank_lines({}) == {}
 
 
 def test_describe_failure_keeps_class_condition_and_message() -> None:
