@@ -13,9 +13,10 @@ import pytest
 pytest_plugins = [
     "tests.support.airflow",
     "tests.support.clock",
-    "tests.support.cluster",
+    "tests.support.durations",
     # Before the modules that import them: pytest rewrites asserts only in plugins it imports first.
     "tests.support.platform",
+    "tests.support.cluster",
     "tests.support.drivers",
     "tests.support.fake_backend",
     "tests.support.postgres",
@@ -31,6 +32,7 @@ FIXTURE_MARKERS = {
     "spark": "spark",
     "start_driver": "spark",
     "cluster": "spark",
+    "running_cluster": "spark",
     "s3_server": "s3",
     "keyed_s3": "s3",
     "airflow_db": "airflow",
@@ -48,6 +50,7 @@ FIXTURE_GROUPS = {
     "embedded_platform": "embedded_platform",
     "running_platform": "embedded_platform",
     "cluster": "spark_cluster",
+    "running_cluster": "spark_cluster",
 }
 
 

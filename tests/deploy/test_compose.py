@@ -188,6 +188,7 @@ def _embedded_postgres_major() -> str:
     return match[1]
 
 
+@pytest.mark.prometheus
 def test_upstream_services_run_their_own_entrypoint_at_the_versions_the_tests_run(
     stack: dict[str, Any],
 ) -> None:
@@ -306,6 +307,7 @@ def test_the_stacks_platform_config_loads_and_points_at_the_stacks_services(
     assert "--port" in services["spark-master"]["command"] and "7077" in services["spark-master"]["command"]
 
 
+@pytest.mark.prometheus
 def test_alertmanager_config_is_valid_and_routes_pages_and_warnings_to_slack(tmp_path: Path) -> None:
     check = subprocess.run(
         ["amtool", "check-config", str(ALERTMANAGER_CONFIG)], capture_output=True, text=True, timeout=30
@@ -347,6 +349,7 @@ def test_alertmanager_config_is_valid_and_routes_pages_and_warnings_to_slack(tmp
     assert "nobody" in refused.stdout + refused.stderr
 
 
+@pytest.mark.prometheus
 def test_prometheus_config_of_the_stack_is_valid_and_alerts_through_its_alertmanager(
     stack: dict[str, Any],
 ) -> None:

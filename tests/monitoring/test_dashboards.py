@@ -75,6 +75,7 @@ def test_the_fleet_page_shows_every_job() -> None:
             assert "$job" not in target["expr"], panel["title"]
 
 
+@pytest.mark.prometheus
 def test_every_dashboard_query_parses(tmp_path: Path) -> None:
     """promtool parses each query as the expression of a recording rule: Prometheus's own parser."""
     expressions = dashboard_expressions("router")

@@ -48,6 +48,7 @@ def with_gateway(platform: PlatformConfig, url: str) -> PlatformConfig:
     return platform.model_copy(update={"monitoring": MonitoringConfig(pushgateway_url=url)})
 
 
+@pytest.mark.prometheus
 def test_a_savepoint_pushes_its_figures_and_a_failure_keeps_the_last_success(
     platform_with_s3: PlatformConfig, s3_server: S3Server, tmp_path: Path
 ) -> None:

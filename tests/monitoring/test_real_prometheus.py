@@ -45,7 +45,7 @@ from tests.monitoring.servers import Server, exposition_names, prometheus, pushg
 from tests.support.drivers import Driver, caught_up, edit_job, fast_trigger, wait_for
 from tests.support.platform import write_conf
 
-pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("monitoring_router_driver")]
+pytestmark = [pytest.mark.spark, pytest.mark.prometheus, pytest.mark.xdist_group("monitoring_router_driver")]
 
 JOB = "router"
 INPUT_FILES = 3

@@ -44,6 +44,7 @@ def github_anchor(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
+@pytest.mark.prometheus
 def test_rules_are_valid_and_their_unit_tests_pass() -> None:
     assert "SUCCESS" in promtool("check", "rules", str(RULES_FILE))
     assert RULE_TESTS, "no promtool unit tests"
@@ -94,6 +95,7 @@ def test_recorded_series_are_named_level_metric_operations() -> None:
         assert level == "job_name" and metric.startswith("streamwarden_"), name
 
 
+@pytest.mark.prometheus
 def test_embedded_prometheus_config_scrapes_the_targets_warden_writes(
     platform_conf: PlatformConfig, ledger: Ledger, tmp_path: Path
 ) -> None:

@@ -66,6 +66,43 @@ def test_open_migrates_a_ledger_left_behind_by_an_older_release(ledger_url: str,
     assert ledger.savepoints("router") == []  # the table revision 0002 adds
 
 
+def schema_of(engine: sa.Engine) -> dict[str, object]:
+    """Each table's columns, primary key, indexes, unique constraints and foreign keys."""
+    inspector = sa.inspect(engine)
+    return {
+        table: {
+            "columns": [(c["name"], str(c["type"]), c["nullable"]) for c in inspector.get_columns(table)],
+            "primary_key": inspector.get_pk_constraint(table)["constrained_columns"],
+            "indexes": sorted(
+                (i["name"], tuple(i["column_names"]), i["unique"]) for i in inspector.get_indexes(table)
+            ),
+            "unique": sorted(tuple(u["column_names"]) for u in inspector.get_unique_constraints(table)),
+            "foreign_keys": sorted(
+                (tuple(f["constrained_columns"]), f["referred_table"], tuple(f["referred_columns"]))
+                for f in inspector.get_foreign_keys(table)
+            ),
+        }
+        for table in sorted(inspector.get_table_names())
+    }
+
+
+@on_both_ledgers
+def test_the_ledger_fixtures_copy_is_what_a_migration_makes(
+    ledger: Ledger, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """The `ledger` fixture copies a template migrated once per worker: the copy must be the schema a
+    fresh migration gives, at the newest revision, and empty."""
+    if ledger.dialect == "sqlite":
+        fresh_url = f"sqlite:///{tmp_path / 'fresh.db'}"
+    else:
+        fresh_url = str(request.getfixturevalue("postgres_database"))
+    fresh = Ledger.open(fresh_url)
+    assert schema_revision(ledger.engine) == schema_revision(fresh.engine) == SCHEMA_REVISION
+    assert schema_of(ledger.engine) == schema_of(fresh.engine)
+    assert ledger.jobs() == []
+    fresh.engine.dispose()
+
+
 @on_both_ledgers
 def test_every_migration_downgrades_and_upgrades_again(ledger: Ledger, ledger_url: str) -> None:
     ledger.ensure_job("router", desired_state="running", state="SUBMITTED", config_version="v1")

@@ -37,7 +37,6 @@ from pyspark.testing import assertDataFrameEqual
 from jobs.batch import batch_rows
 from ops.control.supervisor import Supervisor, stop_all_jobs
 from ops.driver.checkpoint import log_entries
-from ops.embedded.cluster import SparkCluster
 from ops.ledger.store import DecisionRecord, Ledger, OperationRecord
 from ops.spec.job import find_job
 from ops.spec.platform import PlatformConfig
@@ -78,10 +77,10 @@ def autoscaled_router(spec: dict[str, Any]) -> None:
 
 
 @pytest.fixture
-def platform(cluster: SparkCluster) -> Iterator[PlatformConfig]:
-    cluster.start(timeout=180)
-    yield cluster.platform
-    stop_all_jobs(cluster.platform)
+def platform(cluster_platform: PlatformConfig) -> Iterator[PlatformConfig]:
+    """The test's platform on the module's shared cluster (none of these runs stops a worker)."""
+    yield cluster_platform
+    stop_all_jobs(cluster_platform)
 
 
 def rescales(ledger: Ledger, job: str) -> list[OperationRecord]:

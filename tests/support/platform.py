@@ -2,6 +2,8 @@
 
 The ledger is SQLite unless the test is parametrized with `on_both_ledgers`, which runs it once
 on SQLite and once on a fresh database of the worker's PostgreSQL server (tests.support.postgres).
+The `ledger` fixture copies a ledger migrated once per worker rather than running every Alembic
+migration for each test; a test that opens the platform's ledger itself still migrates it.
 """
 
 from __future__ import annotations
@@ -58,10 +60,12 @@ def write_conf(
 @pytest.fixture
 def ledger_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """The throwaway platform's ledger: SQLite under tmp_path, or with `on_both_ledgers` also a
-    fresh PostgreSQL database."""
+    fresh PostgreSQL database (already migrated when the test takes `ledger`)."""
     kind = getattr(request, "param", "sqlite")
     if kind == "postgresql":
-        return str(request.getfixturevalue("postgres_database"))
+        # A test that takes `ledger` gets it migrated anyway: its database starts as the migrated copy.
+        fixture = "postgres_ledger_database" if "ledger" in request.fixturenames else "postgres_database"
+        return str(request.getfixturevalue(fixture))
     assert kind == "sqlite", f"unknown ledger kind {kind!r}; one of {LEDGER_KINDS}"
     return f"sqlite:///{tmp_path / 'runtime' / 'ledger.db'}"
 
@@ -77,10 +81,27 @@ def platform_conf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ledger_url: s
     return load_platform(conf_dir)
 
 
+@pytest.fixture(scope="session")
+def sqlite_ledger_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite ledger migrated to the newest schema, once per worker, for `ledger` to copy."""
+    template = tmp_path_factory.mktemp("ledger-template") / "ledger.db"
+    Ledger.open(f"sqlite:///{template}").engine.dispose()
+    # The last connection's close checkpoints the WAL into the file: a copy of the file alone is whole.
+    assert not template.with_name(f"{template.name}-wal").exists(), "the template's WAL outlived its engine"
+    return template
+
+
 @pytest.fixture
-def ledger(platform_conf: PlatformConfig) -> Ledger:
-    """The throwaway platform's ledger, migrated to the newest schema."""
-    return Ledger.open(platform_conf.resolved_ledger_url)
+def ledger(request: pytest.FixtureRequest, platform_conf: PlatformConfig) -> Ledger:
+    """The throwaway platform's ledger at the newest schema: on SQLite a copy of the worker's
+    migrated file when nothing has created the ledger yet (on PostgreSQL, see `ledger_url`)."""
+    url = platform_conf.resolved_ledger_url
+    if url.startswith("sqlite:///"):
+        ledger_file = Path(url.removeprefix("sqlite:///"))
+        if not ledger_file.exists():
+            ledger_file.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(request.getfixturevalue("sqlite_ledger_template"), ledger_file)
+    return Ledger.open(url)
 
 
 def copy_job(conf_dir: Path, name: str, new_name: str) -> Path:

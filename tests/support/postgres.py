@@ -1,5 +1,7 @@
 """A real PostgreSQL server for the tests: one per pytest process (each xdist worker), started by
-the platform's own `EmbeddedPostgres`, and a fresh database per test that asks for one.
+the platform's own `EmbeddedPostgres`, and a fresh database per test that asks for one: empty, or
+for a test that wants a ledger, a copy of one migrated once per server (`CREATE DATABASE ...
+TEMPLATE`).
 
 Its data directory is made under the system temp directory rather than pytest's: as root the
 server runs as an unprivileged user, who cannot pass pytest's per-user directory (mode 0700).
@@ -11,6 +13,7 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -20,7 +23,11 @@ from psycopg import sql
 from sqlalchemy.pool import Pool
 
 from ops.embedded.services import EmbeddedPostgres
+from ops.ledger.store import Ledger
 from tests.support.ports import free_test_port
+
+# The database on each worker's server that `postgres_ledger_database` copies.
+LEDGER_TEMPLATE = "ledger_template"
 
 
 @pytest.fixture(scope="session")
@@ -62,13 +69,43 @@ def postgres_connections() -> Iterator[None]:
             connection.close()
 
 
+@pytest.fixture(scope="session")
+def postgres_ledger_template(postgres_server: EmbeddedPostgres) -> str:
+    """The name of a database on the worker's server migrated to the newest ledger schema, once."""
+    with _admin(postgres_server) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(LEDGER_TEMPLATE)))
+    # Disposed: `CREATE DATABASE ... TEMPLATE` refuses a template anyone is connected to.
+    Ledger.open(postgres_server.url(LEDGER_TEMPLATE)).engine.dispose()
+    return LEDGER_TEMPLATE
+
+
+@contextmanager
+def _throwaway_database(server: EmbeddedPostgres, template: str | None) -> Iterator[str]:
+    """A new database (empty, or a copy of `template`), dropped on exit (`WITH (FORCE)`: the
+    sessions the test left are ended)."""
+    name = f"test_{uuid.uuid4().hex[:16]}"
+    create = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+    if template is not None:
+        create = sql.SQL("{} TEMPLATE {}").format(create, sql.Identifier(template))
+    with _admin(server) as admin:
+        admin.execute(create)
+    yield server.url(name)
+    with _admin(server) as admin:
+        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
 @pytest.fixture
 def postgres_database(postgres_server: EmbeddedPostgres, postgres_connections: None) -> Iterator[str]:
-    """The SQLAlchemy URL of a new, empty database on the worker's server, dropped after the test
-    (`WITH (FORCE)`: the sessions the test left are ended)."""
-    name = f"test_{uuid.uuid4().hex[:16]}"
-    with _admin(postgres_server) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    yield postgres_server.url(name)
-    with _admin(postgres_server) as admin:
-        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    """The SQLAlchemy URL of a new, empty database on the worker's server, dropped after the test."""
+    with _throwaway_database(postgres_server, None) as url:
+        yield url
+
+
+@pytest.fixture
+def postgres_ledger_database(
+    postgres_server: EmbeddedPostgres, postgres_ledger_template: str, postgres_connections: None
+) -> Iterator[str]:
+    """Like `postgres_database`, but a copy of the worker's migrated ledger (the server copies its
+    files: cheaper than running every migration again)."""
+    with _throwaway_database(postgres_server, postgres_ledger_template) as url:
+        yield url
