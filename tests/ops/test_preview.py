@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import pytest
+import yaml
 from pyspark.sql import SparkSession
 from pyspark.testing import assertDataFrameEqual
 
@@ -16,7 +17,7 @@ from ops.cli import main
 from ops.driver.preview import read_preview
 from ops.exceptions import PreviewError
 from ops.spec.job import find_job
-from ops.spec.platform import PlatformConfig
+from ops.spec.platform import DEFAULT_CONF_DIR, PlatformConfig
 from synthetic.scenarios import write_json_lines
 from tests.support.drivers import edit_job
 from tests.support.platform import copy_job
@@ -133,6 +134,12 @@ def test_the_shipped_router_taps_its_output(
     spark: SparkSession, platform_conf: PlatformConfig, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # The repo's router file as shipped (only its metrics port differs), so the demo has a tap to show.
+    shipped = yaml.safe_load((DEFAULT_CONF_DIR / "jobs" / "router.yaml").read_text())
+    edit_job(
+        platform_conf,
+        "router",
+        lambda spec: spec["operations"].update(preview=shipped["operations"]["preview"]),
+    )
     spec = find_job("router", platform_conf.conf_dir)
     assert spec.operations.preview.stages == ("output",)
     write_json_lines(platform_conf.landing_root / "events", "a.json", [event(n) for n in range(1, 4)])
