@@ -15,16 +15,17 @@ PYTEST := $(VENV)/bin/python -m pytest
 # and 4 workers on a busy machine broke both; `make test TEST_WORKERS=4` where cores are idle.
 # `loadgroup` hands tests out one by one but keeps each xdist_group on one worker.
 TEST_WORKERS ?= 3
-# Markers tests/conftest.py derives from the fixtures a test uses; `slow` is set by hand, and so is
-# `prometheus` (Debian's Prometheus tools, which only `make test` installs: the fast tier needs none).
-FAST_TESTS := not spark and not s3 and not airflow and not slow and not prometheus
+# Markers tests/conftest.py derives from the fixtures a test uses; `slow` is set by hand, and so are
+# `prometheus` and `browser` (Debian's Prometheus tools and Chromium, which only `make test`
+# installs: the fast tier needs no Debian package).
+FAST_TESTS := not spark and not s3 and not airflow and not slow and not prometheus and not browser
 
 help:
 	@echo "make install  create .venv from uv.lock (bootstraps uv into .tools/)"
 	@echo "make demo     install, then start the embedded platform (S3, Airflow, generator, jobs)"
 	@echo "make stop     stop the embedded platform, streaming drivers included"
 	@echo "make test     install, then run the whole test suite in parallel (what CI runs; TEST_WORKERS=$(TEST_WORKERS))"
-	@echo "make test-fast  the tests that start no Spark, S3, Airflow or Prometheus tool (a few minutes; day-to-day work)"
+	@echo "make test-fast  the tests that start no Spark, S3, Airflow, Prometheus tool or browser (a few minutes; day-to-day work)"
 	@echo "make check    ruff format --check, ruff check (the import walls too), mypy --strict"
 	@echo "make bench    print benchmark figures"
 	@echo "make bench-flink  the jobs against PyFlink SQL (installs .tools/flink-venv on first use)"

@@ -106,6 +106,7 @@ def committed(platform: PlatformConfig, after: int | None = None) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.browser
 @pytest.mark.timeout(2400)
 def test_the_board_follows_an_incident_and_restates_from_a_savepoint(
     running_platform: PlatformConfig,
@@ -250,6 +251,7 @@ def serve_console(page: Any, console: Console) -> None:
     page.route(f"{BOARD_ORIGIN}/streamwarden/**", answer)
 
 
+@pytest.mark.browser
 def test_the_board_fits_a_1600_pixel_window_and_reads_plainly(platform_conf: PlatformConfig) -> None:
     from playwright.sync_api import expect, sync_playwright
 
