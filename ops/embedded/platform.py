@@ -116,8 +116,9 @@ def airflow_env(platform: PlatformConfig) -> dict[str, str]:
             "AIRFLOW__API__BASE_URL": api_url,
             # Task processes reach the api-server here; Airflow's default assumes localhost:8080.
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{api_url}/execution/",
-            # Airflow's 5 s per call failed a first start's burst of tasks on a busy 2-core machine
-            # (every call of theirs timed out, five times over), as it kept our own calls waiting.
+            # Task processes' calls to the execution API: Airflow's 5 s failed a first start's burst
+            # of tasks on a busy 2-core machine (each call timed out five times over); our own calls
+            # to the same api-server get 30 s for the same reason.
             "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": str(API_CALL_TIMEOUT_S),
         }
     )
