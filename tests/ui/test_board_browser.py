@@ -251,6 +251,17 @@ def serve_console(page: Any, console: Console) -> None:
     page.route(f"{BOARD_ORIGIN}/streamwarden/**", answer)
 
 
+def _settled_box(page: Any, cell: Any) -> Any:
+    """The cell's bounding box, measured again while the board's refresh is re-rendering the table
+    (an element it just replaced has no box)."""
+    for _ in range(20):
+        box = cell.bounding_box()
+        if box is not None:
+            return box
+        page.wait_for_timeout(250)
+    raise AssertionError(f"{cell} never had a bounding box")
+
+
 @pytest.mark.browser
 def test_the_board_fits_a_1600_pixel_window_and_reads_plainly(platform_conf: PlatformConfig) -> None:
     from playwright.sync_api import expect, sync_playwright
@@ -278,8 +289,8 @@ def test_the_board_fits_a_1600_pixel_window_and_reads_plainly(platform_conf: Pla
             page.screenshot(path=str(ARTIFACTS / "board-1600.png"), full_page=True)
             # Every column, the newest savepoint's last, inside the window: no sideways scrolling.
             for cell in (page.locator("#board th").last, page.locator('tr[data-job="router"] td').last):
-                box = cell.bounding_box()
-                assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 1600, box
+                box = _settled_box(page, cell)
+                assert box["x"] >= 0 and box["x"] + box["width"] <= 1600, box
             assert page.evaluate("document.documentElement.scrollWidth") <= 1600
             # The board's cores are `warden status`'s: `default` where neither file nor ledger names them.
             cores = page.locator('tr[data-job="router"] td.cores')
