@@ -2,10 +2,10 @@
 the router runs as a real driver under the supervisor, a wrong version writes hour 1 of the day,
 the nightly compaction publishes every partition, then `warden restate` from the savepoint taken
 before the wrong version replays hour 1 with the right code and republishes hour 1's partitions,
-and no other (a nightly compaction started during the replay skips the job rather than publish
-the rewound sink); the table then equals a clean run of the right version, and the restate's summary,
-its `republish` decision and `warden table history` name each republished partition with its rows
-before and after."""
+and no other (its rewind waits for a compaction reading the sink, and a compaction started while
+it is open skips the job rather than publish the rewound sink); the table then equals a clean run
+of the right version, and the restate's summary, its `republish` decision and `warden table
+history` name each republished partition with its rows before and after."""
 
 from __future__ import annotations
 
@@ -21,10 +21,12 @@ import pytest
 from pyspark.sql import SparkSession
 
 from jobs.batch import batch_rows
+from ops.control.locks import table_lock
 from ops.control.supervisor import Supervisor, stop_all_jobs
 from ops.ledger.store import Ledger
 from ops.recovery.restate import REPUBLISH_ACTION
 from ops.spec.job import find_job
+from ops.spec.paths import JobPaths
 from ops.spec.platform import CONF_DIR_ENV, PlatformConfig, load_platform
 from ops.warehouse.writers import SKIPPED_ACTION
 from synthetic.generator import write_batch
@@ -103,32 +105,40 @@ def test_a_restate_of_a_compacted_day_republishes_exactly_the_partitions_it_chan
     hour_one = sorted(key for key in published if key.endswith("event_hour=1"))
     assert len(hour_one) == 3 and len(published) == 6, sorted(published)
 
-    restating = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "ops.cli",
-            "restate",
-            "router",
-            "--savepoint",
-            savepoint.id,
-            "--reason",
-            "zero-amount purchases",
-        ],
-        cwd=REPO_ROOT,
-        env={**os.environ, CONF_DIR_ENV: str(platform.conf_dir)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    # A nightly compaction is reading the sink (the test holds the table lock as one would) when
+    # the restate is asked for: the restate's rewind waits for it, with nothing removed.
+    sink_log = sorted(
+        p.name for p in JobPaths.of(platform, find_job("router", platform.conf_dir)).sink_log.iterdir()
     )
-    # The nightly compaction starts while the restate has rewound the sink and is replaying: it
-    # must neither publish the rewound sink's rows nor hold up the restate.
-    wait_for(lambda: _step(ledger) in ("replay", "finish"), 600, "the restate's replay")
-    during = compact_job(platform, "router", "--now", LATER, "--recovery-wait", "0")
-    assert "compaction skipped" in during.stderr + during.stdout
-    [skipped] = ledger.decisions("router", action=SKIPPED_ACTION)
-    assert skipped.outcome is not None and "its restate (step" in skipped.outcome
-    assert {v.partition: v for v in ledger.partition_versions("router")} == published
+    with table_lock(platform, "router", "a compaction reading the sink"):
+        restating = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "ops.cli",
+                "restate",
+                "router",
+                "--savepoint",
+                savepoint.id,
+                "--reason",
+                "zero-amount purchases",
+            ],
+            cwd=REPO_ROOT,
+            env={**os.environ, CONF_DIR_ENV: str(platform.conf_dir)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        wait_for(lambda: _step(ledger) == "rewind", 600, "the restate's rewind")
+        # The next night's compaction finds the restate open: it skips the job, publishing nothing.
+        during = compact_job(platform, "router", "--now", LATER, "--recovery-wait", "0")
+        assert "compaction skipped" in during.stderr + during.stdout
+        [skipped] = ledger.decisions("router", action=SKIPPED_ACTION)
+        assert skipped.outcome is not None and "its restate (step rewind" in skipped.outcome
+        assert {v.partition: v for v in ledger.partition_versions("router")} == published
+        assert _step(ledger) == "rewind"
+        paths = JobPaths.of(platform, find_job("router", platform.conf_dir))
+        assert sorted(p.name for p in paths.sink_log.iterdir()) == sink_log
     stdout, stderr = restating.communicate(timeout=900)
     restated = subprocess.CompletedProcess(restating.args, restating.returncode, stdout, stderr)
     assert restated.returncode == 0, restated.stdout + restated.stderr[-6000:]
