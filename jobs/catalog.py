@@ -217,7 +217,7 @@ def stage_names(spec: JobSpec) -> list[str]:
 
 def parsed_inputs(spec: JobSpec, raw: Mapping[str, DataFrame]) -> dict[str, DataFrame]:
     """Each input's raw lines (one string column `value`) parsed by `jobs.parsing.parse_events`,
-    observed under `parse_observation(input)` for the driver's duplicate-key metric."""
+    observed under `parse_observation(input)` for the driver's duplicate-key and blank-line metrics."""
     return {
         name: raw[name].transform(parse_events, source, parse_observation(name))
         for name, source in spec.pipeline.inputs.items()
