@@ -25,6 +25,10 @@ LEDGER_KINDS = ("sqlite", "postgresql")
 on_both_ledgers = pytest.mark.parametrize("ledger_url", LEDGER_KINDS, indirect=True)
 
 
+# Seconds: the floors of a test platform's job graces (`write_conf`).
+STUCK_GRACE_FLOORS = {"stuck_grace_seconds": 180, "startup_grace_seconds": 360}
+
+
 def write_conf(
     conf_dir: Path, runtime: Path, *, jobs: dict[str, dict] | None = None, ledger_url: str | None = None
 ) -> None:
@@ -55,6 +59,13 @@ def write_conf(
             # A preview tap is a second query in every driver of the job (the shipped router has
             # one, for the demo): the tests that are about taps turn them on themselves.
             spec["operations"].pop("preview", None)
+            # The suite loads 2 cores with several Spark stacks at once, where a cold start takes
+            # minutes and a first batch 45 s: graces at these floors keep the supervisor from
+            # killing slow drivers as stuck and turning the load into restart storms. The tests of
+            # stuck detection set their own thresholds.
+            health = spec["operations"].setdefault("health", {})
+            for grace, floor in STUCK_GRACE_FLOORS.items():
+                health[grace] = max(health.get(grace, 0), floor)
             (conf_dir / "jobs" / job_file.name).write_text(yaml.safe_dump(spec, sort_keys=False))
     else:
         for name, spec in jobs.items():
