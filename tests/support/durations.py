@@ -2,7 +2,9 @@
 
 pytest's own `--durations N` prints to the log only; CI keeps this file whole (`.ci/run` prints
 it) so where the suite's time goes can be read after any run. Under xdist the controller gets each
-worker's reports and writes the file once; the workers write nothing.
+worker's reports and writes the file; the workers write nothing. Each phase is appended as it is
+reported, so a run stopped from outside (CI's time limit) still leaves what it measured; the
+session's end rewrites the file sorted, under a summary line.
 """
 
 from __future__ import annotations
@@ -22,21 +24,29 @@ class DurationsRecorder:
     started: float = field(default_factory=time.monotonic)
     phases: list[tuple[float, str, str]] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text("")
+
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        self.phases.append((report.duration, report.when, report.nodeid))
+        phase = (report.duration, report.when, report.nodeid)
+        self.phases.append(phase)
+        with self.path.open("a") as file:
+            file.write(phase_line(phase) + "\n")
 
     @pytest.hookimpl
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         wall = time.monotonic() - self.started
         tests = len({nodeid for _, _, nodeid in self.phases})
         lines = [f"# {tests} tests, {len(self.phases)} phases, {wall:.1f} s wall, exit status {exitstatus}"]
-        lines += [
-            f"{seconds:.2f}s {when:<8} {nodeid}"
-            for seconds, when, nodeid in sorted(self.phases, reverse=True)
-        ]
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        lines += [phase_line(phase) for phase in sorted(self.phases, reverse=True)]
         self.path.write_text("\n".join(lines) + "\n")
+
+
+def phase_line(phase: tuple[float, str, str]) -> str:
+    seconds, when, nodeid = phase
+    return f"{seconds:.2f}s {when:<8} {nodeid}"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
