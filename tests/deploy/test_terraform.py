@@ -88,27 +88,25 @@ def test_terraform_is_formatted_valid_and_its_tests_pass(terraform_copy: Path, t
 
 @pytest.mark.slow
 def test_terraform_checks_fail_on_a_bad_configuration(terraform_copy: Path, tmp_path: Path) -> None:
-    """The checks have teeth: a misformatted file fails fmt, unversioned savepoints and a key policy
-    without CloudWatch Logs fail terraform test."""
+    """The checks have teeth: a misformatted file fails fmt; unversioned savepoints and a key policy
+    without CloudWatch Logs each fail an assertion of the same `terraform test` run (a run reports
+    every failed assertion, so one run checks both)."""
     data_dir = tmp_path / "data"
     (terraform_copy / "extra.tf").write_text("locals {\nx=1\n}\n")
     assert terraform("fmt", "-check", "-recursive", cwd=terraform_copy, data_dir=data_dir).returncode != 0
     (terraform_copy / "extra.tf").unlink()
     storage = terraform_copy / "modules" / "storage" / "main.tf"
-    unversioned = storage.read_text().replace(
+    original = storage.read_text()
+    unversioned = original.replace(
         "    savepoints = {\n      versioned = true", "    savepoints = {\n      versioned = false", 1
     )
-    assert unversioned != storage.read_text()
-    storage.write_text(unversioned)
+    # A key policy without CloudWatch Logs: the EKS log group could not be created with the key.
+    broken = unversioned.replace('"logs.${var.region}.amazonaws.com"', '"ec2.amazonaws.com"', 1)
+    assert original != unversioned != broken
+    storage.write_text(broken)
     test = terraform("test", cwd=terraform_copy, data_dir=data_dir)
     assert test.returncode != 0
     assert "versioning protects savepoints, the archive and the warehouse" in test.stdout + test.stderr
-    # A key policy without CloudWatch Logs: the EKS log group could not be created with the key.
-    without_logs = storage.read_text().replace('"logs.${var.region}.amazonaws.com"', '"ec2.amazonaws.com"', 1)
-    assert without_logs != storage.read_text()
-    storage.write_text(without_logs)
-    test = terraform("test", cwd=terraform_copy, data_dir=data_dir)
-    assert test.returncode != 0
     assert "the key policy lets CloudWatch Logs of the region use the key" in test.stdout + test.stderr
 
 

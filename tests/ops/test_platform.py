@@ -54,11 +54,13 @@ def embedded_platform(platform_conf: PlatformConfig) -> PlatformConfig:
     return load_platform(platform_conf.conf_dir)
 
 
+# One start of the whole platform serves both checks: each start is minutes of a busy machine's CPU.
 @pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_up_status_down(embedded_platform: PlatformConfig) -> None:
+@pytest.mark.timeout(1800)
+def test_up_status_every_socket_on_loopback_and_down(embedded_platform: PlatformConfig) -> None:
     platform = embedded_platform
     progress: list[str] = []
+    heartbeat = job_paths(platform, "router").heartbeat
     try:
         embedded.up(platform, timeout=600, echo=progress.append)
 
@@ -90,27 +92,7 @@ def test_up_status_down(embedded_platform: PlatformConfig) -> None:
         assert urls["seaweedfs"] == platform.s3.endpoint_url
         assert urls["airflow-api-server"] == platform.airflow.base_url
         assert any("Airflow UI:  " + platform.airflow.base_url in line for line in progress)
-    finally:
-        embedded.down(platform, echo=progress.append)
 
-    assert not any(row.running for row in embedded.status(platform))
-    assert all(not process_group_members(row.pid) for row in rows if row.pid is not None)
-    # Nothing of this platform is left: not Airflow's children, the generator or a streaming driver.
-    assert processes_of(platform.conf_dir) == []
-    # Down again is a no-op.
-    embedded.down(platform, echo=progress.append)
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(1800)
-def test_every_listening_socket_of_the_running_platform_is_on_loopback(
-    embedded_platform: PlatformConfig,
-) -> None:
-    platform = embedded_platform
-    progress: list[str] = []
-    heartbeat = job_paths(platform, "router").heartbeat
-    try:
-        embedded.up(platform, timeout=600, echo=progress.append)
         # The router's supervision DAG launches its driver; a committed batch means its JVM, block
         # manager and metrics endpoint are all up.
         wait_for(
@@ -127,6 +109,13 @@ def test_every_listening_socket_of_the_running_platform_is_on_loopback(
         sockets = listening_sockets(process_trees([*services, *drivers, *marked]))
     finally:
         embedded.down(platform, echo=progress.append)
+
+    assert not any(row.running for row in embedded.status(platform))
+    assert all(not process_group_members(row.pid) for row in rows if row.pid is not None)
+    # Nothing of this platform is left: not Airflow's children, the generator or a streaming driver.
+    assert processes_of(platform.conf_dir) == []
+    # Down again is a no-op.
+    embedded.down(platform, echo=progress.append)
 
     report = "\n".join(s.line() for s in sockets)
     print(f"listening sockets of the running platform:\n{report}")

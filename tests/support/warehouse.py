@@ -3,7 +3,10 @@ PostgreSQL server, and Spark work on the table runs in its own processes, as in 
 
 A Hive-catalog SparkSession cannot share a JVM with the tests' plain local session (the catalog
 is fixed when the JVM's context starts), so the compaction entry point and the reader
-(`python -m tests.support.warehouse`) each run as a subprocess of the test.
+(`python -m tests.support.warehouse`) each run as a subprocess of the test. The reader a test's
+queries go to starts once per platform and answers every query of the test (a Hive-enabled JVM's
+start is half a minute of CPU); it refreshes the tables before each query, so it sees what other
+processes published since its last one.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +29,11 @@ from ops.spec.platform import CONF_DIR_ENV, PlatformConfig, load_platform
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # A cold Spark start with the metastore and GX takes a minute or two with the 2 cores shared.
 SPARK_PROCESS_TIMEOUT = 900
-# A line of `--until` output: one query's rows.
+# A line of `--until` and `--serve` output: one query's rows (or, served, its error).
 RESULT_PREFIX = "result "
+ERROR_PREFIX = "error "
+# The table readers the running test started, by conf dir; `warehouse_platform` stops its platform's.
+_READERS: dict[Path, TableReader] = {}
 
 
 def jdbc_url(sqlalchemy_url: str) -> str:
@@ -36,8 +42,9 @@ def jdbc_url(sqlalchemy_url: str) -> str:
 
 
 @pytest.fixture
-def warehouse_platform(platform_conf: PlatformConfig, postgres_database: str) -> PlatformConfig:
-    """The throwaway platform with `warehouse:` pointing at a fresh metastore database."""
+def warehouse_platform(platform_conf: PlatformConfig, postgres_database: str) -> Iterator[PlatformConfig]:
+    """The throwaway platform with `warehouse:` pointing at a fresh metastore database; the table
+    reader its test started is stopped before the database is dropped."""
     path = platform_conf.conf_dir / "platform.yaml"
     document = yaml.safe_load(path.read_text())
     document["warehouse"] = {
@@ -46,7 +53,10 @@ def warehouse_platform(platform_conf: PlatformConfig, postgres_database: str) ->
         "metastore_user": sa.make_url(postgres_database).username,
     }
     path.write_text(yaml.safe_dump(document))
-    return load_platform(platform_conf.conf_dir)
+    yield load_platform(platform_conf.conf_dir)
+    reader = _READERS.pop(platform_conf.conf_dir, None)
+    if reader is not None:
+        reader.close()
 
 
 def run_module(
@@ -102,16 +112,62 @@ def append_to_sink_log(sink: Path, data_file: Path) -> Path:
     return entry
 
 
+class TableReader:
+    """`python -m tests.support.warehouse --serve` on one platform: a query a line on its stdin,
+    its rows (or error) a line on its stdout; its log in the platform's runtime root."""
+
+    def __init__(self, platform: PlatformConfig) -> None:
+        self.log = platform.runtime_root / "table-reader.log"
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with self.log.open("w") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "tests.support.warehouse", "--serve"],
+                cwd=REPO_ROOT,
+                env={**os.environ, CONF_DIR_ENV: str(platform.conf_dir)},
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+            )
+
+    def query(self, sql: str) -> list[dict[str, Any]]:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(json.dumps(sql) + "\n")
+        self.process.stdin.flush()
+        for line in self.process.stdout:
+            if line.startswith(RESULT_PREFIX):
+                rows: list[dict[str, Any]] = json.loads(line.removeprefix(RESULT_PREFIX))
+                return rows
+            if line.startswith(ERROR_PREFIX):
+                raise AssertionError(f"{sql}: {json.loads(line.removeprefix(ERROR_PREFIX))}")
+        raise AssertionError(
+            f"the table reader ended before answering {sql}:\n{self.log.read_text()[-6000:]}"
+        )
+
+    def close(self) -> None:
+        """End its input; it stops its session and exits."""
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.close()
+        try:
+            self.process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.process.stdout.close()
+
+
 def query_table(platform: PlatformConfig, sql: str) -> list[dict[str, Any]]:
-    """The rows of a SQL query, run by a Spark process of its own on the shared metastore."""
-    result = run_module(platform, "tests.support.warehouse", [sql])
-    assert result.returncode == 0, result.stderr[-6000:]
-    return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    """The rows of a SQL query, run by the test's reader process on the shared metastore."""
+    reader = _READERS.get(platform.conf_dir)
+    if reader is None:
+        reader = _READERS[platform.conf_dir] = TableReader(platform)
+    return reader.query(sql)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Print the rows of one SQL query on the warehouse, one JSON object a line; with `--until
-    FILE`, run it again and again until FILE exists (and once more), each result one JSON line."""
+    """`--serve`: answer the queries read from stdin (one JSON string a line) until it closes, each
+    result one JSON line. `--until FILE SQL`: run SQL again and again until FILE exists (and once
+    more), each result one JSON line."""
     import argparse
 
     from pyspark.sql import SparkSession
@@ -119,17 +175,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ops.warehouse.metastore import metastore_conf
 
     parser = argparse.ArgumentParser()
-    parser.add_argument("--until", type=Path)
-    parser.add_argument("sql")
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--serve", action="store_true")
+    mode.add_argument("--until", type=Path)
+    parser.add_argument("sql", nargs="?")
     args = parser.parse_args(argv)
     platform = load_platform()
     builder = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
     for key, value in {**metastore_conf(platform), **platform.spark.network_conf()}.items():
         builder = builder.config(key, value)
     spark = builder.config("spark.sql.session.timeZone", "UTC").getOrCreate()
-    if args.until is None:
-        for row in spark.sql(args.sql).collect():
-            print(json.dumps(row.asDict(), default=str))
+    if args.serve:
+        for line in sys.stdin:
+            sql = json.loads(line)
+            try:
+                # Other processes publish between queries: forget what this one listed before.
+                for table in (
+                    spark.catalog.listTables("warehouse") if spark.catalog.databaseExists("warehouse") else []
+                ):
+                    spark.catalog.refreshTable(f"warehouse.{table.name}")
+                rows = [row.asDict() for row in spark.sql(sql).collect()]
+            except Exception as error:  # noqa: BLE001 - the test gets the query's error as its failure
+                print(ERROR_PREFIX + json.dumps(str(error)[:6000]), flush=True)
+            else:
+                print(RESULT_PREFIX + json.dumps(rows, default=str), flush=True)
     else:
         while True:
             stop = args.until.exists()

@@ -1,0 +1,109 @@
+"""The CPU and wall time of a short-lived Spark JVM, per set of JVM options, in alternating rounds.
+
+python -m benchmarks.jvm_options [--rounds N]
+
+The tests start well over a hundred short-lived JVMs (local sessions, drivers, compactions,
+readers), each working on little data, so the JVM's start and its first job are most of their
+cost. Each round starts one fresh `python` per option set; it opens a local[2] SparkSession (no
+UI), runs a group-by over 20,000 rows into Parquet, reads it back and prints the JVM's CPU time
+(user + sys of the JVM and its reaped children, from /proc) before stopping. The option sets:
+
+* `defaults`: the JVM's own choice, C2 through tiered compilation and G1 (the baseline);
+* `C1 only`: `-XX:TieredStopAtLevel=1`, no C2 compiler threads;
+* `C1 + serial GC`: the above and `-XX:+UseSerialGC`, what tests/conftest.py sets;
+* `serial GC`: `-XX:+UseSerialGC` alone.
+
+The options reach the JVM through `JDK_JAVA_OPTIONS`, as in the tests. CPU time is the steadier
+figure on a busy machine; the ratio is each set's median CPU over the defaults' median.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+OPTION_SETS = {
+    "defaults": "",
+    "C1 only": "-XX:TieredStopAtLevel=1",
+    "C1 + serial GC": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+    "serial GC": "-XX:+UseSerialGC",
+}
+
+# Run in the fresh interpreter: prints "<jvm cpu seconds>" as its last line.
+PROBE = """
+import os, sys
+from pyspark.sql import SparkSession
+
+out = sys.argv[1]
+spark = (
+    SparkSession.builder.master("local[2]")
+    .config("spark.ui.enabled", "false")
+    .config("spark.ui.showConsoleProgress", "false")
+    .config("spark.sql.shuffle.partitions", "2")
+    .getOrCreate()
+)
+spark.range(20000).selectExpr("id % 7 AS k", "id").groupBy("k").count().write.mode("overwrite").parquet(out)
+assert spark.read.parquet(out).count() == 7
+fields = open(f"/proc/{spark.sparkContext._gateway.proc.pid}/stat").read().rsplit(")", 1)[1].split()
+# utime, stime, cutime, cstime: fields 14-17 of proc(5), in clock ticks.
+print(sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK"))
+spark.stop()
+"""
+
+
+@dataclass(frozen=True)
+class Timing:
+    cpu: float
+    wall: float
+
+
+def probe(options: str, workdir: Path) -> Timing:
+    """One fresh JVM with `options`: its CPU seconds and the wall time of the whole process."""
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, str(workdir / "out")],
+        env={**os.environ, "JDK_JAVA_OPTIONS": options, "PYSPARK_PYTHON": sys.executable},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return Timing(cpu=float(result.stdout.split()[-1]), wall=time.monotonic() - started)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args(argv)
+    timings: dict[str, list[Timing]] = {name: [] for name in OPTION_SETS}
+    with tempfile.TemporaryDirectory(prefix="streamwarden-jvms-") as workdir:
+        for round_number in range(args.rounds):
+            # Rotated, so no set always runs first (cold page cache) or last.
+            names = list(OPTION_SETS)
+            names = names[round_number % len(names) :] + names[: round_number % len(names)]
+            for name in names:
+                timing = probe(OPTION_SETS[name], Path(workdir))
+                timings[name].append(timing)
+                print(
+                    f"round {round_number + 1} {name}: {timing.cpu:.1f} s cpu, {timing.wall:.1f} s wall",
+                    flush=True,
+                )
+    baseline = statistics.median(t.cpu for t in timings["defaults"])
+    print("| options | JVM cpu (median) | wall (median) | cpu ratio to defaults |")
+    print("|---|---|---|---|")
+    for name, runs in timings.items():
+        cpu = statistics.median(t.cpu for t in runs)
+        wall = statistics.median(t.wall for t in runs)
+        label = f"{name} (`{OPTION_SETS[name] or 'none'}`)"
+        print(f"| {label} | {cpu:.1f} s | {wall:.1f} s | {cpu / baseline:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
