@@ -2,11 +2,14 @@
 PostgreSQL server, and Spark work on the table runs in its own processes, as in production.
 
 A Hive-catalog SparkSession cannot share a JVM with the tests' plain local session (the catalog
-is fixed when the JVM's context starts), so the compaction entry point and the reader
-(`python -m tests.support.warehouse`) each run as a subprocess of the test. The reader a test's
-queries go to starts once per platform and answers every query of the test (a Hive-enabled JVM's
-start is half a minute of CPU); it refreshes the tables before each query, so it sees what other
-processes published since its last one.
+is fixed when the JVM's context starts), so the table's Spark work runs in a process of its own:
+`python -m tests.support.warehouse --serve`, started once per test platform, runs every query and
+compaction of the test (a Hive-enabled process's start is half a minute of CPU). A compaction runs
+the entry point's own `main` there, in a Spark context of its own (the reader's is stopped first,
+and started again for the next query in the same JVM); before each query the tables are
+refreshed, so the reader sees what other processes published since its last one. Where the
+process itself is the subject (a compaction killed midway, spark-submit from a DAG), the tests
+start the entry point as a process of its own.
 """
 
 from __future__ import annotations
@@ -15,10 +18,12 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
+import traceback
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import sqlalchemy as sa
@@ -26,14 +31,19 @@ import yaml
 
 from ops.spec.platform import CONF_DIR_ENV, PlatformConfig, load_platform
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # A cold Spark start with the metastore and GX takes a minute or two with the 2 cores shared.
 SPARK_PROCESS_TIMEOUT = 900
-# A line of `--until` and `--serve` output: one query's rows (or, served, its error).
+# A line of `--until` and `--serve` output: one query's rows; served, a query's error or a
+# compaction's exit status and output.
 RESULT_PREFIX = "result "
 ERROR_PREFIX = "error "
-# The table readers the running test started, by conf dir; `warehouse_platform` stops its platform's.
-_READERS: dict[Path, TableReader] = {}
+COMPACTED_PREFIX = "compacted "
+# The warehouse processes the running test started, by conf dir; `warehouse_platform` stops its own.
+_PROCESSES: dict[Path, WarehouseProcess] = {}
 
 
 def jdbc_url(sqlalchemy_url: str) -> str:
@@ -43,8 +53,8 @@ def jdbc_url(sqlalchemy_url: str) -> str:
 
 @pytest.fixture
 def warehouse_platform(platform_conf: PlatformConfig, postgres_database: str) -> Iterator[PlatformConfig]:
-    """The throwaway platform with `warehouse:` pointing at a fresh metastore database; the table
-    reader its test started is stopped before the database is dropped."""
+    """The throwaway platform with `warehouse:` pointing at a fresh metastore database; the
+    warehouse process its test started is stopped before the database is dropped."""
     path = platform_conf.conf_dir / "platform.yaml"
     document = yaml.safe_load(path.read_text())
     document["warehouse"] = {
@@ -54,9 +64,9 @@ def warehouse_platform(platform_conf: PlatformConfig, postgres_database: str) ->
     }
     path.write_text(yaml.safe_dump(document))
     yield load_platform(platform_conf.conf_dir)
-    reader = _READERS.pop(platform_conf.conf_dir, None)
-    if reader is not None:
-        reader.close()
+    process = _PROCESSES.pop(platform_conf.conf_dir, None)
+    if process is not None:
+        process.close()
 
 
 def run_module(
@@ -75,8 +85,9 @@ def run_module(
 
 
 def compact_job(platform: PlatformConfig, job: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """`python -m jobs.compaction.main --job JOB ...`; asserts it exited 0."""
-    result = run_module(platform, "jobs.compaction.main", ["--job", job, *args])
+    """`jobs.compaction.main --job JOB ...` in the test's warehouse process; asserts it exited 0.
+    Its log (and Spark's) is the result's stderr."""
+    result = warehouse_process(platform).compact(["--job", job, *args])
     assert result.returncode == 0, result.stderr[-6000:]
     return result
 
@@ -112,12 +123,12 @@ def append_to_sink_log(sink: Path, data_file: Path) -> Path:
     return entry
 
 
-class TableReader:
-    """`python -m tests.support.warehouse --serve` on one platform: a query a line on its stdin,
-    its rows (or error) a line on its stdout; its log in the platform's runtime root."""
+class WarehouseProcess:
+    """`python -m tests.support.warehouse --serve` on one platform: a request a JSON line on its
+    stdin, its answer a line on its stdout; its own log in the platform's runtime root."""
 
     def __init__(self, platform: PlatformConfig) -> None:
-        self.log = platform.runtime_root / "table-reader.log"
+        self.log = platform.runtime_root / "warehouse-process.log"
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("w") as log:
             self.process = subprocess.Popen(
@@ -131,17 +142,28 @@ class TableReader:
             )
 
     def query(self, sql: str) -> list[dict[str, Any]]:
+        prefix, answer = self._ask({"sql": sql})
+        if prefix == ERROR_PREFIX:
+            raise AssertionError(f"{sql}: {answer}")
+        rows: list[dict[str, Any]] = answer
+        return rows
+
+    def compact(self, argv: list[str]) -> subprocess.CompletedProcess[str]:
+        _, answer = self._ask({"compact": argv})
+        return subprocess.CompletedProcess(
+            ["jobs.compaction.main", *argv], answer["returncode"], "", answer["output"]
+        )
+
+    def _ask(self, request: dict[str, Any]) -> tuple[str, Any]:
         assert self.process.stdin is not None and self.process.stdout is not None
-        self.process.stdin.write(json.dumps(sql) + "\n")
+        self.process.stdin.write(json.dumps(request) + "\n")
         self.process.stdin.flush()
-        for line in self.process.stdout:
-            if line.startswith(RESULT_PREFIX):
-                rows: list[dict[str, Any]] = json.loads(line.removeprefix(RESULT_PREFIX))
-                return rows
-            if line.startswith(ERROR_PREFIX):
-                raise AssertionError(f"{sql}: {json.loads(line.removeprefix(ERROR_PREFIX))}")
+        line = self.process.stdout.readline()
+        for prefix in (RESULT_PREFIX, ERROR_PREFIX, COMPACTED_PREFIX):
+            if line.startswith(prefix):
+                return prefix, json.loads(line.removeprefix(prefix))
         raise AssertionError(
-            f"the table reader ended before answering {sql}:\n{self.log.read_text()[-6000:]}"
+            f"the warehouse process ended before answering {request}:\n{self.log.read_text()[-6000:]}"
         )
 
     def close(self) -> None:
@@ -156,23 +178,101 @@ class TableReader:
         self.process.stdout.close()
 
 
+def warehouse_process(platform: PlatformConfig) -> WarehouseProcess:
+    """The test's warehouse process for `platform`, started on first use."""
+    process = _PROCESSES.get(platform.conf_dir)
+    if process is None:
+        process = _PROCESSES[platform.conf_dir] = WarehouseProcess(platform)
+    return process
+
+
 def query_table(platform: PlatformConfig, sql: str) -> list[dict[str, Any]]:
-    """The rows of a SQL query, run by the test's reader process on the shared metastore."""
-    reader = _READERS.get(platform.conf_dir)
-    if reader is None:
-        reader = _READERS[platform.conf_dir] = TableReader(platform)
-    return reader.query(sql)
+    """The rows of a SQL query, run by the test's warehouse process on the shared metastore."""
+    return warehouse_process(platform).query(sql)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """`--serve`: answer the queries read from stdin (one JSON string a line) until it closes, each
-    result one JSON line. `--until FILE SQL`: run SQL again and again until FILE exists (and once
-    more), each result one JSON line."""
-    import argparse
-
+def reader_session(platform: PlatformConfig) -> SparkSession:
+    """A local[1] session on the platform's metastore, UTC."""
     from pyspark.sql import SparkSession
 
     from ops.warehouse.metastore import metastore_conf
+
+    builder = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+    for key, value in {**metastore_conf(platform), **platform.spark.network_conf()}.items():
+        builder = builder.config(key, value)
+    return builder.config("spark.sql.session.timeZone", "UTC").getOrCreate()
+
+
+def answer_query(spark: SparkSession, sql: str) -> str:
+    """The answer line to a query: its rows, or its error."""
+    try:
+        # Other processes publish between queries: forget what this one listed before.
+        for table in (
+            spark.catalog.listTables("warehouse") if spark.catalog.databaseExists("warehouse") else []
+        ):
+            spark.catalog.refreshTable(f"warehouse.{table.name}")
+        rows = [row.asDict() for row in spark.sql(sql).collect()]
+    except Exception as error:  # noqa: BLE001 - the test gets the query's error as its failure
+        return ERROR_PREFIX + json.dumps(str(error)[:6000])
+    return RESULT_PREFIX + json.dumps(rows, default=str)
+
+
+def answer_compaction(argv: list[str]) -> str:
+    """The answer line to a compaction: `jobs.compaction.main`'s exit status and everything written
+    to this process's stdout and stderr meanwhile (its log, Spark's)."""
+    from jobs.compaction.main import main as compaction_main
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile("w+") as captured:
+        os.dup2(captured.fileno(), 1)
+        os.dup2(captured.fileno(), 2)
+        try:
+            returncode = compaction_main(argv)
+        except Exception:  # noqa: BLE001 - the test sees the traceback, as from a process of its own
+            traceback.print_exc()
+            returncode = 1
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved, 1)
+            os.dup2(saved, 2)
+            os.close(saved)
+        captured.seek(0)
+        output = captured.read()
+    return COMPACTED_PREFIX + json.dumps({"returncode": returncode, "output": output})
+
+
+def serve(platform: PlatformConfig) -> None:
+    """Answer the requests read from stdin until it closes: `{"sql": ...}` or `{"compact": argv}`."""
+    # Answers go to the stdout the test reads; fd 1 then points at the log, so nothing else printed
+    # (Spark's or a compaction's output) can be taken for an answer.
+    answers = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    spark: SparkSession | None = None
+    for line in sys.stdin:
+        request = json.loads(line)
+        if "compact" in request:
+            # The compaction builds its own session, with its job's confs, as in a process of its own.
+            if spark is not None:
+                spark.stop()
+                spark = None
+            answer = answer_compaction(request["compact"])
+        else:
+            if spark is None:
+                spark = reader_session(platform)
+            answer = answer_query(spark, request["sql"])
+        answers.write(answer + "\n")
+        answers.flush()
+    if spark is not None:
+        spark.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`--serve`: answer requests from stdin (see `serve`). `--until FILE SQL`: run SQL again and
+    again until FILE exists (and once more), each result one JSON line."""
+    import argparse
 
     parser = argparse.ArgumentParser()
     mode = parser.add_mutually_exclusive_group(required=True)
@@ -181,31 +281,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("sql", nargs="?")
     args = parser.parse_args(argv)
     platform = load_platform()
-    builder = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
-    for key, value in {**metastore_conf(platform), **platform.spark.network_conf()}.items():
-        builder = builder.config(key, value)
-    spark = builder.config("spark.sql.session.timeZone", "UTC").getOrCreate()
     if args.serve:
-        for line in sys.stdin:
-            sql = json.loads(line)
-            try:
-                # Other processes publish between queries: forget what this one listed before.
-                for table in (
-                    spark.catalog.listTables("warehouse") if spark.catalog.databaseExists("warehouse") else []
-                ):
-                    spark.catalog.refreshTable(f"warehouse.{table.name}")
-                rows = [row.asDict() for row in spark.sql(sql).collect()]
-            except Exception as error:  # noqa: BLE001 - the test gets the query's error as its failure
-                print(ERROR_PREFIX + json.dumps(str(error)[:6000]), flush=True)
-            else:
-                print(RESULT_PREFIX + json.dumps(rows, default=str), flush=True)
-    else:
-        while True:
-            stop = args.until.exists()
-            rows = [row.asDict() for row in spark.sql(args.sql).collect()]
-            print(RESULT_PREFIX + json.dumps(rows, default=str), flush=True)
-            if stop:
-                break
+        serve(platform)
+        return 0
+    spark = reader_session(platform)
+    while True:
+        stop = args.until.exists()
+        rows = [row.asDict() for row in spark.sql(args.sql).collect()]
+        print(RESULT_PREFIX + json.dumps(rows, default=str), flush=True)
+        if stop:
+            break
     spark.stop()
     return 0
 
