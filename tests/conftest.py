@@ -83,9 +83,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items.sort(key=_xdist_rank)
 
 
-def _xdist_rank(item: pytest.Item) -> int:
-    """The position of the item's most expensive marker in `XDIST_ORDER`; the rest come last."""
-    return next(
+def _xdist_rank(item: pytest.Item) -> tuple[int, bool]:
+    """The position of the item's most expensive marker in `XDIST_ORDER` (the rest come last),
+    and within it the grouped tests first: a group runs its tests one after another on one worker,
+    so started late it would be the run's tail while the other workers wait."""
+    rank = next(
         (rank for rank, marker in enumerate(XDIST_ORDER) if item.get_closest_marker(marker) is not None),
         len(XDIST_ORDER),
     )
+    return rank, item.get_closest_marker("xdist_group") is None
