@@ -14,8 +14,8 @@ import pytest
 
 # Every JVM the tests start (local sessions, drivers, compactions, the standalone cluster) is
 # short-lived and works on little data, so it runs C1 only and the serial collector: a local
-# session's start and first job take about a third less CPU than with the default C2 and G1
-# (`python -m benchmarks.jvm_options`). The platform's own JVMs keep the defaults; `java` names
+# session's start and first job take less than half the CPU they take with the default C2 and G1
+# (`python -m benchmarks.jvm_options`, benchmarks/RESULTS.md). The platform's own JVMs keep the defaults; `java` names
 # the options on stderr ("Picked up JDK_JAVA_OPTIONS").
 TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 os.environ.setdefault("JDK_JAVA_OPTIONS", TEST_JVM_OPTIONS)

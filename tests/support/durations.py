@@ -18,11 +18,12 @@ import pytest
 
 @dataclass
 class DurationsRecorder:
-    """Collects (seconds, phase, test id) from each report and writes them at the session's end."""
+    """Collects (seconds, phase, outcome, test id) from each report and writes them at the session's
+    end. The outcome tells a failure from a pass when a run stopped from outside printed no summary."""
 
     path: Path
     started: float = field(default_factory=time.monotonic)
-    phases: list[tuple[float, str, str]] = field(default_factory=list)
+    phases: list[tuple[float, str, str, str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -30,7 +31,7 @@ class DurationsRecorder:
 
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        phase = (report.duration, report.when, report.nodeid)
+        phase = (report.duration, report.when, report.outcome, report.nodeid)
         self.phases.append(phase)
         with self.path.open("a") as file:
             file.write(phase_line(phase) + "\n")
@@ -38,15 +39,15 @@ class DurationsRecorder:
     @pytest.hookimpl
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         wall = time.monotonic() - self.started
-        tests = len({nodeid for _, _, nodeid in self.phases})
+        tests = len({nodeid for *_, nodeid in self.phases})
         lines = [f"# {tests} tests, {len(self.phases)} phases, {wall:.1f} s wall, exit status {exitstatus}"]
         lines += [phase_line(phase) for phase in sorted(self.phases, reverse=True)]
         self.path.write_text("\n".join(lines) + "\n")
 
 
-def phase_line(phase: tuple[float, str, str]) -> str:
-    seconds, when, nodeid = phase
-    return f"{seconds:.2f}s {when:<8} {nodeid}"
+def phase_line(phase: tuple[float, str, str, str]) -> str:
+    seconds, when, outcome, nodeid = phase
+    return f"{seconds:.2f}s {when:<8} {outcome:<7} {nodeid}"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
