@@ -50,6 +50,14 @@ def platform(platform_conf: PlatformConfig) -> Iterator[PlatformConfig]:
     stop_all_jobs(platform_conf)
 
 
+def a_file_per_batch(spec: dict[str, Any], **autoscaling: int) -> None:
+    """The autoscaled router reading one file a batch, with `autoscaling` settings of its own."""
+    autoscaled_router(spec)
+    spec["operations"]["trigger"]["max_files_per_trigger"] = 1
+    spec["operations"]["autoscaling"].update(autoscaling)
+    spec["operations"]["health"] = {**spec["operations"].get("health", {}), "stuck_grace_seconds": 120}
+
+
 def committed_at(platform: PlatformConfig, job: str, files: int) -> float:
     """When (epoch seconds) the first batch that had read `files` input files committed."""
     for batch, [commit, *_] in sorted(log_entries(platform.checkpoint_root / job / "commits").items()):
@@ -62,13 +70,10 @@ def test_a_draining_backlog_blocks_the_scale_down_until_every_file_is_read(
     platform: PlatformConfig, ledger: Ledger, spark: SparkSession
 ) -> None:
     def over_a_backlog(spec: dict[str, Any]) -> None:
-        autoscaled_router(spec)
-        spec["operations"]["trigger"]["max_files_per_trigger"] = 1
-        spec["operations"]["resources"]["cores"] = 2
         # An hour to catch up in: the backlog alone never asks for the second core, and with no
         # input arriving the formula asks for one from the first window on.
-        spec["operations"]["autoscaling"].update(catch_up_seconds=3600, scale_down_delay_seconds=10)
-        spec["operations"]["health"] = {**spec["operations"].get("health", {}), "stuck_grace_seconds": 120}
+        a_file_per_batch(spec, catch_up_seconds=3600, scale_down_delay_seconds=10)
+        spec["operations"]["resources"]["cores"] = 2
 
     edit_job(platform, "router", over_a_backlog)
     load = FileLoad(platform.landing_root / "events", EVENTS_PER_FILE)
@@ -110,12 +115,9 @@ def test_an_ineffective_scale_up_blocks_the_next_one(
     platform: PlatformConfig, ledger: Ledger, spark: SparkSession
 ) -> None:
     def one_file_per_batch(spec: dict[str, Any]) -> None:
-        autoscaled_router(spec)
-        spec["operations"]["trigger"]["max_files_per_trigger"] = 1
-        spec["operations"]["autoscaling"].update(
-            max_cores=4, catch_up_seconds=5, stabilization_seconds=30, scale_down_delay_seconds=600
+        a_file_per_batch(
+            spec, max_cores=4, catch_up_seconds=5, stabilization_seconds=30, scale_down_delay_seconds=600
         )
-        spec["operations"]["health"] = {**spec["operations"].get("health", {}), "stuck_grace_seconds": 120}
 
     edit_job(platform, "router", one_file_per_batch)
     supervisor = Supervisor.for_platform(platform)
