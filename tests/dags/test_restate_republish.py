@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from airflow.dag_processing.dagbag import DagBag
+from pyspark.sql import SparkSession
 
 from jobs.compaction.main import warehouse_table
 from ops.ledger.store import Ledger
@@ -21,7 +22,8 @@ from ops.spec.platform import PlatformConfig
 from ops.warehouse.sinklog import NULL_PARTITION, sink_partitions
 from synthetic.scenarios import router_scenario
 from tests.support.drivers import edit_job
-from tests.support.warehouse import append_to_sink_log, compact_job, one_file_per_batch, run_available_now
+from tests.support.spark import run_available_now
+from tests.support.warehouse import append_to_sink_log, compact_job, one_file_per_batch
 
 # A driver, a compaction and a spark-submit: Spark processes of their own, each a cold start.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -30,15 +32,15 @@ NIGHT = datetime(2026, 11, 20, 2, tzinfo=UTC)
 
 
 def test_the_republish_task_submits_the_compaction_of_the_partitions_that_changed(
-    warehouse_platform: PlatformConfig,
+    spark: SparkSession, warehouse_platform: PlatformConfig
 ) -> None:
     platform = warehouse_platform
     edit_job(platform, "router", one_file_per_batch)
     router_scenario(platform.landing_root, 120, 1)
-    run_available_now(platform, "router")
+    spec = find_job("router", platform.conf_dir)
+    run_available_now(spark, platform, spec)
     compact_job(platform, "router", "--now", NIGHT.isoformat())
     ledger = Ledger.open(platform.resolved_ledger_url)
-    spec = find_job("router", platform.conf_dir)
     sink = platform.lake_root / spec.pipeline.sink.path
     partitions = [
         p for p in sink_partitions(sink, warehouse_table(platform, spec)) if NULL_PARTITION not in p.key

@@ -17,8 +17,6 @@ from pyspark.sql import SparkSession
 
 from jobs.compaction.compact import needs_compaction
 from jobs.compaction.main import warehouse_table
-from jobs.runner import plan_job
-from jobs.runtime import with_trigger
 from ops import archive
 from ops.backfill.plan import BackfillRequest
 from ops.backfill.run import publication_lines, publish_output, run_backfill
@@ -32,6 +30,7 @@ from ops.warehouse.sinklog import partition_end, sink_partitions
 from tests.ops.test_backfill import FIRST_ARRIVAL, HOURS, NOW, live_reference, write_input
 from tests.support.drivers import edit_job
 from tests.support.slack import SlackReceiver
+from tests.support.spark import run_available_now
 from tests.support.warehouse import append_to_sink_log, query_table
 
 # Backfills, publishes and readers: each a Spark process of its own, with the cores shared.
@@ -85,8 +84,7 @@ def test_a_backfill_replaces_exactly_its_partitions_after_the_gate_and_a_failing
     ledger = Ledger.open(platform.resolved_ledger_url)
     # The live job ran over the same input: its sink holds the partitions the backfill replaces.
     spec = find_job("router", platform.conf_dir)
-    query = with_trigger(plan_job(platform, spec), spec, available_now=True)(spark).start()
-    query.awaitTermination(300)
+    run_available_now(spark, platform, spec)
     table = warehouse_table(platform, spec)
     live_sink = JobPaths.of(platform, spec).sink
     live = [p for p in sink_partitions(live_sink, table) if partition_end(p.values) is not None]

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
 from jobs.compaction.main import warehouse_table
 from ops.ledger.store import Ledger, PartitionVersionRecord
@@ -22,13 +23,13 @@ from ops.spec.platform import CONF_DIR_ENV, PlatformConfig
 from ops.warehouse.sinklog import sink_partitions
 from synthetic.scenarios import router_scenario
 from tests.support.drivers import edit_job
+from tests.support.spark import run_available_now
 from tests.support.warehouse import (
     REPO_ROOT,
     append_to_sink_log,
     compact_job,
     one_file_per_batch,
     query_table,
-    run_available_now,
     run_module,
 )
 
@@ -88,13 +89,13 @@ def statuses(versions: list[PartitionVersionRecord]) -> list[tuple[int, str, str
 
 
 def test_blocked_killed_and_rolled_back_compactions_never_show_a_half_published_partition(
-    warehouse_platform: PlatformConfig,
+    spark: SparkSession, warehouse_platform: PlatformConfig
 ) -> None:
     platform = warehouse_platform
     edit_job(platform, "router", with_unique_event_ids)
     router_scenario(platform.landing_root, 300, 1)
-    run_available_now(platform, "router")
     spec = find_job("router", platform.conf_dir)
+    run_available_now(spark, platform, spec)
     sink = platform.lake_root / spec.pipeline.sink.path
     partition = next(
         p for p in sink_partitions(sink, warehouse_table(platform, spec)) if "purchases" in p.key

@@ -15,15 +15,16 @@ from pyspark.sql import SparkSession
 
 from jobs.compaction.rewrite import read_partition
 from ops.ledger.store import Ledger
+from ops.spec.job import find_job
 from ops.spec.platform import PlatformConfig
 from synthetic.scenarios import router_scenario
 from tests.support.drivers import edit_job
+from tests.support.spark import run_available_now
 from tests.support.warehouse import (
     append_to_sink_log,
     compact_job,
     one_file_per_batch,
     query_table,
-    run_available_now,
 )
 
 # Several Spark processes (driver, compactions, readers), each a cold start with the cores shared.
@@ -51,7 +52,6 @@ def add_late_rows(platform: PlatformConfig, key: str, count: int) -> None:
 def committed_rows(spark: SparkSession, platform: PlatformConfig) -> Counter[tuple[str, ...]]:
     """(event_id, route, event_date, event_hour) of every row the sink log lists as committed."""
     from jobs.compaction.main import warehouse_table
-    from ops.spec.job import find_job
     from ops.warehouse.sinklog import NULL_PARTITION, sink_partitions
 
     spec = find_job("router", platform.conf_dir)
@@ -73,7 +73,7 @@ def test_nightly_compaction_publishes_the_committed_rows_in_target_size_files(
     edit_job(platform, "router", small_batches)
     for seed in (1, 2):
         router_scenario(platform.landing_root, 240, seed)
-    run_available_now(platform, "router")
+    run_available_now(spark, platform, find_job("router", platform.conf_dir))
 
     compact_job(platform, "router", "--now", LATER)
 

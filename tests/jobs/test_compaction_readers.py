@@ -14,19 +14,21 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
 from ops.ledger.store import Ledger
+from ops.spec.job import find_job
 from ops.spec.platform import CONF_DIR_ENV, PlatformConfig
 from synthetic.scenarios import router_scenario
 from tests.jobs.test_compaction_publish import LATER, add_late_rows, small_batches
 from tests.support.drivers import edit_job
+from tests.support.spark import run_available_now
 from tests.support.warehouse import (
     REPO_ROOT,
     RESULT_PREFIX,
     SPARK_PROCESS_TIMEOUT,
     compact_job,
     query_table,
-    run_available_now,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -81,12 +83,12 @@ class LoopingReader:
 
 
 def test_a_reader_during_a_publish_sees_the_old_version_or_the_new_never_a_mix(
-    warehouse_platform: PlatformConfig, tmp_path: Path
+    spark: SparkSession, warehouse_platform: PlatformConfig, tmp_path: Path
 ) -> None:
     platform = warehouse_platform
     edit_job(platform, "router", small_batches)
     router_scenario(platform.landing_root, 240, seed=3)
-    run_available_now(platform, "router")
+    run_available_now(spark, platform, find_job("router", platform.conf_dir))
     compact_job(platform, "router", "--now", LATER)
     ledger = Ledger.open(platform.resolved_ledger_url)
     key = next(v.partition for v in ledger.partition_versions("router") if "route=purchases" in v.partition)

@@ -32,7 +32,8 @@ from ops.warehouse.sinklog import EXPIRE_ACTION, EXPIRED_MARKER, SINK_LOG, log_s
 from synthetic.generator import write_batch
 from tests.support.drivers import edit_job
 from tests.support.fake_backend import FakeBackend
-from tests.support.warehouse import compact_job, query_table, run_available_now
+from tests.support.spark import run_available_now
+from tests.support.warehouse import compact_job, query_table
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 JOB = "router"
@@ -121,7 +122,7 @@ def test_three_days_with_nightly_compaction_keep_the_sink_log_bounded_and_the_ta
     day_one_savepoint = None
     for day in range(3):
         land_day(platform, day)
-        run_available_now(platform, JOB)
+        run_available_now(spark, platform, spec)
         if day == 0:
             day_one_savepoint = take_savepoint(platform, ledger, spec)
         committed = committed_by_partition(spark, platform)
@@ -161,7 +162,7 @@ def test_three_days_with_nightly_compaction_keep_the_sink_log_bounded_and_the_ta
     write_batch(
         platform.landing_root / "events", 40, 0.0, seed=99, start=FIRST_DAY, file_name="events-late.json"
     )
-    run_available_now(platform, JOB)
+    run_available_now(spark, platform, spec)
     late = {
         key: ids
         for key, ids in committed_by_partition(spark, platform).items()

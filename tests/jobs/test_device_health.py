@@ -19,12 +19,12 @@ from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from jobs.catalog import sink_rows
-from jobs.runner import plan_job
-from jobs.runtime import state_conf, with_trigger
+from jobs.runtime import state_conf
 from ops.driver.listener import state_rows
 from ops.spec.job import find_job
 from ops.spec.platform import PlatformConfig
 from tests.support.drivers import edit_job
+from tests.support.spark import run_available_now
 
 # The sink's columns, with the two timestamps as UTC text (collected timestamps are local).
 OUTPUT_SCHEMA = (
@@ -209,15 +209,6 @@ def one_file_per_batch(spec: dict[str, Any]) -> None:
     spec["operations"]["trigger"]["max_files_per_trigger"] = 1
 
 
-def run_available_now(spark: SparkSession, platform: PlatformConfig) -> list[dict[str, Any]]:
-    """Run the job's real query over the landing files present, to the end; its progress reports."""
-    spec = find_job("device_health", platform.conf_dir)
-    query = with_trigger(plan_job(platform, spec), spec, available_now=True)(spark).start()
-    query.awaitTermination(300)
-    assert query.exception() is None
-    return list(query.recentProgress)
-
-
 def test_stream_over_micro_batches_keeps_state_and_reports_stale_and_late_readings(
     spark: SparkSession, stateful: PlatformConfig
 ) -> None:
@@ -252,7 +243,7 @@ def test_stream_over_micro_batches_keeps_state_and_reports_stale_and_late_readin
     ]
     for i, lines in enumerate(batches):
         write_landing(landing, f"batch-{i}", lines, i)
-    progress = run_available_now(spark, stateful)
+    progress = run_available_now(spark, stateful, find_job("device_health", stateful.conf_dir)).recentProgress
     # One batch per file; each line counts twice, as both branches (readings, dead letters) scan it.
     assert [p["numInputRows"] for p in progress if p["numInputRows"]] == [6, 4, 6, 10]
 
@@ -310,7 +301,13 @@ def test_state_stays_bounded_by_the_keys_and_silent_keys_expire(
                     )
                 )
         write_landing(landing, f"batch-{i:02d}", lines, i)
-    progress = [p for p in run_available_now(spark, stateful) if p["numInputRows"]]
+    progress = [
+        p
+        for p in run_available_now(
+            spark, stateful, find_job("device_health", stateful.conf_dir)
+        ).recentProgress
+        if p["numInputRows"]
+    ]
     assert len(progress) == batches
     rows = [state_rows(p) for p in progress]
     # One row per key (the timers are not counted), whatever the input: 20 keys -> 20 rows.

@@ -15,19 +15,17 @@ import numpy as np
 import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import StreamingQuery
 from pyspark.testing import assertDataFrameEqual
 
 from jobs.bucketed_state import frame_from_ipc
 from jobs.impressions_plays.transform import OUTPUT_SCHEMA, impressions_plays, within_window
 from jobs.parsing import parse_events
-from jobs.runner import plan_job
-from jobs.runtime import state_conf, with_trigger
 from ops.spec.job import find_job
 from ops.spec.pipelines import ImpressionsPlaysPipeline
 from ops.spec.platform import DEFAULT_CONF_DIR, PlatformConfig
 from synthetic.scenarios import write_json_lines
 from tests.support.drivers import edit_job
+from tests.support.spark import run_available_now
 
 JOB = "impressions_plays"
 SPEC = find_job(JOB, DEFAULT_CONF_DIR)
@@ -209,17 +207,6 @@ def test_range_join_finds_exactly_the_pairs_a_cross_join_would() -> None:
 # --- the real streaming query ----------------------------------------------------------------------
 
 
-def run_available_now(spark: SparkSession, platform: PlatformConfig) -> StreamingQuery:
-    """Run the job's real query over the landing files present now, to the end."""
-    spec = find_job(JOB, platform.conf_dir)
-    for key, value in state_conf(spec).items():
-        spark.conf.set(key, value)
-    query = with_trigger(plan_job(platform, spec), spec, available_now=True)(spark).start()
-    query.awaitTermination(300)
-    assert query.exception() is None
-    return query
-
-
 def land(platform: PlatformConfig, step: str, impressions: Sequence[str], plays: Sequence[str]) -> None:
     write_json_lines(platform.landing_root / "impressions", f"impressions-{step}.json", list(impressions))
     write_json_lines(platform.landing_root / "plays", f"plays-{step}.json", list(plays))
@@ -244,7 +231,7 @@ def test_stream_joins_out_of_order_dedups_emits_unconverted_after_the_hour_and_k
         # q3 arrives before its impression i4.
         [play("q1", "p1", "t1", "10:30"), play("q3", "p3", "t1", "10:50"), "not json"],
     )
-    run_available_now(spark, platform_conf)
+    run_available_now(spark, platform_conf, find_job(JOB, platform_conf.conf_dir))
     # Run 2: i4 joins q3 from state; resends of i3 and q1 are within the watermark and dropped;
     # q2 is out of order (10:15 >= 10:10) but precedes i3, so it converts nothing. Global 10:30.
     land(
@@ -253,7 +240,7 @@ def test_stream_joins_out_of_order_dedups_emits_unconverted_after_the_hour_and_k
         [impression("i4", "p3", "t1", "10:40"), impression("i3", "p2", "t1", "10:20")],
         [play("q2", "p2", "t1", "10:15"), play("q1", "p1", "t1", "10:30")],
     )
-    run_available_now(spark, platform_conf)
+    run_available_now(spark, platform_conf, find_job(JOB, platform_conf.conf_dir))
     written = sorted(
         (row.outcome, row.impression_id, row.play_id) for row in sink(spark, platform_conf).collect()
     )
@@ -262,11 +249,11 @@ def test_stream_joins_out_of_order_dedups_emits_unconverted_after_the_hour_and_k
     # Run 3 moves both watermarks to 11:50: i2 (window to 11:00) and i3 (to 11:20) are written
     # unconverted; i1 and i4 converted, so they leave state silently.
     land(platform_conf, "3", [impression("i5", "p9", "t9", "12:00")], [play("q4", "p9", "t9", "12:00")])
-    run_available_now(spark, platform_conf)
+    run_available_now(spark, platform_conf, find_job(JOB, platform_conf.conf_dir))
     # Run 4: older than the 11:50 watermark, so late: written as such and joined to nothing. q5
     # would have converted i3, already written unconverted; i6 would have joined q4.
     land(platform_conf, "4", [impression("i6", "p9", "t9", "11:30")], [play("q5", "p2", "t1", "10:25")])
-    run_available_now(spark, platform_conf)
+    run_available_now(spark, platform_conf, find_job(JOB, platform_conf.conf_dir))
 
     assertDataFrameEqual(
         sink(spark, platform_conf).select(*OUTPUT_COLUMNS),
@@ -307,7 +294,7 @@ def test_state_stays_bounded_as_the_watermark_advances(
                 platform_conf.landing_root / "impressions", f"i-{k:02d}.json", impressions, 100.0 - k
             )
             write_json_lines(platform_conf.landing_root / "plays", f"q-{k:02d}.json", plays, 100.0 - k)
-        run_available_now(spark, platform_conf)
+        run_available_now(spark, platform_conf, find_job(JOB, platform_conf.conf_dir))
         pending.append(pending_events(spark, platform_conf))
     # Impressions wait window + lateness (about 7 files of 8), plays the lateness (1-2 files of
     # 4): about 70 events, whether 72 or 216 events have been read.

@@ -25,24 +25,17 @@ from pyspark.testing import assertDataFrameEqual
 
 from jobs.batch import batch_rows
 from jobs.catalog import kind_of
-from jobs.runner import plan_job
-from jobs.runtime import state_conf, with_trigger
+from jobs.runtime import state_conf
 from ops.spec.job import JobSpec, find_job, load_jobs
 from ops.spec.platform import PlatformConfig
 from synthetic.scenarios import SCENARIOS, Scenario
+from tests.support.spark import run_available_now
 
 JOBS = sorted(load_jobs().specs)
 # The jobs whose sink has a `late` output: their kind's scenario can write late events.
 LATE_JOBS = sorted(
     name for name, spec in load_jobs().specs.items() if SCENARIOS[spec.pipeline.kind].late is not None
 )
-
-
-def run_available_now(spark: SparkSession, platform: PlatformConfig, spec: JobSpec) -> None:
-    """Run the job's real streaming query over the input present now, to the end."""
-    query = with_trigger(plan_job(platform, spec), spec, available_now=True)(spark).start()
-    query.awaitTermination(300)
-    assert query.exception() is None
 
 
 def write_scenario(

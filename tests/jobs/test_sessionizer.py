@@ -15,14 +15,13 @@ from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from jobs.parsing import parse_events
-from jobs.runner import plan_job
-from jobs.runtime import state_conf, with_trigger
 from jobs.sessionizer.transform import sessionize
 from ops.driver.listener import state_rows
 from ops.spec.job import find_job
 from ops.spec.pipelines import SessionizerPipeline
 from ops.spec.platform import PlatformConfig
 from tests.support.drivers import edit_job
+from tests.support.spark import run_available_now
 
 FIELDS = [
     {"name": "event_id", "type": "string", "required": True},
@@ -159,16 +158,7 @@ class Stream:
     def run(self) -> None:
         """Read every new file (spec's max files per batch), then the no-data batch that closes."""
         spec = find_job("sessionizer", self.platform.conf_dir)
-        for key, value in state_conf(spec).items():
-            self.spark.conf.set(key, value)
-        query = with_trigger(plan_job(self.platform, spec), spec, available_now=True)(self.spark).start()
-        try:
-            query.awaitTermination(300)
-        finally:
-            query.stop()
-        self.progress.extend(query.recentProgress)
-        if query.exception() is not None:
-            raise query.exception()  # type: ignore[misc]
+        self.progress.extend(run_available_now(self.spark, self.platform, spec).recentProgress)
 
     def output(self) -> DataFrame:
         return self.spark.read.parquet(str(self.platform.lake_root / "sessions"))

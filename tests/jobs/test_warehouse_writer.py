@@ -15,14 +15,13 @@ from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from jobs.parsing import parse_events, with_event_partitions
-from jobs.runner import plan_job
-from jobs.runtime import with_trigger
 from jobs.warehouse_writer.transform import warehouse_rows
 from ops.spec.job import find_job
 from ops.spec.pipelines import WarehouseWriterPipeline
 from ops.spec.platform import DEFAULT_CONF_DIR, PlatformConfig
 from synthetic.generator import write_batch
 from tests.support.drivers import edit_job
+from tests.support.spark import run_available_now
 
 JOB = "warehouse_writer"
 SPEC = find_job(JOB, DEFAULT_CONF_DIR)
@@ -110,9 +109,7 @@ def test_stream_writes_at_most_n_files_per_hour_per_batch_and_every_row(
     hour = dt.datetime(2025, 1, 1, 10, tzinfo=dt.UTC)
     # Two landing files, two batches, 400 lines each, all in 10:00-10:59.
     batches = [write_batch(landing, 400, 0.05, seed, start=hour, span_seconds=3600) for seed in (1, 2)]
-    query = with_trigger(plan_job(platform_conf, spec), spec, available_now=True)(spark).start()
-    query.awaitTermination(300)
-    assert query.exception() is None
+    run_available_now(spark, platform_conf, spec)
 
     sink_log = platform_conf.lake_root / SPEC.pipeline.sink.path / "_spark_metadata"
     per_batch = files_per_batch(sink_log, "route=events/event_date=2025-01-01/event_hour=10")

@@ -8,12 +8,11 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from jobs.runner import plan_job
-from jobs.runtime import state_conf, with_trigger
 from ops.spec.job import find_job
 from ops.spec.platform import PlatformConfig
 from tests.jobs.test_device_health import one_file_per_batch, reading, write_landing
 from tests.support.drivers import edit_job
+from tests.support.spark import run_available_now
 
 
 def at(minute: int) -> dt.datetime:
@@ -32,8 +31,6 @@ def run_device_health(spark: SparkSession, platform: PlatformConfig) -> Platform
     """Run device_health over three micro-batches into its checkpoint (available-now, finished)."""
     edit_job(platform, "device_health", one_file_per_batch)
     spec = find_job("device_health", platform.conf_dir)
-    for key, value in state_conf(spec).items():
-        spark.conf.set(key, value)
     landing = platform.landing_root / "telemetry"
     batches = [
         [reading("a1", 0, "d1", "signal_db", -5.0), reading("b1", 0, "d2", "temperature", 75.0)],
@@ -43,9 +40,7 @@ def run_device_health(spark: SparkSession, platform: PlatformConfig) -> Platform
     ]
     for i, lines in enumerate(batches):
         write_landing(landing, f"batch-{i}", lines, i)
-    query = with_trigger(plan_job(platform, spec), spec, available_now=True)(spark).start()
-    query.awaitTermination(300)
-    assert query.exception() is None
+    run_available_now(spark, platform, spec)
     # The format conf is the reader's to set: leave the session without it.
     spark.conf.unset("spark.sql.streaming.stateStore.checkpointFormatVersion")
     return platform

@@ -5,15 +5,25 @@ it) so where the suite's time goes can be read after any run. Under xdist the co
 worker's reports and writes the file; the workers write nothing. Each phase is appended as it is
 reported, so a run stopped from outside (CI's time limit) still leaves what it measured; the
 session's end rewrites the file sorted, under a summary line.
+
+Wall time on a loaded machine says little of what a test costs, so each phase also carries the CPU
+seconds its worker's process tree used meanwhile (`tree_cpu_seconds`): the worker itself, its
+live descendants (the session's JVM, drivers, warehouse processes) and the ones it reaped. A
+process that outlived its parent and was adopted by init escapes the count.
 """
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+CPU_PROPERTY = "tree_cpu_seconds"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -23,7 +33,7 @@ class DurationsRecorder:
 
     path: Path
     started: float = field(default_factory=time.monotonic)
-    phases: list[tuple[float, str, str, str]] = field(default_factory=list)
+    phases: list[tuple[float, float, str, str, str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -31,7 +41,8 @@ class DurationsRecorder:
 
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        phase = (report.duration, report.when, report.outcome, report.nodeid)
+        cpu = dict(report.user_properties).get(CPU_PROPERTY, 0.0)
+        phase = (report.duration, cpu, report.when, report.outcome, report.nodeid)
         self.phases.append(phase)
         with self.path.open("a") as file:
             file.write(phase_line(phase) + "\n")
@@ -40,14 +51,79 @@ class DurationsRecorder:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         wall = time.monotonic() - self.started
         tests = len({nodeid for *_, nodeid in self.phases})
-        lines = [f"# {tests} tests, {len(self.phases)} phases, {wall:.1f} s wall, exit status {exitstatus}"]
+        cpu = sum(phase[1] for phase in self.phases)
+        lines = [
+            f"# {tests} tests, {len(self.phases)} phases, {wall:.1f} s wall, {cpu:.0f} CPU-s, "
+            f"exit status {exitstatus}"
+        ]
         lines += [phase_line(phase) for phase in sorted(self.phases, reverse=True)]
         self.path.write_text("\n".join(lines) + "\n")
 
 
-def phase_line(phase: tuple[float, str, str, str]) -> str:
-    seconds, when, outcome, nodeid = phase
-    return f"{seconds:.2f}s {when:<8} {outcome:<7} {nodeid}"
+def phase_line(phase: tuple[float, float, str, str, str]) -> str:
+    seconds, cpu, when, outcome, nodeid = phase
+    return f"{seconds:.2f}s {cpu:7.1f}cpu {when:<8} {outcome:<7} {nodeid}"
+
+
+def tree_cpu_seconds() -> float:
+    """CPU seconds used so far by this process, its reaped children and its live descendants."""
+    own = os.times()
+    total = own.user + own.system + own.children_user + own.children_system
+    parents: dict[int, int] = {}
+    ticks: dict[int, int] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(entry.path, "stat").read_text()
+        except OSError:
+            continue  # ended meanwhile
+        # After the command's closing parenthesis: state, ppid, ... utime (14th), stime, cutime, cstime.
+        fields = stat.rsplit(")", 1)[1].split()
+        pid = int(entry.name)
+        parents[pid] = int(fields[1])
+        ticks[pid] = sum(int(value) for value in fields[11:15])
+    me = os.getpid()
+    for pid, tick_count in ticks.items():
+        ancestor = parents.get(pid)
+        while ancestor not in (None, 0, 1, me):
+            ancestor = parents.get(ancestor)
+        if ancestor == me and pid != me:
+            total += tick_count / CLOCK_TICKS
+    return total
+
+
+CPU_MARKS = pytest.StashKey[dict[str, float]]()
+
+
+class PhaseCpu:
+    """Where the tests run (each xdist worker, or the one process): notes the tree's CPU as each
+    phase starts and reports what the phase used in its report's `user_properties`."""
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> Generator[None, None, None]:
+        item.stash[CPU_MARKS] = {"setup": tree_cpu_seconds()}
+        return (yield)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
+        item.stash.setdefault(CPU_MARKS, {})["call"] = tree_cpu_seconds()
+        return (yield)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_teardown(self, item: pytest.Item) -> Generator[None, None, None]:
+        item.stash.setdefault(CPU_MARKS, {})["teardown"] = tree_cpu_seconds()
+        return (yield)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report = yield
+        started = item.stash.get(CPU_MARKS, {}).get(call.when)
+        if started is not None:
+            report.user_properties.append((CPU_PROPERTY, round(tree_cpu_seconds() - started, 1)))
+        return report
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -61,6 +137,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     path = config.getoption("--durations-file")
+    if path is None:
+        return
+    config.pluginmanager.register(PhaseCpu(), "streamwarden-phase-cpu")
     # xdist workers report to the controller, which alone writes the file.
-    if path is not None and not hasattr(config, "workerinput"):
+    if not hasattr(config, "workerinput"):
         config.pluginmanager.register(DurationsRecorder(Path(path)), "streamwarden-durations-file")

@@ -10,6 +10,10 @@ session: it drops the connection and stops the streaming queries the test left r
 Stateful tests set their job's state-store confs on the shared session (`jobs.runtime.state_conf`);
 after every test that used the session they are unset again, so a test's result never depends on
 which tests the worker ran before it (xdist hands tests out in its own order).
+
+`run_available_now` runs a job's real streaming query (`jobs.runner.plan_job`) in this session:
+what a driver started with `--available-now` writes (sink, sink log, checkpoint), without a JVM
+start of its own. Tests whose subject is the driver process start one (`tests.support.drivers`).
 """
 
 from __future__ import annotations
@@ -21,6 +25,15 @@ from collections.abc import Generator, Iterator
 
 import pytest
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from jobs.runner import plan_job
+from jobs.runtime import state_conf, with_trigger
+from ops.spec.job import JobSpec
+from ops.spec.platform import PlatformConfig
+
+# How long a test waits for an available-now query to end: minutes of work on a loaded machine.
+AVAILABLE_NOW_TIMEOUT = 900
 
 
 @pytest.fixture(scope="session")
@@ -43,6 +56,29 @@ def spark() -> Iterator[SparkSession]:
     session.stop()
     # py4j logs at INFO from a finalizer at interpreter exit, after pytest closed the streams.
     logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
+def run_available_now(spark: SparkSession, platform: PlatformConfig, spec: JobSpec) -> StreamingQuery:
+    """Run the job's real query over the input present now, to its end, with the job's state confs
+    and the platform's extra Spark confs set for it (the platform's are unset again afterwards);
+    asserts it ended without error."""
+    for key, value in state_conf(spec).items():
+        spark.conf.set(key, value)
+    extra = platform.spark.extra_conf
+    for key, value in extra.items():
+        spark.conf.set(key, value)
+    try:
+        query = with_trigger(plan_job(platform, spec), spec, available_now=True)(spark).start()
+        try:
+            ended = query.awaitTermination(AVAILABLE_NOW_TIMEOUT)
+        finally:
+            query.stop()
+    finally:
+        for key in extra:
+            spark.conf.unset(key)
+    assert ended, f"{spec.name}: the available-now query did not end within {AVAILABLE_NOW_TIMEOUT} s"
+    assert query.exception() is None, query.exception()
+    return query
 
 
 # Confs tests set for their own queries, back to Spark's defaults after each test.

@@ -92,8 +92,10 @@ def compact_job(platform: PlatformConfig, job: str, *args: str) -> subprocess.Co
     return result
 
 
-def run_available_now(platform: PlatformConfig, job: str) -> None:
-    """The job's driver over the landing files present (`--available-now`), until it has read them."""
+def driver_available_now(platform: PlatformConfig, job: str) -> None:
+    """The job's driver process over the landing files present (`--available-now`), until it has
+    read them. Where the process is not the subject, `tests.support.spark.run_available_now` runs
+    the same query in the test's session."""
     result = run_module(platform, "jobs.runner", ["--job", job, "--run-id", f"{job}-fill", "--available-now"])
     assert result.returncode == 0, result.stderr[-6000:]
 
