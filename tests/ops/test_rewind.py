@@ -3,6 +3,8 @@
 The differential check: a job runs with savepoints, a wrong version of it runs for a while, the
 job is rewound to the savepoint taken before the switch and replayed with the right version;
 its sink must then equal, row for row, one clean run of the right version over the same input.
+The history before a rewind is the job's real query run in the test's session; the replay after
+it is a driver's, the process that replays.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from ops.spec.platform import PlatformConfig, load_platform
 from synthetic.generator import write_batch
 from tests.support.drivers import Driver, caught_up, edit_job, fast_trigger
 from tests.support.platform import job_paths
+from tests.support.spark import run_available_now
 
 JOB = "router"
 RIGHT_FILTER = "event_type = 'purchase' AND amount > 0"
@@ -78,13 +81,13 @@ def test_restating_the_router_from_a_savepoint_equals_a_clean_run(
     landing = platform.landing_root / find_job(JOB, platform.conf_dir).pipeline.source.path
     for seed in range(6):
         write_batch(landing, 60, 0.05, seed)
-    run_until_read(start_driver("right-1"), platform, files=6)
+    run_available_now(spark, platform, find_job(JOB, platform.conf_dir))
     savepoint = take_savepoint(platform, ledger, find_job(JOB, platform.conf_dir))
 
     edit_job(platform, JOB, set_purchase_filter(WRONG_FILTER))
     for seed in range(6, 12):
         write_batch(landing, 60, 0.05, seed)
-    run_until_read(start_driver("wrong-1"), platform, files=12)
+    run_available_now(spark, platform, find_job(JOB, platform.conf_dir))
     checkpoint = platform.checkpoint_root / JOB
     last_batch = last_commit(platform, JOB)
     original_offsets = {
@@ -129,15 +132,15 @@ def test_restating_the_router_from_a_savepoint_equals_a_clean_run(
 
 
 def test_rewind_past_input_retention_is_refused_before_anything_is_touched(
-    platform: PlatformConfig, ledger: Ledger, start_driver: Callable[..., Driver]
+    spark: SparkSession, platform: PlatformConfig, ledger: Ledger
 ) -> None:
     landing = platform.landing_root / "events"
     for seed in range(2):
         write_batch(landing, 40, 0.0, seed)
-    run_until_read(start_driver("r-1"), platform, files=2)
+    run_available_now(spark, platform, find_job(JOB, platform.conf_dir))
     savepoint = take_savepoint(platform, ledger, find_job(JOB, platform.conf_dir))
     later = [write_batch(landing, 40, 0.0, seed) for seed in range(2, 4)]
-    run_until_read(start_driver("r-2"), platform, files=4)
+    run_available_now(spark, platform, find_job(JOB, platform.conf_dir))
     later[0].path.unlink()
     before = snapshot(platform.checkpoint_root / JOB), snapshot(platform.lake_root / "router")
 
@@ -162,10 +165,10 @@ def test_a_rewind_reads_replay_input_the_landing_zone_no_longer_holds_from_the_a
     landing = platform.landing_root / "events"
     for seed in range(2):
         write_batch(landing, 60, 0.05, seed)
-    run_until_read(start_driver("r-1"), platform, files=2)
+    run_available_now(spark, platform, find_job(JOB, platform.conf_dir))
     savepoint = take_savepoint(platform, ledger, find_job(JOB, platform.conf_dir))
     later = [write_batch(landing, 60, 0.05, seed) for seed in range(2, 4)]
-    run_until_read(start_driver("r-2"), platform, files=4)
+    run_available_now(spark, platform, find_job(JOB, platform.conf_dir))
     # The input arrived two hours ago and was archived; then the landing zone let one file go.
     arrived = time.time() - 2 * 3600
     for path in landing.glob("*.json"):
@@ -188,11 +191,11 @@ def test_a_rewind_reads_replay_input_the_landing_zone_no_longer_holds_from_the_a
 
 
 def test_two_rewinds_at_once_run_one_after_the_other(
-    platform: PlatformConfig, ledger: Ledger, start_driver: Callable[..., Driver]
+    spark: SparkSession, platform: PlatformConfig, ledger: Ledger
 ) -> None:
     landing = platform.landing_root / "events"
     write_batch(landing, 40, 0.0, 1)
-    run_until_read(start_driver("r-1"), platform, files=1)
+    run_available_now(spark, platform, find_job(JOB, platform.conf_dir))
     savepoint = take_savepoint(platform, ledger, find_job(JOB, platform.conf_dir))
     supervisor = Supervisor.for_platform(platform)
     errors: list[BaseException] = []

@@ -9,7 +9,8 @@ session's end rewrites the file sorted, under a summary line.
 Wall time on a loaded machine says little of what a test costs, so each phase also carries the CPU
 seconds its worker's process tree used meanwhile (`tree_cpu_seconds`): the worker itself, its
 live descendants (the session's JVM, drivers, warehouse processes) and the ones it reaped. A
-process that outlived its parent and was adopted by init escapes the count.
+process that outlived its parent and was adopted by init escapes the count, and one that ends in a
+phase that way takes its earlier CPU with it: such a phase's figure is floored at 0.
 """
 
 from __future__ import annotations
@@ -122,7 +123,7 @@ class PhaseCpu:
         report = yield
         started = item.stash.get(CPU_MARKS, {}).get(call.when)
         if started is not None:
-            report.user_properties.append((CPU_PROPERTY, round(tree_cpu_seconds() - started, 1)))
+            report.user_properties.append((CPU_PROPERTY, max(0.0, round(tree_cpu_seconds() - started, 1))))
         return report
 
 
