@@ -9,8 +9,10 @@ session's end rewrites the file sorted, under a summary line.
 Wall time on a loaded machine says little of what a test costs, so each phase also carries the CPU
 seconds its worker's process tree used meanwhile (`tree_cpu_seconds`): the worker itself, its
 live descendants (the session's JVM, drivers, warehouse processes) and the ones it reaped. A
-process that outlived its parent and was adopted by init escapes the count, and one that ends in a
-phase that way takes its earlier CPU with it: such a phase's figure is floored at 0.
+process that outlives its parent is adopted by init and escapes the count: so does the JVM of
+every Python process that starts Spark and exits (a driver, a backfill, a compaction), since
+PySpark never waits for it. For tests that start such processes the figure is a lower bound, and
+a phase in which one ends takes its earlier CPU with it (floored at 0).
 """
 
 from __future__ import annotations
