@@ -11,7 +11,9 @@ UI), runs a group-by over 20,000 rows into Parquet, reads it back and prints the
 * `defaults`: the JVM's own choice, C2 through tiered compilation and G1 (the baseline);
 * `C1 only`: `-XX:TieredStopAtLevel=1`, no C2 compiler threads;
 * `C1 + serial GC`: the above and `-XX:+UseSerialGC`, what tests/conftest.py sets;
-* `serial GC`: `-XX:+UseSerialGC` alone.
+* `serial GC`: `-XX:+UseSerialGC` alone;
+* `C1 + serial GC + class-data sharing`: what `make test` sets, C1 and the serial collector with
+  the class-data archive `tests/support/jvm.py` dumps (once, before the rounds) mapped.
 
 The options reach the JVM through `JDK_JAVA_OPTIONS`, as in the tests. CPU time is the steadier
 figure on a busy machine; the ratio is each set's median CPU over the defaults' median.
@@ -28,6 +30,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.support.jvm import sharing_options
 
 OPTION_SETS = {
     "defaults": "",
@@ -81,14 +85,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
-    timings: dict[str, list[Timing]] = {name: [] for name in OPTION_SETS}
+    option_sets = {**OPTION_SETS, "C1 + serial GC + class-data sharing": sharing_options()}
+    timings: dict[str, list[Timing]] = {name: [] for name in option_sets}
     with tempfile.TemporaryDirectory(prefix="streamwarden-jvms-") as workdir:
         for round_number in range(args.rounds):
             # Rotated, so no set always runs first (cold page cache) or last.
-            names = list(OPTION_SETS)
+            names = list(option_sets)
             names = names[round_number % len(names) :] + names[: round_number % len(names)]
             for name in names:
-                timing = probe(OPTION_SETS[name], Path(workdir))
+                timing = probe(option_sets[name], Path(workdir))
                 timings[name].append(timing)
                 print(
                     f"round {round_number + 1} {name}: {timing.cpu:.1f} s cpu, {timing.wall:.1f} s wall",
@@ -100,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, runs in timings.items():
         cpu = statistics.median(t.cpu for t in runs)
         wall = statistics.median(t.wall for t in runs)
-        label = f"{name} (`{OPTION_SETS[name] or 'none'}`)"
+        label = f"{name} (`{option_sets[name] or 'none'}`)"
         print(f"| {label} | {cpu:.1f} s | {wall:.1f} s | {cpu / baseline:.2f} |")
     return 0
 

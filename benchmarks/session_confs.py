@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.jvm_options import OPTION_SETS
+from tests.support.jvm import BASE_OPTIONS
 
 CONF_SETS: dict[str, dict[str, str]] = {
     "as tested": {},
@@ -100,7 +100,7 @@ def probe(confs: dict[str, str], workdir: Path, batches: int) -> Timing:
             [sys.executable, "-c", PROBE, root, str(batches), json.dumps(confs)],
             env={
                 **os.environ,
-                "JDK_JAVA_OPTIONS": OPTION_SETS["C1 + serial GC"],
+                "JDK_JAVA_OPTIONS": BASE_OPTIONS,
                 "PYSPARK_PYTHON": sys.executable,
             },
             capture_output=True,

@@ -12,13 +12,13 @@ import os
 
 import pytest
 
-# Every JVM the tests start (local sessions, drivers, compactions, the standalone cluster) works
-# on little data, so it runs C1 only with the serial collector: a session's start and first job
-# take less than half the CPU they take with the default C2 and G1, and a session running 40 small
-# jobs about 0.6 of it (`python -m benchmarks.jvm_options`, benchmarks/RESULTS.md). The platform's
-# own JVMs keep the defaults; `java` names the options on stderr ("Picked up JDK_JAVA_OPTIONS").
-TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-os.environ.setdefault("JDK_JAVA_OPTIONS", TEST_JVM_OPTIONS)
+from tests.support.jvm import BASE_OPTIONS
+
+# Every JVM the tests start runs C1 only with the serial collector (tests/support/jvm.py); `make
+# test` also maps a class-data archive (`python -m tests.support.jvm`). The platform's own JVMs
+# keep the defaults; `java` names the options on stderr ("Picked up JDK_JAVA_OPTIONS").
+if not os.environ.get("JDK_JAVA_OPTIONS"):
+    os.environ["JDK_JAVA_OPTIONS"] = BASE_OPTIONS
 
 pytest_plugins = [
     "tests.support.airflow",
