@@ -113,6 +113,9 @@ def class_archive(options: str = BASE_OPTIONS) -> Path:
     if not partial.is_file():
         raise RuntimeError(f"the class-data probe's JVM wrote no archive:\n{probe.stderr[-4000:]}")
     partial.replace(archive)
+    for stale in ARCHIVE_DIR.glob("spark-*.jsa"):
+        if stale != archive:
+            stale.unlink()  # another JDK's or PySpark's: 200 MB each
     return archive
 
 
