@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks.rotated import Timing, print_table, run_rounds
 from tests.support.jvm import sharing_options
 
 OPTION_SETS = {
@@ -62,12 +61,6 @@ spark.stop()
 """
 
 
-@dataclass(frozen=True)
-class Timing:
-    cpu: float
-    wall: float
-
-
 def probe(options: str, workdir: Path) -> Timing:
     """One fresh JVM with `options`: its CPU seconds and the wall time of the whole process."""
     started = time.monotonic()
@@ -86,27 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
     option_sets = {**OPTION_SETS, "C1 + serial GC + class-data sharing": sharing_options()}
-    timings: dict[str, list[Timing]] = {name: [] for name in option_sets}
     with tempfile.TemporaryDirectory(prefix="streamwarden-jvms-") as workdir:
-        for round_number in range(args.rounds):
-            # Rotated, so no set always runs first (cold page cache) or last.
-            names = list(option_sets)
-            names = names[round_number % len(names) :] + names[: round_number % len(names)]
-            for name in names:
-                timing = probe(option_sets[name], Path(workdir))
-                timings[name].append(timing)
-                print(
-                    f"round {round_number + 1} {name}: {timing.cpu:.1f} s cpu, {timing.wall:.1f} s wall",
-                    flush=True,
-                )
-    baseline = statistics.median(t.cpu for t in timings["defaults"])
-    print("| options | JVM cpu (median) | wall (median) | cpu ratio to defaults |")
-    print("|---|---|---|---|")
-    for name, runs in timings.items():
-        cpu = statistics.median(t.cpu for t in runs)
-        wall = statistics.median(t.wall for t in runs)
-        label = f"{name} (`{option_sets[name] or 'none'}`)"
-        print(f"| {label} | {cpu:.1f} s | {wall:.1f} s | {cpu / baseline:.2f} |")
+        timings = run_rounds(
+            list(option_sets), args.rounds, lambda name: probe(option_sets[name], Path(workdir))
+        )
+    print_table(timings, option_sets, "options", "defaults")
     return 0
 
 

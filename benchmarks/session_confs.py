@@ -24,14 +24,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks.rotated import Timing, print_table, run_rounds
 from tests.support.jvm import BASE_OPTIONS
 
 CONF_SETS: dict[str, dict[str, str]] = {
@@ -85,13 +84,6 @@ spark.stop()
 """
 
 
-@dataclass(frozen=True)
-class Timing:
-    rows: int
-    cpu: float
-    wall: float
-
-
 def probe(confs: dict[str, str], workdir: Path, batches: int) -> Timing:
     """One fresh JVM with `confs` over a fresh scratch platform: rows, its CPU and the wall time."""
     with tempfile.TemporaryDirectory(dir=workdir) as root:
@@ -119,30 +111,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--batches", type=int, default=6)
     args = parser.parse_args(argv)
-    timings: dict[str, list[Timing]] = {name: [] for name in CONF_SETS}
     with tempfile.TemporaryDirectory(prefix="streamwarden-confs-") as workdir:
-        for round_number in range(args.rounds):
-            # Rotated, so no set always runs first (cold page cache) or last.
-            names = list(CONF_SETS)
-            names = names[round_number % len(names) :] + names[: round_number % len(names)]
-            for name in names:
-                timing = probe(CONF_SETS[name], Path(workdir), args.batches)
-                timings[name].append(timing)
-                print(
-                    f"round {round_number + 1} {name}: {timing.rows} rows, {timing.cpu:.1f} s cpu, "
-                    f"{timing.wall:.1f} s wall",
-                    flush=True,
-                )
+        timings = run_rounds(
+            list(CONF_SETS), args.rounds, lambda name: probe(CONF_SETS[name], Path(workdir), args.batches)
+        )
     rows = {t.rows for runs in timings.values() for t in runs}
     assert len(rows) == 1, f"the conf sets wrote different rows: {rows}"
-    baseline = statistics.median(t.cpu for t in timings["as tested"])
-    print(f"| confs | JVM cpu (median) | wall (median) | cpu ratio to as tested | ({args.batches} batches)")
-    print("|---|---|---|---|")
-    for name, runs in timings.items():
-        cpu = statistics.median(t.cpu for t in runs)
-        wall = statistics.median(t.wall for t in runs)
-        label = f"{name} (`{' '.join(f'{k}={v}' for k, v in CONF_SETS[name].items()) or 'none'}`)"
-        print(f"| {label} | {cpu:.1f} s | {wall:.1f} s | {cpu / baseline:.2f} |")
+    labels = {name: " ".join(f"{k}={v}" for k, v in confs.items()) for name, confs in CONF_SETS.items()}
+    print(f"{args.batches} batches a probe")
+    print_table(timings, labels, "confs", "as tested")
     return 0
 
 
