@@ -115,16 +115,15 @@ def build_session(platform: PlatformConfig, spec: JobSpec) -> SparkSession:
         # Stage progress bars would interleave with the JSON log lines on stderr.
         .config("spark.ui.showConsoleProgress", "false")
     )
-    for key, value in {
-        **platform.spark.network_conf(),
-        **sizing,
-        **state_conf(spec),
-        **listing_conf(spec),
-    }.items():
-        builder = builder.config(key, value)
-    for key, value in platform.spark.extra_conf.items():
+    for key, value in {**platform.spark.network_conf(), **sizing, **query_conf(platform, spec)}.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+def query_conf(platform: PlatformConfig, spec: JobSpec) -> dict[str, str]:
+    """The job's state and listing confs with the platform's extra confs over them: the ones a
+    query reads when it starts, so a test's running session can take them too."""
+    return {**state_conf(spec), **listing_conf(spec), **platform.spark.extra_conf}
 
 
 # Spark's default: more paths than this are listed by a distributed job.

@@ -35,6 +35,7 @@ pytest_plugins = [
     "tests.support.secrets",
     "tests.support.spark",
     "tests.support.warehouse",
+    "tests.support.backfill",
 ]
 
 # Fixture -> the marker of what it starts. The markers are registered in pyproject.toml.

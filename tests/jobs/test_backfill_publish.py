@@ -18,8 +18,9 @@ from pyspark.sql import SparkSession
 from jobs.compaction.compact import needs_compaction
 from jobs.compaction.main import warehouse_table
 from ops import archive
+from ops.backfill import run as backfill_run
 from ops.backfill.plan import BackfillRequest
-from ops.backfill.run import publication_lines, publish_output, run_backfill
+from ops.backfill.run import publication_lines, run_backfill
 from ops.cli import main
 from ops.control.alerts import AlertCenter
 from ops.ledger.store import Ledger
@@ -33,7 +34,7 @@ from tests.support.slack import SlackReceiver
 from tests.support.spark import run_available_now
 from tests.support.warehouse import append_to_sink_log, query_table
 
-# Backfills, publishes and readers: each a Spark process of its own, with the cores shared.
+# Backfills, publishes (in this session and the warehouse process) and readers, with the cores shared.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 COLUMNS = ("event_id", "route", "event_date", "event_hour", "amount")
 
@@ -72,6 +73,7 @@ def versions(ledger: Ledger) -> dict[str, list[tuple[int, str, str]]]:
     return by_partition
 
 
+@pytest.mark.usefixtures("backfill_in_session")
 def test_a_backfill_replaces_exactly_its_partitions_after_the_gate_and_a_failing_gate_publishes_nothing(
     spark: SparkSession,
     platform: PlatformConfig,
@@ -92,7 +94,7 @@ def test_a_backfill_replaces_exactly_its_partitions_after_the_gate_and_a_failing
     # The whole range: the table shows the streaming job's output over it.
     whole = BackfillRequest("router", start=FIRST_ARRIVAL, end=FIRST_ARRIVAL + timedelta(hours=HOURS))
     plan, staged = run_backfill(platform, whole, NOW)
-    publish_output(platform, staged.run, plan)
+    backfill_run.publish_output(platform, staged.run, plan)
     lines, blocked = publication_lines(staged.run)
     assert not blocked, lines
     reference = live_reference(spark, platform, spec, by_hour)

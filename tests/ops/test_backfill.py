@@ -35,9 +35,10 @@ from pyspark.testing import assertDataFrameEqual
 from jobs.runner import plan_job
 from jobs.runtime import state_conf, with_trigger
 from ops import archive
+from ops.backfill import run as backfill_run
 from ops.backfill.bootstrap import bootstrap_savepoint
 from ops.backfill.plan import BackfillRequest, fetch_partitions, plan_backfill, prepare_run
-from ops.backfill.run import publish_output, run_backfill
+from ops.backfill.run import run_backfill
 from ops.backfill.submit import application_env, submit_arguments
 from ops.cli import main
 from ops.control.supervisor import Supervisor
@@ -186,6 +187,7 @@ def live_reference(
 
 
 @pytest.mark.parametrize("job", ["router", "sessionizer", "impressions_plays"])
+@pytest.mark.usefixtures("backfill_in_session")
 def test_a_backfill_of_the_archive_equals_the_streaming_job_row_for_row(
     spark: SparkSession, platform: PlatformConfig, job: str
 ) -> None:
@@ -247,7 +249,8 @@ def test_a_range_not_sealed_or_not_archived_is_refused_before_anything_runs(plat
     assert not BackfillRun(run.root).root.exists()
 
 
-# Backfills, publishes and warehouse readers: Spark processes of their own, with the cores shared.
+# `warden backfill`'s own processes (the application, killed and resumed, and the publish) and
+# warehouse readers, with the cores shared.
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_a_killed_backfill_resumes_without_redoing_partitions_and_a_rerun_changes_nothing(
@@ -286,7 +289,7 @@ def test_a_killed_backfill_resumes_without_redoing_partitions_and_a_rerun_change
     assert {index: resumed.partitions[index] for index in first} == first  # not run again
     assert first_commit.stat().st_mtime_ns == committed_at
     resumed_rows = spark.read.parquet(str(resumed.sink)).collect()
-    publish_output(platform, resumed.run, resumed_plan)
+    backfill_run.publish_output(platform, resumed.run, resumed_plan)
     after_resume = published_rows(platform)
     # An uninterrupted run of the same range, published: the same rows, the same table.
     rerun_plan, rerun = run_backfill(
@@ -294,7 +297,7 @@ def test_a_killed_backfill_resumes_without_redoing_partitions_and_a_rerun_change
     )
     assert rerun.rows_by_target == resumed.rows_by_target
     assertDataFrameEqual(spark.read.parquet(str(rerun.sink)), resumed_rows)
-    publish_output(platform, rerun.run, rerun_plan)
+    backfill_run.publish_output(platform, rerun.run, rerun_plan)
     assert published_rows(platform) == after_resume
     with_time = spark.read.parquet(str(rerun.sink)).where("event_date IS NOT NULL")
     assert sum(after_resume.values()) == with_time.count() > 0
@@ -307,6 +310,7 @@ def test_a_killed_backfill_resumes_without_redoing_partitions_and_a_rerun_change
 # A backfill, its savepoint, a rewind and live runs, with the cores shared.
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
+@pytest.mark.usefixtures("backfill_in_session")
 def test_a_job_bootstrapped_from_a_backfill_savepoint_continues_live_as_if_it_had_run_from_the_start(
     spark: SparkSession, platform: PlatformConfig, ledger: Ledger, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -348,9 +352,10 @@ def test_a_job_bootstrapped_from_a_backfill_savepoint_continues_live_as_if_it_ha
     assert sorted(JobPaths.of(platform, spec).sink.rglob("*")) == sink_before
 
 
-# Backfills, publishes and warehouse readers: Spark processes of their own, with the cores shared.
+# Backfills and publishes (in this session and the warehouse process) and readers, with the cores shared.
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
+@pytest.mark.usefixtures("backfill_in_session")
 def test_a_candidate_runs_into_a_side_table_and_is_diffed_per_partition_without_publishing(
     spark: SparkSession, warehouse: PlatformConfig, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -364,7 +369,7 @@ def test_a_candidate_runs_into_a_side_table_and_is_diffed_per_partition_without_
         BackfillRequest("router", start=FIRST_ARRIVAL, end=FIRST_ARRIVAL + timedelta(hours=HOURS)),
         NOW,
     )
-    publish_output(platform, installed.run, installed_plan)
+    backfill_run.publish_output(platform, installed.run, installed_plan)
     published = installed.sink
     ledger = Ledger.open(platform.resolved_ledger_url)
     versions = ledger.partition_versions("router")
@@ -483,9 +488,10 @@ def test_a_manifest_written_before_spans_were_recorded_gets_them_from_its_files(
     assert spans == [stored_span(entry.event_times[key]) for entry in recorded]
 
 
-# Backfills, publishes and warehouse readers: Spark processes of their own, with the cores shared.
+# Backfills and publishes (in this session and the warehouse process) and readers, with the cores shared.
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
+@pytest.mark.usefixtures("backfill_in_session")
 def test_backfills_over_part_of_a_days_arrival_hours_never_replace_its_published_sessions(
     spark: SparkSession, warehouse: PlatformConfig
 ) -> None:
@@ -496,7 +502,7 @@ def test_backfills_over_part_of_a_days_arrival_hours_never_replace_its_published
         "sessionizer", start=FIRST_ARRIVAL, end=FIRST_ARRIVAL + timedelta(hours=HOURS)
     )
     plan, staged = run_backfill(platform, whole_range, NOW)
-    publish_output(platform, staged.run, plan)
+    backfill_run.publish_output(platform, staged.run, plan)
     ledger = Ledger.open(platform.resolved_ledger_url)
     published = ledger.partition_versions("sessionizer")
     day = "SELECT output, event_date, count(*) AS n FROM warehouse.sessionizer GROUP BY output, event_date"

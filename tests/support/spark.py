@@ -22,13 +22,14 @@ import logging
 import os
 import sys
 from collections.abc import Generator, Iterator
+from contextlib import contextmanager
 
 import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from jobs.runner import plan_job
-from jobs.runtime import state_conf, with_trigger
+from jobs.runtime import query_conf, state_conf, with_trigger
 from ops.spec.job import JobSpec
 from ops.spec.platform import PlatformConfig
 
@@ -58,24 +59,36 @@ def spark() -> Iterator[SparkSession]:
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
-def run_available_now(spark: SparkSession, platform: PlatformConfig, spec: JobSpec) -> StreamingQuery:
-    """Run the job's real query over the input present now, to its end, with the job's state confs
-    and the platform's extra Spark confs set for it (the platform's are unset again afterwards);
-    asserts it ended without error."""
-    for key, value in state_conf(spec).items():
-        spark.conf.set(key, value)
-    extra = platform.spark.extra_conf
-    for key, value in extra.items():
+@contextmanager
+def session_confs(spark: SparkSession, confs: dict[str, str]) -> Iterator[None]:
+    """Set `confs` on the shared session for the block; after it, every conf the block changed
+    (these, and any the code run in it set) is back as it was."""
+    before = spark.conf.getAll
+    for key, value in confs.items():
         spark.conf.set(key, value)
     try:
+        yield
+    finally:
+        after = spark.conf.getAll
+        for key in after.keys() - before.keys():
+            spark.conf.unset(key)
+        for key, value in before.items():
+            if after.get(key) != value:
+                spark.conf.set(key, value)
+
+
+def run_available_now(spark: SparkSession, platform: PlatformConfig, spec: JobSpec) -> StreamingQuery:
+    """Run the job's real query over the input present now, to its end, with the job's query confs
+    (`jobs.runtime.query_conf`); asserts it ended without error. The state confs stay set until
+    the test ends (its state may be read next); the others are unset again."""
+    for key, value in state_conf(spec).items():
+        spark.conf.set(key, value)
+    with session_confs(spark, query_conf(platform, spec)):
         query = with_trigger(plan_job(platform, spec), spec, available_now=True)(spark).start()
         try:
             ended = query.awaitTermination(AVAILABLE_NOW_TIMEOUT)
         finally:
             query.stop()
-    finally:
-        for key in extra:
-            spark.conf.unset(key)
     assert ended, f"{spec.name}: the available-now query did not end within {AVAILABLE_NOW_TIMEOUT} s"
     assert query.exception() is None, query.exception()
     return query

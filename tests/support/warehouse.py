@@ -3,17 +3,18 @@ PostgreSQL server, and Spark work on the table runs in its own processes, as in 
 
 A Hive-catalog SparkSession cannot share a JVM with the tests' plain local session (the catalog
 is fixed when the JVM's context starts), so the table's Spark work runs in a process of its own:
-`python -m tests.support.warehouse --serve`, started once per test platform, runs every query and
-compaction of the test (a Hive-enabled process's start is half a minute of CPU). A compaction runs
-the entry point's own `main` there, in a Spark context of its own (the reader's is stopped first,
-and started again for the next query in the same JVM); before each query the tables are
-refreshed, so the reader sees what other processes published since its last one. Where the
-process itself is the subject (a compaction killed midway, spark-submit from a DAG), the tests
-start the entry point as a process of its own.
+`python -m tests.support.warehouse --serve`, started once per test platform, runs every query,
+compaction and backfill publish of the test (a Hive-enabled process's start is half a minute of
+CPU). A compaction or a publish runs the entry point's own `main` there, in a Spark context of its
+own (the reader's is stopped first, and started again for the next query in the same JVM); before
+each query the tables are refreshed, so the reader sees what other processes published since its
+last one. Where the process itself is the subject (a compaction killed midway, spark-submit from a
+DAG, `warden backfill`'s own processes), the tests start the entry point as a process of its own.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -37,11 +38,14 @@ if TYPE_CHECKING:
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # A cold Spark start with the metastore and GX takes a minute or two with the 2 cores shared.
 SPARK_PROCESS_TIMEOUT = 900
-# A line of `--until` and `--serve` output: one query's rows; served, a query's error or a
-# compaction's exit status and output.
+# A line of `--until` and `--serve` output: one query's rows; served, a query's error or an
+# application's exit status and output.
 RESULT_PREFIX = "result "
 ERROR_PREFIX = "error "
-COMPACTED_PREFIX = "compacted "
+EXITED_PREFIX = "exited "
+# The applications the warehouse process runs by their `main`: the compaction and the backfill's
+# publish, each building its own Hive-enabled session as in a process of its own.
+APPLICATIONS = ("jobs.compaction.main", "jobs.compaction.backfill")
 # The warehouse processes the running test started, by conf dir; `warehouse_platform` stops its own.
 _PROCESSES: dict[Path, WarehouseProcess] = {}
 
@@ -87,7 +91,7 @@ def run_module(
 def compact_job(platform: PlatformConfig, job: str, *args: str) -> subprocess.CompletedProcess[str]:
     """`jobs.compaction.main --job JOB ...` in the test's warehouse process; asserts it exited 0.
     Its log (and Spark's) is the result's stderr."""
-    result = warehouse_process(platform).compact(["--job", job, *args])
+    result = warehouse_process(platform).run_application("jobs.compaction.main", ["--job", job, *args])
     assert result.returncode == 0, result.stderr[-6000:]
     return result
 
@@ -150,18 +154,18 @@ class WarehouseProcess:
         rows: list[dict[str, Any]] = answer
         return rows
 
-    def compact(self, argv: list[str]) -> subprocess.CompletedProcess[str]:
-        _, answer = self._ask({"compact": argv})
-        return subprocess.CompletedProcess(
-            ["jobs.compaction.main", *argv], answer["returncode"], "", answer["output"]
-        )
+    def run_application(self, module: str, argv: list[str]) -> subprocess.CompletedProcess[str]:
+        """`module.main(argv)` (one of `APPLICATIONS`) in this process; its exit status, and its
+        output as the stderr."""
+        _, answer = self._ask({"application": module, "argv": argv})
+        return subprocess.CompletedProcess([module, *argv], answer["returncode"], "", answer["output"])
 
     def _ask(self, request: dict[str, Any]) -> tuple[str, Any]:
         assert self.process.stdin is not None and self.process.stdout is not None
         self.process.stdin.write(json.dumps(request) + "\n")
         self.process.stdin.flush()
         line = self.process.stdout.readline()
-        for prefix in (RESULT_PREFIX, ERROR_PREFIX, COMPACTED_PREFIX):
+        for prefix in (RESULT_PREFIX, ERROR_PREFIX, EXITED_PREFIX):
             if line.startswith(prefix):
                 return prefix, json.loads(line.removeprefix(prefix))
         raise AssertionError(
@@ -219,10 +223,12 @@ def answer_query(spark: SparkSession, sql: str) -> str:
     return RESULT_PREFIX + json.dumps(rows, default=str)
 
 
-def answer_compaction(argv: list[str]) -> str:
-    """The answer line to a compaction: `jobs.compaction.main`'s exit status and everything written
-    to this process's stdout and stderr meanwhile (its log, Spark's)."""
-    from jobs.compaction.main import main as compaction_main
+def answer_application(module: str, argv: list[str]) -> str:
+    """The answer line to an application: its `main`'s exit status and everything written to this
+    process's stdout and stderr meanwhile (its log, Spark's)."""
+    if module not in APPLICATIONS:
+        return ERROR_PREFIX + json.dumps(f"{module} is not one of {APPLICATIONS}")
+    application_main = importlib.import_module(module).main
 
     sys.stdout.flush()
     sys.stderr.flush()
@@ -231,7 +237,7 @@ def answer_compaction(argv: list[str]) -> str:
         os.dup2(captured.fileno(), 1)
         os.dup2(captured.fileno(), 2)
         try:
-            returncode = compaction_main(argv)
+            returncode = application_main(argv)
         except Exception:  # noqa: BLE001 - the test sees the traceback, as from a process of its own
             traceback.print_exc()
             returncode = 1
@@ -243,11 +249,12 @@ def answer_compaction(argv: list[str]) -> str:
             os.close(saved)
         captured.seek(0)
         output = captured.read()
-    return COMPACTED_PREFIX + json.dumps({"returncode": returncode, "output": output})
+    return EXITED_PREFIX + json.dumps({"returncode": returncode, "output": output})
 
 
 def serve(platform: PlatformConfig) -> None:
-    """Answer the requests read from stdin until it closes: `{"sql": ...}` or `{"compact": argv}`."""
+    """Answer the requests read from stdin until it closes: `{"sql": ...}`, or
+    `{"application": module, "argv": [...]}`."""
     # Answers go to the stdout the test reads; fd 1 then points at the log, so nothing else printed
     # (Spark's or a compaction's output) can be taken for an answer.
     answers = os.fdopen(os.dup(1), "w")
@@ -255,12 +262,12 @@ def serve(platform: PlatformConfig) -> None:
     spark: SparkSession | None = None
     for line in sys.stdin:
         request = json.loads(line)
-        if "compact" in request:
-            # The compaction builds its own session, with its job's confs, as in a process of its own.
+        if "application" in request:
+            # The application builds its own session, with its job's confs, as in a process of its own.
             if spark is not None:
                 spark.stop()
                 spark = None
-            answer = answer_compaction(request["compact"])
+            answer = answer_application(request["application"], request["argv"])
         else:
             if spark is None:
                 spark = reader_session(platform)
