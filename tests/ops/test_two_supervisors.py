@@ -34,7 +34,7 @@ from tests.support.stub_driver import StubDriverBackend, launched
 
 JOB = "router"
 REPO_ROOT = Path(__file__).resolve().parents[2]
-KILL_SECONDS = 60.0
+KILL_SECONDS = 30.0
 # A relaunch takes a pass to see the death, one to launch and a Python start of the stub driver.
 RELAUNCH_TIMEOUT = 30.0
 
