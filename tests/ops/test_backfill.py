@@ -59,6 +59,7 @@ from synthetic.scenarios import (
     sessionizer_scenario,
     write_json_lines,
 )
+from tests.support.backfill import run_in_test_processes
 from tests.support.drivers import edit_job
 from tests.support.warehouse import query_table
 
@@ -249,12 +250,12 @@ def test_a_range_not_sealed_or_not_archived_is_refused_before_anything_runs(plat
     assert not BackfillRun(run.root).root.exists()
 
 
-# `warden backfill`'s own processes (the application, killed and resumed, and the publish) and
-# warehouse readers, with the cores shared.
+# `warden backfill`'s own processes (the application, killed and resumed, and the publish), a rerun
+# and warehouse readers, with the cores shared.
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_a_killed_backfill_resumes_without_redoing_partitions_and_a_rerun_changes_nothing(
-    spark: SparkSession, warehouse: PlatformConfig
+    spark: SparkSession, warehouse: PlatformConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     platform = warehouse
     edit_job(platform, "router", router_routes("purchases"))
@@ -291,7 +292,9 @@ def test_a_killed_backfill_resumes_without_redoing_partitions_and_a_rerun_change
     resumed_rows = spark.read.parquet(str(resumed.sink)).collect()
     backfill_run.publish_output(platform, resumed.run, resumed_plan)
     after_resume = published_rows(platform)
-    # An uninterrupted run of the same range, published: the same rows, the same table.
+    # An uninterrupted run of the same range, published: the same rows, the same table. Its
+    # processes are not the subject (the resumed run's were): it runs in the test's processes.
+    run_in_test_processes(spark, monkeypatch)
     rerun_plan, rerun = run_backfill(
         platform, BackfillRequest("router", start=request.start, end=request.end), NOW
     )

@@ -31,8 +31,15 @@ OUTPUT_TAIL_CHARS = 6000
 
 @pytest.fixture
 def backfill_in_session(spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`ops.backfill.run`'s application and publish run in the test's processes for this test:
-    call them through the module (`backfill_run.publish_output`), as `warden backfill` does."""
+    """`ops.backfill.run`'s application and publish run in the test's processes for this test
+    (`run_in_test_processes`)."""
+    run_in_test_processes(spark, monkeypatch)
+
+
+def run_in_test_processes(spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    """From now until the test ends, `ops.backfill.run`'s application runs in `spark` and its publish
+    in the warehouse process: call them through the module (`backfill_run.publish_output`), as
+    `warden backfill` does."""
 
     def run_application(
         platform: PlatformConfig, run: BackfillRun, plan: BackfillPlan
