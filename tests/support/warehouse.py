@@ -157,7 +157,9 @@ class WarehouseProcess:
     def run_application(self, module: str, argv: list[str]) -> subprocess.CompletedProcess[str]:
         """`module.main(argv)` (one of `APPLICATIONS`) in this process; its exit status, and its
         output as the stderr."""
-        _, answer = self._ask({"application": module, "argv": argv})
+        prefix, answer = self._ask({"application": module, "argv": argv})
+        if prefix == ERROR_PREFIX:
+            raise AssertionError(f"{module}: {answer}")
         return subprocess.CompletedProcess([module, *argv], answer["returncode"], "", answer["output"])
 
     def _ask(self, request: dict[str, Any]) -> tuple[str, Any]:
