@@ -20,6 +20,15 @@ from tests.support.sockets import listening_sockets, process_trees
 pytestmark = pytest.mark.slow
 
 
+def command_line(pid: int) -> str:
+    """A process's command line; empty once it has exited (the trees hold short-lived children,
+    Spark's Python workers among them, that can end between the listing and this look)."""
+    try:
+        return " ".join(psutil.Process(pid).cmdline())
+    except psutil.NoSuchProcess:
+        return ""
+
+
 def test_a_streaming_driver_runs_on_the_embedded_cluster_with_its_cores_and_only_on_loopback(
     cluster: SparkCluster, start_driver: Callable[..., Driver]
 ) -> None:
@@ -54,9 +63,7 @@ def test_a_streaming_driver_runs_on_the_embedded_cluster_with_its_cores_and_only
     trees = process_trees([driver.process.pid, *[pid for pid in workers if pid is not None]])
     sockets = listening_sockets(trees)
     report = "\n".join(s.line() for s in sockets)
-    executors = [
-        pid for pid in trees if "CoarseGrainedExecutorBackend" in " ".join(psutil.Process(pid).cmdline())
-    ]
+    executors = [pid for pid in trees if "CoarseGrainedExecutorBackend" in command_line(pid)]
     assert len(executors) == 2, report
     assert {s.pid for s in sockets} >= set(executors), report
     # Master RPC + UI, two workers' RPC + UI, the driver's RPC and block manager at least.
