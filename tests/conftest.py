@@ -59,7 +59,6 @@ XDIST_ORDER = ("slow", "airflow", "s3", "spark")
 # Spark cluster (a master, two workers, their executors). The other slow tests spread out.
 FIXTURE_GROUPS = {
     "embedded_platform": "embedded_platform",
-    "running_platform": "embedded_platform",
     "cluster": "spark_cluster",
     "running_cluster": "spark_cluster",
 }

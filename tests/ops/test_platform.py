@@ -1,25 +1,50 @@
-"""The embedded platform end to end: `up()` starts real SeaweedFS, Airflow and the generator."""
+"""The embedded platform end to end, started once: `up()` starts real SeaweedFS, Airflow's four
+components and the generator, and the router runs under its supervision DAG. Each start is minutes
+of a busy machine's CPU, so one test walks what a user meets, in order:
+
+1. up: Airflow healthy, only the autostart jobs' DAGs unpaused, `warden platform status`'s rows;
+2. every listening socket of the platform's services and drivers on loopback;
+3. the job board in real headless Chromium (Debian's, driven by Playwright) through an incident:
+   the board lists every job with its state; a killed driver's row turns red within seconds and
+   back after the supervisor relaunched it; the job page shows that incident's decisions; "restate
+   from here" opens the restate form with the job and savepoint filled in, and its confirmation
+   triggers `warden_restate` through Airflow's REST API. Screenshots of each step go to
+   `.runtime/test-artifacts/ui/` (gitignored);
+4. down: nothing of the platform is left, and down again is a no-op.
+
+The board's layout, which needs no platform, is tests/ui/test_board_browser.py.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
+import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
+from ops.clock import utcnow
+from ops.control.supervisor import Supervisor
 from ops.driver.telemetry import read_heartbeat
 from ops.embedded import platform as embedded
+from ops.embedded.platform import ServiceStatus
 from ops.embedded.services import free_seaweed_ports, process_group_members
 from ops.ledger.store import Ledger
 from ops.spec.job import find_job
 from ops.spec.platform import PlatformConfig, load_platform
-from tests.support.drivers import wait_for
+from tests.support.browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS
+from tests.support.drivers import edit_job, wait_for
 from tests.support.platform import job_paths
 from tests.support.ports import free_test_port
-from tests.support.sockets import listening_sockets, process_trees
+from tests.support.sockets import ListeningSocket, listening_sockets, process_trees
+
+# Long enough for the board, which polls every 2 s, to show the driver down before the relaunch.
+BACKOFF_SECONDS = 8
 
 
 def processes_of(conf_dir: Path) -> list[str]:
@@ -42,7 +67,8 @@ def processes_of(conf_dir: Path) -> list[str]:
 
 @pytest.fixture
 def embedded_platform(platform_conf: PlatformConfig) -> PlatformConfig:
-    """The throwaway platform with Airflow and S3 moved to free loopback ports."""
+    """The throwaway platform with Airflow and S3 moved to free loopback ports; the router's
+    relaunch backoff long enough for the board to show it down."""
     path = platform_conf.conf_dir / "platform.yaml"
     settings = yaml.safe_load(path.read_text())
     settings["airflow"] = {"host": "127.0.0.1", "port": free_test_port()}
@@ -51,64 +77,30 @@ def embedded_platform(platform_conf: PlatformConfig) -> PlatformConfig:
         "bucket": "warden-platform",
     }
     path.write_text(yaml.safe_dump(settings))
-    return load_platform(platform_conf.conf_dir)
+    platform = load_platform(platform_conf.conf_dir)
+
+    def router(spec: dict[str, Any]) -> None:
+        spec["operations"]["trigger"] = {"interval_seconds": 2, "max_files_per_trigger": 2}
+        spec["operations"]["restart"]["initial_backoff_seconds"] = BACKOFF_SECONDS
+
+    edit_job(platform, "router", router)
+    return platform
 
 
-# One start of the whole platform serves both checks: each start is minutes of a busy machine's CPU.
 @pytest.mark.slow
-@pytest.mark.timeout(1800)
-def test_up_status_every_socket_on_loopback_and_down(embedded_platform: PlatformConfig) -> None:
+@pytest.mark.browser
+@pytest.mark.timeout(3600)
+def test_up_on_loopback_an_incident_on_the_board_and_down(embedded_platform: PlatformConfig) -> None:
     platform = embedded_platform
     progress: list[str] = []
-    heartbeat = job_paths(platform, "router").heartbeat
     try:
-        embedded.up(platform, timeout=600, echo=progress.append)
-
-        with urllib.request.urlopen(
-            f"{platform.airflow.base_url}/api/v2/monitor/health", timeout=10
-        ) as answer:
-            health = json.load(answer)
-        assert health["scheduler"]["status"] == "healthy"
-        assert health["triggerer"]["status"] == "healthy"
-        with urllib.request.urlopen(
-            f"{platform.airflow.base_url}/api/v2/dags/warden_supervise_router"
-        ) as answer:
-            assert json.load(answer)["is_paused"] is False
-        # Only the autostart jobs run; the others' DAGs wait, paused, in the UI.
-        with urllib.request.urlopen(
-            f"{platform.airflow.base_url}/api/v2/dags/warden_supervise_impressions_plays"
-        ) as answer:
-            assert json.load(answer)["is_paused"] is True
-        rows = embedded.status(platform)
-        assert [(row.name, row.running) for row in rows] == [
-            ("seaweedfs", True),
-            ("airflow-scheduler", True),
-            ("airflow-dag-processor", True),
-            ("airflow-triggerer", True),
-            ("airflow-api-server", True),
-            ("generator", True),
-        ]
-        urls = {row.name: row.url for row in rows}
-        assert urls["seaweedfs"] == platform.s3.endpoint_url
-        assert urls["airflow-api-server"] == platform.airflow.base_url
-        assert any("Airflow UI:  " + platform.airflow.base_url in line for line in progress)
-
-        # The router's supervision DAG launches its driver; a committed batch means its JVM, block
-        # manager and metrics endpoint are all up.
-        wait_for(
-            lambda: (hb := read_heartbeat(heartbeat)) is not None and hb.batch_id is not None,
-            900,
-            "the router driver's first committed batch",
-        )
-        ledger = Ledger.open(platform.resolved_ledger_url)
-        drivers = [run.pid for job in ledger.jobs() if (run := ledger.current_run(job.name)) and run.pid]
-        services = [row.pid for row in embedded.status(platform) if row.pid is not None]
-        # Drivers outlive the Airflow task that launched them, so they are roots of their own; any
-        # process that carries the platform's conf dir in its environment counts too.
-        marked = [int(line.split(":", 1)[0]) for line in processes_of(platform.conf_dir)]
-        sockets = listening_sockets(process_trees([*services, *drivers, *marked]))
+        embedded.up(platform, timeout=900, echo=progress.append)
+        rows = assert_up(platform, progress)
+        sockets = sockets_of_the_running_platform(platform)
+        walk_an_incident_on_the_board(platform)
     finally:
         embedded.down(platform, echo=progress.append)
+        print("\n".join(progress))
 
     assert not any(row.running for row in embedded.status(platform))
     assert all(not process_group_members(row.pid) for row in rows if row.pid is not None)
@@ -125,3 +117,177 @@ def test_up_status_every_socket_on_loopback_and_down(embedded_platform: Platform
     router = find_job("router", platform.conf_dir).operations.metrics_port
     assert router in ports and any("java" in s.command for s in sockets), report
     assert [s.line() for s in sockets if not s.loopback] == [], report
+
+
+def assert_up(platform: PlatformConfig, progress: list[str]) -> list[ServiceStatus]:
+    """Airflow healthy, only the autostart jobs' DAGs unpaused, every service running at its URL."""
+    health = airflow_get(platform, "/api/v2/monitor/health")
+    assert health["scheduler"]["status"] == "healthy"
+    assert health["triggerer"]["status"] == "healthy"
+    assert airflow_get(platform, "/api/v2/dags/warden_supervise_router")["is_paused"] is False
+    # Only the autostart jobs run; the others' DAGs wait, paused, in the UI.
+    assert airflow_get(platform, "/api/v2/dags/warden_supervise_impressions_plays")["is_paused"] is True
+    rows = embedded.status(platform)
+    assert [(row.name, row.running) for row in rows] == [
+        ("seaweedfs", True),
+        ("airflow-scheduler", True),
+        ("airflow-dag-processor", True),
+        ("airflow-triggerer", True),
+        ("airflow-api-server", True),
+        ("generator", True),
+    ]
+    urls = {row.name: row.url for row in rows}
+    assert urls["seaweedfs"] == platform.s3.endpoint_url
+    assert urls["airflow-api-server"] == platform.airflow.base_url
+    assert any("Airflow UI:  " + platform.airflow.base_url in line for line in progress)
+    return rows
+
+
+def sockets_of_the_running_platform(platform: PlatformConfig) -> list[ListeningSocket]:
+    """Every listening socket of the services, the drivers and whatever carries the platform's
+    conf dir, once the router has committed a batch (its JVM, block manager and metrics endpoint
+    are all up then)."""
+    wait_for(lambda: committed(platform), 900, "the router driver's first committed batch")
+    ledger = Ledger.open(platform.resolved_ledger_url)
+    drivers = [run.pid for job in ledger.jobs() if (run := ledger.current_run(job.name)) and run.pid]
+    services = [row.pid for row in embedded.status(platform) if row.pid is not None]
+    # Drivers outlive the Airflow task that launched them, so they are roots of their own.
+    marked = [int(line.split(":", 1)[0]) for line in processes_of(platform.conf_dir)]
+    return listening_sockets(process_trees([*services, *drivers, *marked]))
+
+
+def walk_an_incident_on_the_board(platform: PlatformConfig) -> None:
+    """The board, a killed driver's row red and back, the incident on the job page, and a dry-run
+    restatement triggered from a savepoint's row."""
+    from playwright.sync_api import expect, sync_playwright
+
+    ledger = Ledger.open(platform.resolved_ledger_url)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    wait_for(
+        lambda: (job := ledger.job("router")) is not None and job.state == "RUNNING", 120, "router RUNNING"
+    )
+    board_url = f"{platform.airflow.base_url}/streamwarden/board"
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        page = browser.new_page(viewport={"width": 1600, "height": 1000})
+        try:
+            # Every job, with the state the ledger records (NEW: no pass has recorded it yet).
+            page.goto(board_url)
+            expect(page.locator('tr[data-job="router"][data-state="RUNNING"]')).to_be_visible(timeout=30_000)
+            jobs = sorted(path.stem for path in (platform.conf_dir / "jobs").glob("*.yaml"))
+            recorded = {job.name: job.state for job in ledger.jobs()}
+            states = row_states(page)
+            assert sorted(states) == jobs
+            assert states == {name: recorded.get(name, "NEW") for name in jobs}
+            expect(page.locator('tr[data-job="router"]')).not_to_have_class("down")
+            page.screenshot(path=str(ARTIFACTS / "1-board.png"), full_page=True)
+
+            # Inside Airflow's UI: the "Job board" navigation entry shows the same page.
+            page.goto(f"{platform.airflow.base_url}/plugin/job-board")
+            frame = page.frame_locator("iframe")
+            expect(frame.locator('tr[data-job="router"]')).to_be_visible(timeout=60_000)
+            page.screenshot(path=str(ARTIFACTS / "2-board-in-airflow.png"), full_page=True)
+
+            # Kill the driver: its row turns red within seconds, then back once it is relaunched.
+            page.goto(board_url)
+            expect(page.locator('tr[data-job="router"]')).to_be_visible(timeout=30_000)
+            run = ledger.current_run("router")
+            assert run is not None and run.pid is not None
+            last_batch = read_heartbeat(job_paths(platform, "router").heartbeat).batch_id  # type: ignore[union-attr]
+            killed_at = utcnow()
+            os.kill(run.pid, signal.SIGKILL)
+            started = time.monotonic()
+            expect(page.locator('tr[data-job="router"].down')).to_be_visible(
+                timeout=BACKOFF_SECONDS * 1000 + 20_000
+            )
+            red_after = time.monotonic() - started
+            print(f"row red {red_after:.1f} s after the kill")
+            page.screenshot(path=str(ARTIFACTS / "3-driver-killed.png"), full_page=True)
+            wait_for(
+                lambda: committed(platform, after=last_batch),
+                600,
+                "a batch committed by the relaunched driver",
+            )
+            expect(page.locator('tr[data-job="router"][data-state="RUNNING"]')).to_be_visible(timeout=120_000)
+            expect(page.locator('tr[data-job="router"]')).not_to_have_class("down")
+            page.screenshot(path=str(ARTIFACTS / "4-recovered.png"), full_page=True)
+
+            # The job page: the incident's decisions, newest first, and the filter.
+            savepoint = Supervisor.for_platform(platform).savepoint("router", "board test")
+            assert savepoint.savepoint.status == "complete"
+            page.locator('tr[data-job="router"] a').click()
+            expect(page.locator("#diagnosis")).to_be_visible(timeout=30_000)
+            incident = [
+                decision
+                for decision in ledger.decisions("router", limit=100)
+                if decision.at >= killed_at and decision.action in ("detect", "restart", "launch")
+            ]
+            assert {"detect", "launch"} <= {decision.action for decision in incident}
+            for decision in incident:
+                expect(page.locator(f'#decisions tr[data-action="{decision.action}"]').first).to_be_visible()
+            # The death itself is on the page, whichever pass saw it first: the watcher (a detect
+            # row) or a reconcile pass already under way (then only its close_run row says it).
+            texts = page.locator("#decisions tbody tr").all_inner_texts()
+            assert any("dead" in text or "gone" in text for text in texts), texts
+            page.locator("#decision-action").select_option("detect")
+            shown = page.locator("#decisions tbody tr")
+            assert {row.get_attribute("data-action") for row in shown.all()} == {"detect"}
+            page.screenshot(path=str(ARTIFACTS / "5-job-page.png"), full_page=True)
+
+            # "restate from here": the restate form with the job and the savepoint filled in.
+            page.locator("#decision-action").select_option("")
+            chosen = page.locator(f'tr[data-savepoint="{savepoint.savepoint.id}"]')
+            expect(chosen).to_be_visible(timeout=30_000)
+            chosen.locator("button.restate").click()
+            form = page.locator("#restate-form")
+            expect(form).to_be_visible()
+            expect(form.locator('input[name="job"]')).to_have_value("router")
+            expect(form.locator('select[name="savepoint"]')).to_have_value(savepoint.savepoint.id)
+            expect(form.locator('input[name="dry_run"]')).not_to_be_checked()
+            page.screenshot(path=str(ARTIFACTS / "6-restate-form.png"), full_page=True)
+            page.locator("#restate-cancel").click()
+            chosen.locator("button.dry-run").click()
+            expect(form.locator('input[name="dry_run"]')).to_be_checked()
+            form.locator('input[name="reason"]').fill("board test: what would a restatement redo")
+            form.locator('button[type="submit"]').click()
+            expect(page.locator("#restate-run")).to_be_visible(timeout=30_000)
+            run_id = page.locator("#restate-run").inner_text()
+            page.screenshot(path=str(ARTIFACTS / "7-restate-triggered.png"), full_page=True)
+        finally:
+            browser.close()
+
+    dag_run = airflow_get(platform, f"/api/v2/dags/warden_restate/dagRuns/{run_id}")
+    assert dag_run["conf"]["job"] == "router" and dag_run["conf"]["savepoint"] == savepoint.savepoint.id
+    assert dag_run["conf"]["dry_run"] is True
+
+    def finished() -> bool:
+        return airflow_get(platform, f"/api/v2/dags/warden_restate/dagRuns/{run_id}")["state"] in (
+            "success",
+            "failed",
+        )
+
+    wait_for(finished, 600, "the dry-run restatement")
+    assert airflow_get(platform, f"/api/v2/dags/warden_restate/dagRuns/{run_id}")["state"] == "success"
+    assert red_after < BACKOFF_SECONDS + 15
+
+
+def airflow_get(platform: PlatformConfig, path: str) -> Any:
+    with urllib.request.urlopen(f"{platform.airflow.base_url}{path}", timeout=30) as answer:
+        return json.load(answer)
+
+
+def row_states(page: Any) -> dict[str, str]:
+    return {
+        str(row.get_attribute("data-job")): str(row.get_attribute("data-state"))
+        for row in page.locator("#board tbody tr").all()
+    }
+
+
+def committed(platform: PlatformConfig, after: int | None = None) -> bool:
+    heartbeat = read_heartbeat(job_paths(platform, "router").heartbeat)
+    return (
+        heartbeat is not None
+        and heartbeat.batch_id is not None
+        and (after is None or heartbeat.batch_id > after)
+    )
