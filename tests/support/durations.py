@@ -4,7 +4,9 @@ pytest's own `--durations N` prints to the log only; CI keeps this file whole (`
 it) so where the suite's time goes can be read after any run. Under xdist the controller gets each
 worker's reports and writes the file; the workers write nothing. Each phase is appended as it is
 reported, so a run stopped from outside (CI's time limit) still leaves what it measured; the
-session's end rewrites the file sorted, under a summary line.
+session's end rewrites the file sorted, under summary lines. Each phase also names its worker and
+when it ended (seconds into the session), and a summary line gives each worker's last end: a run
+whose workers end far apart has a tail where the machine waits on one test.
 
 Wall time on a loaded machine says little of what a test costs, so each phase also carries the CPU
 seconds its worker's process tree used meanwhile (`tree_cpu_seconds`): the worker itself, its
@@ -26,17 +28,19 @@ from pathlib import Path
 import pytest
 
 CPU_PROPERTY = "tree_cpu_seconds"
+# Seconds, CPU seconds, phase, outcome, worker, when it ended (seconds into the session), test id.
+Phase = tuple[float, float, str, str, str, float, str]
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
 class DurationsRecorder:
-    """Collects (seconds, phase, outcome, test id) from each report and writes them at the session's
+    """Collects a `Phase` from each report and writes them at the session's
     end. The outcome tells a failure from a pass when a run stopped from outside printed no summary."""
 
     path: Path
-    started: float = field(default_factory=time.monotonic)
-    phases: list[tuple[float, float, str, str, str]] = field(default_factory=list)
+    started: float = field(default_factory=time.time)
+    phases: list[Phase] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -45,27 +49,48 @@ class DurationsRecorder:
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         cpu = dict(report.user_properties).get(CPU_PROPERTY, 0.0)
-        phase = (report.duration, cpu, report.when, report.outcome, report.nodeid)
+        # Under xdist the report names its worker's gateway (`gw0`, ...); a serial run is one `-`.
+        node = getattr(report, "node", None)
+        worker = node.gateway.id if node is not None else "-"
+        phase = (
+            report.duration,
+            cpu,
+            report.when,
+            report.outcome,
+            worker,
+            report.stop - self.started,
+            report.nodeid,
+        )
         self.phases.append(phase)
         with self.path.open("a") as file:
             file.write(phase_line(phase) + "\n")
 
     @pytest.hookimpl
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        wall = time.monotonic() - self.started
+        wall = time.time() - self.started
         tests = len({nodeid for *_, nodeid in self.phases})
         cpu = sum(phase[1] for phase in self.phases)
         lines = [
             f"# {tests} tests, {len(self.phases)} phases, {wall:.1f} s wall, {cpu:.0f} CPU-s, "
-            f"exit status {exitstatus}"
+            f"exit status {exitstatus}",
+            f"# each worker's last phase ended at: {worker_ends(self.phases)}",
         ]
         lines += [phase_line(phase) for phase in sorted(self.phases, reverse=True)]
         self.path.write_text("\n".join(lines) + "\n")
 
 
-def phase_line(phase: tuple[float, float, str, str, str]) -> str:
-    seconds, cpu, when, outcome, nodeid = phase
-    return f"{seconds:.2f}s {cpu:7.1f}cpu {when:<8} {outcome:<7} {nodeid}"
+def phase_line(phase: Phase) -> str:
+    seconds, cpu, when, outcome, worker, ended, nodeid = phase
+    return f"{seconds:.2f}s {cpu:7.1f}cpu {when:<8} {outcome:<7} {worker:<4} {ended:6.0f}s {nodeid}"
+
+
+def worker_ends(phases: list[Phase]) -> str:
+    """When (seconds into the session) each worker finished its last phase: a long tail is workers
+    idle while one runs on."""
+    ends: dict[str, float] = {}
+    for *_, worker, ended, _nodeid in phases:
+        ends[worker] = max(ends.get(worker, 0.0), ended)
+    return ", ".join(f"{worker} {ended:.0f} s" for worker, ended in sorted(ends.items()))
 
 
 def tree_cpu_seconds() -> float:
