@@ -321,7 +321,7 @@ def run_streaming_job(
     if standby is not None:
         return _stand_by(platform, spec, run_id, plan, standby, shutdown, listener, taps)
     try:
-        with ExitStack() as metrics:
+        with listener.liveness, ExitStack() as metrics:
             _serve_job_metrics(metrics, platform, spec, listener)
             spark = build_session(platform, spec)
             log.info("spark session up", master=spark.sparkContext.master)
@@ -389,7 +389,7 @@ def _stand_by(
             log.info("standby stopped while waiting for the checkpoint lock", signal=shutdown.signal_name)
             return EXIT_STOPPED
         try:
-            with ExitStack() as metrics:
+            with listener.liveness, ExitStack() as metrics:
                 _serve_job_metrics(metrics, platform, spec, listener)
                 return _run_query(
                     spark,
@@ -440,6 +440,7 @@ def _run_query(
     checkpoint_lock: CheckpointLock | None = None,
 ) -> int:
     """Plan, take the checkpoint lock (unless the caller holds it already), then replay and run."""
+    listener.liveness.enter("planning", spark.sparkContext)
     spark.streams.addListener(listener)
     try:
         plan(spark)

@@ -16,6 +16,7 @@ from datetime import datetime
 
 from ops.control.launcher import LaunchBackend
 from ops.driver.checkpoint import landing_backlog
+from ops.driver.liveness import Liveness, read_liveness
 from ops.driver.telemetry import Heartbeat, read_heartbeat
 from ops.ledger.store import Ledger, RunRecord
 from ops.ports import port_is_free
@@ -31,7 +32,9 @@ class Signal(enum.Enum):
     STARTING = "driver launched, no heartbeat yet"
     HEALTHY = "batches commit or the query idles on time"
     DEAD = "driver process gone or query terminated"
-    STUCK = "no progress or idle event within trigger interval + grace"
+    STUCK = "no batch, idle event or move of any kind within trigger interval + grace"
+    SLOW_START = "no heartbeat within the startup grace, but the driver is still moving"
+    SLOW_BATCH = "no batch or idle event within trigger interval + grace, but tasks still complete"
     FALLING_BEHIND = "processing slower than input over the recent window"
     STATE_PRESSURE = "state memory above operations.health.max_state_memory_mb"
     WATERMARK_LAG = "watermark further behind the wall clock than operations.health.max_watermark_lag_seconds"
@@ -39,6 +42,8 @@ class Signal(enum.Enum):
 
 # The signals of a job that runs but is not well (state DEGRADED), each with its alert kind.
 DEGRADING = {
+    Signal.SLOW_START: "slow_start",
+    Signal.SLOW_BATCH: "slow_batch",
     Signal.FALLING_BEHIND: "falling_behind",
     Signal.STATE_PRESSURE: "state_pressure",
     Signal.WATERMARK_LAG: "watermark_lag",
@@ -47,9 +52,10 @@ DEGRADING = {
 
 @dataclass(frozen=True)
 class Observation:
-    """One read-only look at a job: its open run, whether the process lives, its newest heartbeat.
+    """One read-only look at a job: its open run, whether the process lives, its newest heartbeat
+    and liveness record.
 
-    `heartbeat` is only the current run's: a stale file from an earlier run is ignored.
+    `heartbeat` and `liveness` are only the current run's: a stale file from an earlier run is ignored.
     """
 
     at: datetime
@@ -60,6 +66,7 @@ class Observation:
     # Whether the job's metrics port is free for a launch; None when not looked at (a run is open
     # and its driver holds the port).
     metrics_port_free: bool | None = None
+    liveness: Liveness | None = None
 
     @property
     def heartbeat_age(self) -> float | None:
@@ -68,6 +75,11 @@ class Observation:
     @property
     def run_age(self) -> float | None:
         return None if self.run is None else (self.at - self.run.started_at).total_seconds()
+
+    @property
+    def still_for(self) -> float | None:
+        """Seconds since the driver last moved (its liveness record), None without one."""
+        return None if self.liveness is None else self.at.timestamp() - self.liveness.moved_at
 
 
 @dataclass(frozen=True)
@@ -96,6 +108,9 @@ def observe(
     heartbeat = read_heartbeat(paths.heartbeat)
     if heartbeat is not None and (run is None or heartbeat.run_id != run.run_id):
         heartbeat = None
+    liveness = read_liveness(paths.liveness)
+    if liveness is not None and (run is None or liveness.run_id != run.run_id):
+        liveness = None
     alive = run is not None and backend.is_alive(run)
     return Observation(
         at=at,
@@ -104,6 +119,7 @@ def observe(
         heartbeat=heartbeat,
         backlog_files=backlog,
         metrics_port_free=port_is_free(spec.operations.metrics_port) if run is None else None,
+        liveness=liveness,
     )
 
 
@@ -123,19 +139,31 @@ def assess(observation: Observation, operations: Operations) -> Assessment:
         return Assessment(frozenset({Signal.DEAD}), f"driver process {run.pid} is gone")
     if heartbeat is None:
         age = observation.run_age or 0.0
-        if age > operations.health.startup_grace_seconds:
+        grace = operations.health.startup_grace_seconds
+        if age <= grace:
+            return Assessment(
+                frozenset({Signal.STARTING}), f"launched {age:.0f}s ago, waiting for first heartbeat"
+            )
+        if not _moving(observation, grace):
             return Assessment(
                 frozenset({Signal.STUCK}),
-                f"no heartbeat {age:.0f}s after launch "
-                f"(startup grace {operations.health.startup_grace_seconds:g}s)",
+                f"no heartbeat {age:.0f}s after launch{_stillness(observation)} (startup grace {grace:g}s)",
             )
-        return Assessment(
-            frozenset({Signal.STARTING}), f"launched {age:.0f}s ago, waiting for first heartbeat"
+        slow = (
+            f"slow start: no heartbeat {age:.0f}s after launch (startup grace {grace:g}s)"
+            f"{_movement(observation)}"
         )
+        return Assessment(frozenset({Signal.STARTING, Signal.SLOW_START}), slow, {Signal.SLOW_START: slow})
     limit = operations.trigger.interval_seconds + operations.health.stuck_grace_seconds
     age = observation.heartbeat_age or 0.0
     if age > limit:
-        return Assessment(frozenset({Signal.STUCK}), f"last heartbeat {age:.0f}s ago (limit {limit:g}s)")
+        if not _moving(observation, limit):
+            return Assessment(
+                frozenset({Signal.STUCK}),
+                f"last heartbeat {age:.0f}s ago{_stillness(observation)} (limit {limit:g}s)",
+            )
+        slow = f"slow batch: last heartbeat {age:.0f}s ago (limit {limit:g}s){_movement(observation)}"
+        return Assessment(frozenset({Signal.HEALTHY, Signal.SLOW_BATCH}), slow, {Signal.SLOW_BATCH: slow})
     if heartbeat.event == "started":
         return Assessment(frozenset({Signal.STARTING}), "query started, no batch or idle event yet")
     checks = {
@@ -147,6 +175,33 @@ def assess(observation: Observation, operations: Operations) -> Assessment:
     if reasons:
         return Assessment(frozenset({Signal.HEALTHY, *reasons}), "; ".join(reasons.values()), reasons)
     return Assessment(frozenset({Signal.HEALTHY}), f"{heartbeat.event} at batch {heartbeat.batch_id}")
+
+
+def _moving(observation: Observation, grace: float) -> bool:
+    """Whether the driver moved within `grace` seconds (a driver without a liveness record never
+    does: only its heartbeat speaks for it)."""
+    still = observation.still_for
+    return still is not None and still <= grace
+
+
+def _stillness(observation: Observation) -> str:
+    """How long the driver has not moved, as the stuck reason says it ("" without a record)."""
+    liveness, still = observation.liveness, observation.still_for
+    if liveness is None or still is None:
+        return ""
+    return f", no move for {still:.0f}s while {liveness.phase}"
+
+
+def _movement(observation: Observation) -> str:
+    """What the slow driver is doing, with the numbers."""
+    liveness, still = observation.liveness, observation.still_for
+    assert liveness is not None and still is not None
+    in_phase = observation.at.timestamp() - liveness.phase_since
+    tasks = f", {liveness.tasks_completed} tasks done, {liveness.active_stages} stages active"
+    return (
+        f"; {liveness.phase} for {in_phase:.0f}s, last moved {still:.0f}s ago"
+        f"{tasks if liveness.phase == 'running' else f', {liveness.cpu_seconds:.0f} CPU-s used'}"
+    )
 
 
 def _falling_behind(heartbeat: Heartbeat, operations: Operations) -> str | None:

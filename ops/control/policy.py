@@ -677,6 +677,15 @@ def savepoint_due(view: JobView, now: datetime) -> str | None:
 def _while_running(view: JobView, now: datetime, inputs: dict[str, Any]) -> Plan:
     assessment = view.assessment
     if assessment.has(Signal.STARTING):
+        # A slow start warns once and the driver is left to start: slow is not dead.
+        warning = assessment.reasons.get(Signal.SLOW_START)
+        if warning is not None and DEGRADING[Signal.SLOW_START] not in view.open_alert_kinds:
+            return Plan(
+                Lifecycle.SUBMITTED,
+                assessment.detail,
+                (RaiseAlert("slow_start", "warning", warning),),
+                inputs,
+            )
         return Plan(Lifecycle.SUBMITTED, assessment.detail, (), inputs)
     actions: list[Action] = []
     for kind in ("down", "spec_rejected", "restart_storm", "port_in_use"):

@@ -5,7 +5,9 @@ Spark has no REST endpoint for Structured Streaming, so every driver installs a
 rewrites the job's heartbeat (`ops.driver.telemetry`), keeping the last `RECENT_BATCHES` batches;
 after each batch it also rewrites the job's progress history for the job board
 (`ops.driver.history`); and it updates gauges on a registry of its own that `serve_metrics`
-exposes on 127.0.0.1.
+exposes on 127.0.0.1. It holds the driver's `LivenessReporter` (`ops.driver.reporter`), which the
+driver runs from before its JVM starts: the query's start moves it to `running`, and every event
+counts as a move.
 
 The progress record is read from its JSON form, which is the same in classic PySpark and Spark
 Connect. `backlog_files` is filled from a source's `numFilesOutstanding` metric when one reports
@@ -41,6 +43,7 @@ from pyspark.sql.streaming.listener import (
 
 from ops.driver.history import read_history, write_history
 from ops.driver.preview import is_tap_query
+from ops.driver.reporter import LivenessReporter
 from ops.driver.telemetry import (
     JOB_LABEL,
     RECENT_BATCHES,
@@ -50,6 +53,7 @@ from ops.driver.telemetry import (
     write_heartbeat,
 )
 from ops.spec.job import Operations
+from ops.spec.paths import LIVENESS_FILE
 
 # Long stack traces stay in the driver log; the heartbeat keeps enough to page on.
 MAX_ERROR_MESSAGE = 2000
@@ -268,6 +272,9 @@ class TelemetryListener(StreamingQueryListener):
         self._taps: set[str] = set()
         # Measures the landing backlog after each batch when the job is autoscaled, else None.
         self._batch_backlog: Callable[[], int | None] | None = None
+        # What the driver is doing between the heartbeats; the driver runs it (`with
+        # listener.liveness:`), every query event is a move.
+        self.liveness = LivenessReporter(heartbeat.with_name(LIVENESS_FILE), run_id)
 
     def export_operations(self, operations: Operations, backlog: Callable[[], int | None]) -> None:
         """Export the job's trigger and health thresholds, and its landing backlog as measured by
@@ -301,6 +308,7 @@ class TelemetryListener(StreamingQueryListener):
         if is_tap_query(event.name):
             self._taps.add(str(event.id))
             return
+        self.liveness.enter("running")
         self._write("started")
 
     def onQueryProgress(self, event: QueryProgressEvent) -> None:
@@ -345,11 +353,13 @@ class TelemetryListener(StreamingQueryListener):
             processed_rate=round(sample.processed_rows_per_second, 1),
             duration_ms=sample.duration_ms,
         )
+        self.liveness.moved()
         self._write("progress")
 
     def onQueryIdle(self, event: QueryIdleEvent) -> None:
         if str(event.id) in self._taps:
             return
+        self.liveness.moved()
         self._write("idle")
 
     def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:

@@ -6,7 +6,8 @@ joins a root with a job name. The layout under the platform's roots:
     <checkpoint_root>/<job>/               Spark's checkpoint (offsets/, commits/, sources/, state/)
     <lake_root>/<sink.path>/               the Parquet sink; its log in _spark_metadata/
     <landing_root>/<source.path>/          each source's landing directory
-    <runtime_root>/jobs/<job>/             driver log, heartbeat.json, replay/, preview/, the lock
+    <runtime_root>/jobs/<job>/             driver log, heartbeat.json, liveness.json, replay/, preview/,
+                                           the lock
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from ops.spec.platform import PlatformConfig
 
 # The driver writes it even when its spec does not load, so it is named apart from `JobPaths`.
 HEARTBEAT_FILE = "heartbeat.json"
+# Beside it, what the driver is doing meanwhile (`ops.driver.liveness`).
+LIVENESS_FILE = "liveness.json"
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,10 @@ class JobPaths:
     @property
     def heartbeat(self) -> Path:
         return self.runtime / HEARTBEAT_FILE
+
+    @property
+    def liveness(self) -> Path:
+        return self.runtime / LIVENESS_FILE
 
     @property
     def replay(self) -> Path:

@@ -17,6 +17,7 @@ from ops.driver.telemetry import read_heartbeat
 from ops.ledger.store import Ledger
 from ops.spec.job import JobSpec, find_job
 from ops.spec.platform import PlatformConfig
+from synthetic.generator import write_batch
 from tests.support.drivers import caught_up, edit_job, fast_trigger, wait_for, write_sessions_input
 from tests.support.fake_backend import FakeBackend
 from tests.support.platform import job_paths
@@ -133,3 +134,46 @@ def test_a_driver_whose_job_file_changed_after_launch_refuses_and_the_next_run_h
     assert newest.config_version == current.config_version != launched.config_version
     assert (ledger.runs("router")[1].exit_reason or "").startswith(FAILURE + "config: ")
     backend.kill(newest)
+
+
+# Seconds: far below any driver's start here (the interpreter, the JVM, the session, the query),
+# and above the liveness file's 2 s between reports, which a driver that moves always beats.
+SHORT_STARTUP_GRACE = 5
+
+
+@pytest.mark.spark  # starts a Spark driver without the fixtures that mark it
+def test_a_driver_slower_to_start_than_its_grace_is_left_to_start_with_one_warning(
+    platform_conf: PlatformConfig, ledger: Ledger, slack_webhook: SlackReceiver
+) -> None:
+    platform = platform_conf
+
+    def slow_to_start(spec: dict[str, Any]) -> None:
+        fast_trigger(spec)
+        spec["operations"]["health"]["startup_grace_seconds"] = SHORT_STARTUP_GRACE
+
+    edit_job(platform, "router", slow_to_start)
+    write_batch(platform.landing_root / "events", 50, 0.0, seed=1)
+    supervisor = Supervisor.for_platform(platform)
+    try:
+        states = []
+
+        def committed() -> bool:
+            states.append(supervisor.reconcile("router").state)
+            heartbeat = read_heartbeat(job_paths(platform, "router").heartbeat)
+            return heartbeat is not None and heartbeat.batch_id is not None
+
+        wait_for(committed, 300, "the router's first committed batch")
+        # Every pass past the grace saw a slow start, not a stuck driver: one run, never stopped.
+        (run,) = ledger.runs("router")
+        assert run.stopped_at is None
+        assert "RESTARTING" not in states
+        slow = [d for d in ledger.decisions("router", limit=200) if d.reason.startswith("slow start")]
+        assert slow, "no pass saw the start as slow"
+        assert all(f"(startup grace {SHORT_STARTUP_GRACE}s)" in d.reason for d in slow)
+        assert any("starting for" in d.reason or "planning for" in d.reason for d in slow)
+        # One warning, resolved once the driver ran: its first page and its resolution.
+        messages = [m["text"] for m in slack_webhook.messages if "router slow start" in m["text"]]
+        assert ["first page" in m for m in messages] == [True, False], messages
+        assert "(resolution" in messages[1]
+    finally:
+        stop_all_jobs(platform)

@@ -36,6 +36,7 @@ from ops.control.policy import (
     decide,
     restart_streak,
 )
+from ops.driver.liveness import Liveness, Phase
 from ops.driver.telemetry import BatchSample, Heartbeat
 from ops.ledger.store import JobRecord, OperationRecord, RunRecord
 from ops.spec.job import JobSpec, SavepointPolicy, find_job
@@ -115,6 +116,7 @@ def view(
     port_free: bool | None = None,
     operation: OperationRecord | None = None,
     progress: RecoveryProgress = NO_PROGRESS,
+    liveness: Liveness | None = None,
 ) -> JobView:
     observation = Observation(
         at=NOW,
@@ -122,6 +124,7 @@ def view(
         process_alive=alive and open_run is not None,
         heartbeat=beat,
         metrics_port_free=port_free,
+        liveness=liveness,
     )
     return JobView(
         job,
@@ -202,6 +205,68 @@ def test_no_heartbeat_after_startup_grace_is_stuck() -> None:
     assert isinstance(plan.actions[0], StopDriver)
     young = run(started=3)
     assert decide(view(job_record(state="SUBMITTED"), young), NOW).state is Lifecycle.SUBMITTED
+
+
+def liveness(open_run: RunRecord, phase: Phase, still: float, in_phase: float = 300.0) -> Liveness:
+    """The run's liveness record, written just now: in `phase` for `in_phase` seconds, its last move
+    `still` seconds ago."""
+    return Liveness(
+        run_id=open_run.run_id,
+        pid=4242,
+        phase=phase,
+        phase_since=(NOW - timedelta(seconds=in_phase)).timestamp(),
+        moved_at=(NOW - timedelta(seconds=still)).timestamp(),
+        at=NOW.timestamp(),
+        tasks_completed=37,
+        active_stages=1,
+        cpu_seconds=120.0,
+    )
+
+
+def test_a_slow_start_that_still_moves_warns_and_is_left_to_start() -> None:
+    grace = SPEC.operations.health.startup_grace_seconds
+    current = run(started=grace + 100)
+    moving = liveness(current, "starting", still=1.0, in_phase=grace + 99)
+    plan = decide(view(job_record(state="SUBMITTED"), current, liveness=moving), NOW)
+    assert plan.state is Lifecycle.SUBMITTED
+    assert kinds(plan) == [RaiseAlert] and plan.actions[0].alert_kind == "slow_start"
+    assert plan.reason.startswith(f"slow start: no heartbeat {grace + 100:.0f}s after launch")
+    assert "starting for" in plan.reason and "last moved 1s ago" in plan.reason
+    # Warned once: while the warning is open, the pass only waits.
+    plan = decide(
+        view(job_record(state="SUBMITTED"), current, liveness=moving, open_alerts=frozenset({"slow_start"})),
+        NOW,
+    )
+    assert plan.actions == ()
+
+
+def test_a_start_that_stopped_moving_is_stuck_and_says_for_how_long() -> None:
+    grace = SPEC.operations.health.startup_grace_seconds
+    current = run(started=grace + 100)
+    still = liveness(current, "planning", still=grace + 1)
+    plan = decide(view(job_record(state="SUBMITTED"), current, liveness=still), NOW)
+    assert isinstance(plan.actions[0], StopDriver) and plan.actions[0].graceful is False
+    assert f"no move for {grace + 1:.0f}s while planning" in plan.actions[0].reason
+
+
+def test_a_long_batch_whose_tasks_complete_is_slow_not_stuck() -> None:
+    limit = SPEC.operations.trigger.interval_seconds + SPEC.operations.health.stuck_grace_seconds
+    current = run(started=600)
+    beat = heartbeat(current, age=limit + 60)
+    plan = decide(view(job_record(), current, beat=beat, liveness=liveness(current, "running", still=3)), NOW)
+    assert plan.state is Lifecycle.DEGRADED
+    assert kinds(plan) == [RaiseAlert] and plan.actions[0].alert_kind == "slow_batch"
+    assert "37 tasks done, 1 stages active" in plan.actions[0].reason
+    # Its tasks stop completing: stuck once the limit has passed without a move.
+    hung = liveness(current, "running", still=limit + 1)
+    plan = decide(view(job_record(), current, beat=beat, liveness=hung), NOW)
+    assert isinstance(plan.actions[0], StopDriver)
+    assert f"no move for {limit + 1:.0f}s while running" in plan.actions[0].reason
+    # Back to committing: the warning resolves.
+    plan = decide(
+        view(job_record(), current, beat=heartbeat(current), open_alerts=frozenset({"slow_batch"})), NOW
+    )
+    assert plan.state is Lifecycle.RUNNING and kinds(plan) == [ResolveAlert]
 
 
 def test_backoff_doubles_up_to_the_cap() -> None:
