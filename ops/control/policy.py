@@ -441,6 +441,27 @@ def restart_streak(
     return streak
 
 
+# How a run the supervisor stopped as stuck ends its exit reason (after `FAILURE`): the stuck
+# detail of `ops.control.health.assess`, no commit and no move of any kind for the grace.
+HUNG_DETAILS = ("last heartbeat ", "no heartbeat ")
+# Characters of each run's exit reason the storm's page quotes.
+STORM_REASON_CHARS = 200
+
+
+def _storm_reason(streak: tuple[RunRecord, ...], budget: int) -> str:
+    """Why the job is suspended: the streak against the budget, and each of its runs, newest first,
+    as judged hung by the supervisor (and why) or failed by itself."""
+    runs = []
+    for run in streak:
+        why = (run.exit_reason or "").removeprefix(FAILURE)
+        verdict = "judged hung" if why.startswith(HUNG_DETAILS) else "failed"
+        runs.append(f"{run.run_id} {verdict}: {why[:STORM_REASON_CHARS]}")
+    return (
+        f"restart storm: {len(streak)} failed runs in a row exceed the budget of {budget} "
+        f"(newest first: {'; '.join(runs)})"
+    )
+
+
 def backoff_seconds(streak: int, policy: RestartPolicy) -> float:
     """Exponential backoff before relaunch number `streak` (1 = the first restart)."""
     return float(min(policy.initial_backoff_seconds * 2 ** max(streak - 1, 0), policy.max_backoff_seconds))
@@ -551,7 +572,7 @@ def _without_run(
     if streak == 0:
         return Plan(Lifecycle.SUBMITTED, "launching", (*actions, Launch("desired state is running")), inputs)
     if streak > policy.budget:
-        reason = f"restart storm: {streak} failed runs in a row exceed the budget of {policy.budget}"
+        reason = _storm_reason(closed_runs[:streak], policy.budget)
         storm: list[Action] = [SuspendJob(reason)]
         if "restart_storm" not in view.open_alert_kinds:
             storm.append(RaiseAlert("restart_storm", "critical", reason))

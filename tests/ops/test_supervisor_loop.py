@@ -214,8 +214,9 @@ def test_failing_runs_back_off_exponentially_then_suspend_as_a_restart_storm(
     )
     job = ledger.job(JOB)
     assert (job.state, job.desired_state) == ("SUSPENDED", "suspended")
-    assert job.state_reason == (
-        f"restart storm: {policy.budget + 1} failed runs in a row exceed the budget of {policy.budget}"
+    assert job.state_reason.startswith(
+        f"restart storm: {policy.budget + 1} failed runs in a row exceed the budget of {policy.budget} "
+        f"(newest first: {runs[-1].run_id} failed: "
     )
     assert paged(ledger) == pages
 

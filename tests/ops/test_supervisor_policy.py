@@ -294,6 +294,25 @@ def test_restart_storm_suspends_and_pages() -> None:
     assert plan.actions[1].alert_kind == "restart_storm"
 
 
+def test_the_storm_page_names_the_runs_judged_hung_and_why() -> None:
+    limit = SPEC.operations.trigger.interval_seconds + SPEC.operations.health.stuck_grace_seconds
+    hung = f"last heartbeat 50s ago, no move for 48s while running (limit {limit:g}s)"
+    reasons = [hung, "driver process 4242 is gone", "no heartbeat 400s after launch (startup grace 90s)"]
+    reasons += ["query terminated (Boom: " + "x" * 500 + ")"] * (POLICY.budget + 1 - len(reasons))
+    streak = tuple(
+        run(started=10 * i + 5, stopped=10 * i, exit_reason=FAILURE + why) for i, why in enumerate(reasons)
+    )
+    plan = decide(view(job_record(state="RESTARTING"), closed=streak), NOW)
+    page = plan.actions[1].reason
+    assert page.startswith(
+        f"restart storm: {POLICY.budget + 1} failed runs in a row exceed the budget of {POLICY.budget} "
+        f"(newest first: {streak[0].run_id} judged hung: {hung}; {streak[1].run_id} failed: driver process"
+    )
+    assert f"{streak[2].run_id} judged hung: no heartbeat 400s after launch" in page
+    # A long error is cut: the page stays readable.
+    assert "x" * 200 not in page and page.endswith(")")
+
+
 def test_spec_rejected_by_the_driver_is_not_restarted() -> None:
     current = run(started=30)
     beat = heartbeat(current, event="terminated", error_class="ConfigError")
