@@ -132,8 +132,9 @@ class LivenessReporter:
                 info = tracker.getStageInfo(stage)
                 if info is not None:
                     active[stage] = info.numCompletedTasks
-        except Py4JError as error:
-            # The JVM is going away (a stop, a crash): the heartbeat says what happened.
+        except (Py4JError, AttributeError) as error:
+            # The JVM is going away (a crash; a stopped SparkContext has no JVM side left, which
+            # PySpark reports as an AttributeError): the heartbeat says what happened.
             log.debug("status tracker not read", error=str(error))
             return dict(self._active)
         return active
