@@ -40,7 +40,12 @@ class Signal(enum.Enum):
     WATERMARK_LAG = "watermark further behind the wall clock than operations.health.max_watermark_lag_seconds"
 
 
-# The signals of a job that runs but is not well (state DEGRADED), each with its alert kind.
+# How `assess` words a stuck driver's detail (no commit and no move of any kind for the grace),
+# at start and while running: a run the supervisor stopped as stuck has it as its exit reason.
+STUCK_DETAILS = ("no heartbeat ", "last heartbeat ")
+
+# The signals of a job that runs but is not well (state DEGRADED; a slow start stays SUBMITTED),
+# each with its alert kind.
 DEGRADING = {
     Signal.SLOW_START: "slow_start",
     Signal.SLOW_BATCH: "slow_batch",

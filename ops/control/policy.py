@@ -67,7 +67,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ops.control.autoscaler import ScalingDecision, decide_scale
-from ops.control.health import DEGRADING, Assessment, Observation, Signal
+from ops.control.health import DEGRADING, STUCK_DETAILS, Assessment, Observation, Signal
 from ops.control.scaling import RECOMMENDATION, RESCALE, Scale, ScalingView, desired_scale, run_scale
 from ops.ledger.store import JobRecord, OperationRecord, RunRecord, StandbyRecord
 from ops.spec.job import METRICS_PORT_IN_USE, JobSpec, RestartPolicy, metrics_port_in_use
@@ -441,9 +441,6 @@ def restart_streak(
     return streak
 
 
-# How a run the supervisor stopped as stuck ends its exit reason (after `FAILURE`): the stuck
-# detail of `ops.control.health.assess`, no commit and no move of any kind for the grace.
-HUNG_DETAILS = ("last heartbeat ", "no heartbeat ")
 # Characters of each run's exit reason the storm's page quotes.
 STORM_REASON_CHARS = 200
 
@@ -454,7 +451,7 @@ def _storm_reason(streak: tuple[RunRecord, ...], budget: int) -> str:
     runs = []
     for run in streak:
         why = (run.exit_reason or "").removeprefix(FAILURE)
-        verdict = "judged hung" if why.startswith(HUNG_DETAILS) else "failed"
+        verdict = "judged hung" if why.startswith(STUCK_DETAILS) else "failed"
         runs.append(f"{run.run_id} {verdict}: {why[:STORM_REASON_CHARS]}")
     return (
         f"restart storm: {len(streak)} failed runs in a row exceed the budget of {budget} "
