@@ -105,12 +105,14 @@ class LoadWindow:
 
 @dataclass(frozen=True)
 class LastRescale:
-    """The job's previous rescale, as the ledger recorded it."""
+    """The job's previous rescale, as the ledger recorded it (`applied`: carried out, not
+    abandoned before its stop; either one spaces the next by the stabilization window)."""
 
     at: float
     from_cores: int
     to_cores: int
     true_rate_before: float
+    applied: bool = True
 
 
 @dataclass(frozen=True)
@@ -213,7 +215,7 @@ def _guard(
 
 def _ineffective(window: LoadWindow, last: LastRescale | None) -> str | None:
     """Why the previous scale-up counts as ineffective, or None."""
-    if last is None or last.to_cores <= last.from_cores or last.true_rate_before <= 0:
+    if last is None or not last.applied or last.to_cores <= last.from_cores or last.true_rate_before <= 0:
         return None
     promised = last.to_cores / last.from_cores - 1
     delivered = window.true_rate / last.true_rate_before - 1

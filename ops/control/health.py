@@ -10,7 +10,7 @@ it from outside: landing files that the checkpoint's file-source log has not yet
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -44,6 +44,12 @@ class Signal(enum.Enum):
 # at start and while running: a run the supervisor stopped as stuck has it as its exit reason.
 STUCK_DETAILS = ("no heartbeat ", "last heartbeat ")
 
+# Learned graces: the supervisor's graces are the job file's, raised to this multiple of the slowest
+# start (launch -> first heartbeat) and the longest batch its newest runs measured, so a machine
+# that got slower raises its own bar (the file's values stay the floor).
+LEARNED_GRACE_MARGIN = 1.5
+LEARNED_FROM_RUNS = 5
+
 # The signals of a job that runs but is not well (state DEGRADED; a slow start stays SUBMITTED),
 # each with its alert kind.
 DEGRADING = {
@@ -53,6 +59,69 @@ DEGRADING = {
     Signal.STATE_PRESSURE: "state_pressure",
     Signal.WATERMARK_LAG: "watermark_lag",
 }
+
+
+@dataclass(frozen=True)
+class MeasuredSpeed:
+    """The slowest start and longest batch of a job's newest runs (None: none measured yet)."""
+
+    start_seconds: float | None = None
+    batch_seconds: float | None = None
+
+    @classmethod
+    def of_runs(cls, runs: Sequence[RunRecord]) -> MeasuredSpeed:
+        starts = [run.start_seconds for run in runs if run.start_seconds is not None]
+        batches = [run.longest_batch_seconds for run in runs if run.longest_batch_seconds is not None]
+        return cls(max(starts, default=None), max(batches, default=None))
+
+
+@dataclass(frozen=True)
+class Grace:
+    """A grace the supervisor applies: the job file's, or more when the job measured more
+    (`measure` names what: "start", "batch")."""
+
+    configured: float
+    measured: float | None
+    measure: str
+
+    @property
+    def seconds(self) -> float:
+        if self.measured is None:
+            return self.configured
+        return max(self.configured, LEARNED_GRACE_MARGIN * self.measured)
+
+    def describe(self, name: str, interval: float = 0.0) -> str:
+        """`name` and its seconds (`interval` added: a limit past the trigger), saying where a
+        learned value came from."""
+        total = f"{name} {interval + self.seconds:g}s"
+        if self.seconds == self.configured:
+            return total
+        trigger = f"the {interval:g}s trigger + " if interval else ""
+        return (
+            f"{total}: {trigger}{LEARNED_GRACE_MARGIN:g} x the slowest recent {self.measure} "
+            f"({self.measured:.0f}s), above the job file's {interval + self.configured:g}s"
+        )
+
+
+def measured_speed(observation: Observation) -> dict[str, float]:
+    """The open run's ledger columns the observation newly measures: its start (launch -> query
+    started, which its liveness record dates; else this heartbeat, the first one seen), and its
+    longest batch, when longer than the one recorded."""
+    run, heartbeat, liveness = observation.run, observation.heartbeat, observation.liveness
+    if run is None or heartbeat is None:
+        return {}
+    measured: dict[str, float] = {}
+    if run.start_seconds is None:
+        started = (
+            liveness.phase_since if liveness is not None and liveness.phase == "running" else heartbeat.at
+        )
+        measured["start_seconds"] = round(
+            max(0.0, min(started, heartbeat.at) - run.started_at.timestamp()), 3
+        )
+    longest = max((sample.duration_ms / 1000 for sample in heartbeat.recent), default=None)
+    if longest is not None and longest > (run.longest_batch_seconds or 0.0):
+        measured["longest_batch_seconds"] = longest
+    return measured
 
 
 @dataclass(frozen=True)
@@ -72,6 +141,7 @@ class Observation:
     # and its driver holds the port).
     metrics_port_free: bool | None = None
     liveness: Liveness | None = None
+    measured: MeasuredSpeed = MeasuredSpeed()
 
     @property
     def heartbeat_age(self) -> float | None:
@@ -125,6 +195,7 @@ def observe(
         backlog_files=backlog,
         metrics_port_free=port_is_free(spec.operations.metrics_port) if run is None else None,
         liveness=liveness,
+        measured=MeasuredSpeed.of_runs(ledger.runs(spec.name, LEARNED_FROM_RUNS)),
     )
 
 
@@ -144,7 +215,8 @@ def assess(observation: Observation, operations: Operations) -> Assessment:
         return Assessment(frozenset({Signal.DEAD}), f"driver process {run.pid} is gone")
     if heartbeat is None:
         age = observation.run_age or 0.0
-        grace = operations.health.startup_grace_seconds
+        startup = startup_grace(observation.measured, operations)
+        grace = startup.seconds
         if age <= grace:
             return Assessment(
                 frozenset({Signal.STARTING}), f"launched {age:.0f}s ago, waiting for first heartbeat"
@@ -152,22 +224,26 @@ def assess(observation: Observation, operations: Operations) -> Assessment:
         if not _moving(observation, grace):
             return Assessment(
                 frozenset({Signal.STUCK}),
-                f"no heartbeat {age:.0f}s after launch{_stillness(observation)} (startup grace {grace:g}s)",
+                f"no heartbeat {age:.0f}s after launch{_stillness(observation)} "
+                f"({startup.describe('startup grace')})",
             )
         slow = (
-            f"slow start: no heartbeat {age:.0f}s after launch (startup grace {grace:g}s)"
+            f"slow start: no heartbeat {age:.0f}s after launch ({startup.describe('startup grace')})"
             f"{_movement(observation)}"
         )
         return Assessment(frozenset({Signal.STARTING, Signal.SLOW_START}), slow, {Signal.SLOW_START: slow})
-    limit = operations.trigger.interval_seconds + operations.health.stuck_grace_seconds
+    batch = batch_grace(observation.measured, operations)
+    interval = operations.trigger.interval_seconds
+    limit = interval + batch.seconds
     age = observation.heartbeat_age or 0.0
     if age > limit:
+        described = batch.describe("limit", interval)
         if not _moving(observation, limit):
             return Assessment(
                 frozenset({Signal.STUCK}),
-                f"last heartbeat {age:.0f}s ago{_stillness(observation)} (limit {limit:g}s)",
+                f"last heartbeat {age:.0f}s ago{_stillness(observation)} ({described})",
             )
-        slow = f"slow batch: last heartbeat {age:.0f}s ago (limit {limit:g}s){_movement(observation)}"
+        slow = f"slow batch: last heartbeat {age:.0f}s ago ({described}){_movement(observation)}"
         return Assessment(frozenset({Signal.HEALTHY, Signal.SLOW_BATCH}), slow, {Signal.SLOW_BATCH: slow})
     if heartbeat.event == "started":
         return Assessment(frozenset({Signal.STARTING}), "query started, no batch or idle event yet")
@@ -180,6 +256,18 @@ def assess(observation: Observation, operations: Operations) -> Assessment:
     if reasons:
         return Assessment(frozenset({Signal.HEALTHY, *reasons}), "; ".join(reasons.values()), reasons)
     return Assessment(frozenset({Signal.HEALTHY}), f"{heartbeat.event} at batch {heartbeat.batch_id}")
+
+
+def startup_grace(measured: MeasuredSpeed, operations: Operations) -> Grace:
+    """How long a launched driver may go without a heartbeat: the file's startup grace, or more
+    when the job's newest runs took longer to start."""
+    return Grace(operations.health.startup_grace_seconds, measured.start_seconds, "start")
+
+
+def batch_grace(measured: MeasuredSpeed, operations: Operations) -> Grace:
+    """How long past its trigger interval a running driver may go without a heartbeat: the file's
+    stuck grace, or more when the job's newest runs measured longer batches."""
+    return Grace(operations.health.stuck_grace_seconds, measured.batch_seconds, "batch")
 
 
 def _moving(observation: Observation, grace: float) -> bool:

@@ -41,13 +41,17 @@ the autoscaler's decision (`ops.control.autoscaler`) is applied or, when it is n
 a guard), recorded as a `scale_recommendation`. A rescale is an operation too:
 
     scale    SCALING       a standby driver at the new scale warms up beside the running one (the
-                           old one keeps processing) -> once it is ready (or after
-                           `RESCALE_STANDBY_WAIT_SECONDS`) stop the driver at a batch boundary (its
-                           time recorded) -> the standby takes over, a ready one in the stop's own
-                           pass (or, without one, a launch at
-                           the new scale; the ordinary rules: a driver that fails is restarted) ->
-                           its first committed batch or idle trigger: done, with the restart cost
-                           measured from the stop; a job to be suspended abandons it
+                           old one keeps processing) -> once it is ready, the autoscaler's decision
+                           is checked against the newest window (one no longer needed is dropped)
+                           -> stop the driver at a batch boundary (its time recorded) -> the
+                           standby takes over in the stop's own pass -> its first committed batch
+                           or idle trigger: done, with the restart cost measured from the stop.
+                           Make-before-break never breaks first: a standby not ready within
+                           `standby_ready_bound` abandons the rescale (standby retired, the running
+                           driver untouched), retried after the autoscaler's stabilization window
+                           if still needed. A driver already gone is relaunched at the new scale
+                           (the ordinary rules: a driver that fails is restarted); a job to be
+                           suspended abandons the rescale.
 
 Which step comes next follows from facts the steps record: a rewind is done once `rewound_at` is
 set (its replay plan is recorded before it starts, so a redo reports the same rows); an upgrade's
@@ -67,8 +71,24 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ops.control.autoscaler import ScalingDecision, decide_scale
-from ops.control.health import DEGRADING, STUCK_DETAILS, Assessment, Observation, Signal
-from ops.control.scaling import RECOMMENDATION, RESCALE, Scale, ScalingView, desired_scale, run_scale
+from ops.control.health import (
+    DEGRADING,
+    STUCK_DETAILS,
+    Assessment,
+    Observation,
+    Signal,
+    batch_grace,
+    startup_grace,
+)
+from ops.control.scaling import (
+    RECOMMENDATION,
+    RESCALE,
+    Scale,
+    ScalingView,
+    desired_scale,
+    rescale_applied,
+    run_scale,
+)
 from ops.ledger.store import JobRecord, OperationRecord, RunRecord, StandbyRecord
 from ops.spec.job import METRICS_PORT_IN_USE, JobSpec, RestartPolicy, metrics_port_in_use
 
@@ -77,10 +97,6 @@ FAILURE = "failed: "
 CONFIG_FAILURE = FAILURE + "config: "
 # A dry run replays one batch; a driver still at it after this long is stopped and refused.
 DRY_RUN_TIMEOUT_SECONDS = 300.0
-# A rescale stops the old driver once its successor (a standby at the new scale) is ready, or
-# after this long without: a standby that cannot warm up (no free cores for its executors, a
-# failing start) makes the rescale a cold relaunch rather than blocking it.
-RESCALE_STANDBY_WAIT_SECONDS = 120.0
 
 
 class Lifecycle(enum.Enum):
@@ -141,7 +157,9 @@ class Result(enum.StrEnum):
     DONE = "done"
     REFUSED = "refused"  # refused before the running version, checkpoint or sink was touched
     ROLLED_BACK = "rolled back"
-    ABANDONED = "abandoned"  # a rescale of a job that is to be suspended: nothing to scale
+    # A rescale not carried out, the running driver untouched: the job is to be suspended, its
+    # standby did not get ready in time, or the newest window no longer needs it.
+    ABANDONED = "abandoned"
 
 
 # --- actions: what decide() asks act() to do ---------------------------------------------------
@@ -401,6 +419,8 @@ class JobView:
     standby: StandbyView = field(default_factory=StandbyView)
     # What the autoscaler looks at; None when the job's autoscaling is off.
     scaling: ScalingView | None = None
+    # The job's newest finished rescale (done or abandoned), None if it had none.
+    last_rescale: OperationRecord | None = None
 
 
 @dataclass(frozen=True)
@@ -933,6 +953,9 @@ def _with_scaling(view: JobView, plan: Plan, now: datetime) -> Plan:
         return plan
     desired, running = desired_scale(view.spec, view.job), run_scale(run, view.spec)
     if running != desired:
+        held = _retry_held(view, now)
+        if held is not None:
+            return replace(plan, reason=f"{plan.reason}; rescale held: {held}")
         rescale = Rescale(
             f"run {run.run_id} runs at {running.describe()}, the job should at {desired.describe()}",
             desired.cores,
@@ -942,20 +965,10 @@ def _with_scaling(view: JobView, plan: Plan, now: datetime) -> Plan:
         )
         return replace(plan, state=Lifecycle.SCALING, reason=rescale.reason, actions=(*plan.actions, rescale))
     policy, scaling = view.spec.operations.autoscaling, view.scaling
-    if scaling is None or scaling.window is None or view.job.scale_pinned:
+    decision = _autoscaler_decision(view, running, now)
+    if scaling is None or scaling.window is None or decision is None:
         return plan
-    cores = running.cores or policy.min_cores
-    last_low = view.job.scale_low_since
-    decision = decide_scale(
-        policy,
-        cores=cores,
-        window=scaling.window,
-        now=now.timestamp(),
-        last=scaling.last,
-        low_since=last_low.timestamp() if last_low is not None else None,
-        max_files_per_trigger=running.max_files_per_trigger,
-        restart_cost_seconds=scaling.restart_cost_seconds,
-    )
+    cores = decision.cores
     autoscaler = {
         **decision.inputs,
         "mode": policy.mode,
@@ -982,6 +995,68 @@ def _with_scaling(view: JobView, plan: Plan, now: datetime) -> Plan:
     if not _new_recommendation(scaling, autoscaler, now, policy.stabilization_seconds):
         return plan
     return replace(plan, actions=(*plan.actions, recommend))
+
+
+def _autoscaler_decision(view: JobView, running: Scale, now: datetime) -> ScalingDecision | None:
+    """The autoscaler's decision for a driver running at `running`, from the newest window (None:
+    autoscaling off, no window yet, or an operator's pin)."""
+    policy, scaling = view.spec.operations.autoscaling, view.scaling
+    if scaling is None or scaling.window is None or view.job.scale_pinned:
+        return None
+    last_low = view.job.scale_low_since
+    return decide_scale(
+        policy,
+        cores=running.cores or policy.min_cores,
+        window=scaling.window,
+        now=now.timestamp(),
+        last=scaling.last,
+        low_since=last_low.timestamp() if last_low is not None else None,
+        max_files_per_trigger=running.max_files_per_trigger,
+        restart_cost_seconds=scaling.restart_cost_seconds,
+    )
+
+
+def _retry_held(view: JobView, now: datetime) -> str | None:
+    """Why a rescale the job needs is not opened yet: the previous one was abandoned less than
+    the autoscaler's stabilization window ago (an operator's pin or a changed file is retried
+    then; the autoscaler's own guard spaces its retries). None: open it."""
+    last = view.last_rescale
+    if last is None or last.finished_at is None or rescale_applied(last):
+        return None
+    wait = view.spec.operations.autoscaling.stabilization_seconds
+    since = (now - last.finished_at).total_seconds()
+    if since >= wait:
+        return None
+    return f"the last rescale was abandoned {since:.0f} s ago; retried after {wait:g} s ({last.outcome})"
+
+
+def standby_ready_bound(view: JobView) -> float:
+    """How long a rescale waits for its standby to get ready: a cold start and a warm-up batch,
+    the job's startup grace plus its batch limit, each learned from its newest runs."""
+    measured, operations = view.observation.measured, view.spec.operations
+    return (
+        startup_grace(measured, operations).seconds
+        + operations.trigger.interval_seconds
+        + batch_grace(measured, operations).seconds
+    )
+
+
+def _no_longer_needed(view: JobView, operation: OperationRecord, now: datetime) -> str | None:
+    """Why the autoscaler's rescale is dropped before its stop: the newest window no longer asks
+    for a change in its direction. None: still needed (or not the autoscaler's: a pin, a file)."""
+    run = view.observation.run
+    if run is None or operation.from_cores is None or operation.to_cores is None:
+        return None
+    if view.spec.operations.autoscaling.mode != "apply":
+        return None
+    decision = _autoscaler_decision(view, run_scale(run, view.spec), now)
+    if decision is None:
+        return None
+    cores, wanted = decision.cores, decision.recommended
+    up = operation.to_cores > operation.from_cores
+    if (up and wanted > cores) or (not up and wanted < cores):
+        return None
+    return f"the newest window no longer needs it: {decision.inputs['formula']}"
 
 
 def _rescale_needs_standby(view: JobView) -> bool:
@@ -1016,6 +1091,18 @@ def _new_recommendation(
     return gist(last.inputs.get("autoscaler", {})) != gist(autoscaler)
 
 
+def _abandon(view: JobView, target: str, why: str, now: datetime, inputs: dict[str, Any]) -> Plan:
+    """End a rescale before its stop: the standby retired, the running driver left as it is (the
+    job's scale goes back to the one it runs at)."""
+    run = view.observation.run
+    assert run is not None
+    finish = FinishOperation(f"{target} abandoned, run {run.run_id} untouched: {why}", Result.ABANDONED)
+    record = view.standby.record
+    retire = () if record is None else (RetireStandby(f"{target} abandoned", "stopped: rescale abandoned"),)
+    running = _supervising(view, now, inputs)
+    return Plan(running.state, finish.reason, (*retire, finish), inputs, Step.FINISH)
+
+
 def _rescaling(view: JobView, operation: OperationRecord, now: datetime, inputs: dict[str, Any]) -> Plan:
     """rescale: stop at a batch boundary -> relaunch at the new scale -> its first committed batch
     (or idle trigger) -> done, with the restart cost measured from the stop. A driver that fails
@@ -1028,14 +1115,22 @@ def _rescaling(view: JobView, operation: OperationRecord, now: datetime, inputs:
     if run is not None and run_scale(run, view.spec) != Scale(operation.to_cores, operation.to_max_files):
         waited = (now - operation.requested_at).total_seconds()
         standby = view.standby
-        if (
-            _rescale_needs_standby(view)
-            and not (standby.alive and standby.ready)
-            and waited < RESCALE_STANDBY_WAIT_SECONDS
-        ):
+        needs_standby = _rescale_needs_standby(view)
+        if needs_standby and not (standby.alive and standby.ready):
+            bound = standby_ready_bound(view)
+            if waited >= bound:
+                why = (
+                    f"its standby was not ready {waited:.0f} s after the rescale began (bound "
+                    f"{bound:g} s: the job's startup grace and batch limit); a cluster without "
+                    "free cores for it cannot make before it breaks"
+                )
+                return _abandon(view, target, why, now, inputs)
             why = "warming up" if standby.alive else "to be launched"
             # `_with_standby` launches the successor; the old driver runs on meanwhile.
             return Plan(state, f"{target}: run {run.run_id} runs on, its successor is {why}", (), inputs)
+        dropped = _no_longer_needed(view, operation, now) if needs_standby else None
+        if dropped is not None:
+            return _abandon(view, target, dropped, now, inputs)
         stop = _stop(view, f"{target}: stop at a batch boundary", "stopped: rescale")
         if stop and standby.ready and standby_usable(view):
             # The ready successor is granted in the same pass, right after the stop (the take-over

@@ -30,6 +30,8 @@ from ops.spec.job import JobSpec
 # Operation kind of a rescale, and the decision rows of recommendations not applied.
 RESCALE = "scale"
 RECOMMENDATION = "scale_recommendation"
+# How the outcome of a rescale carried out begins (others were abandoned before their stop).
+RESCALED = "rescaled"
 # How many of the newest landing files are read to convert a backlog in files into rows.
 SAMPLED_LANDING_FILES = 3
 
@@ -125,6 +127,11 @@ def observe_scaling(
     )
 
 
+def rescale_applied(operation: OperationRecord) -> bool:
+    """Whether a finished rescale was carried out (not abandoned before its stop)."""
+    return operation.outcome is not None and operation.outcome.startswith(RESCALED)
+
+
 def last_rescale(operation: OperationRecord) -> LastRescale | None:
     """A finished rescale as the autoscaler's guards read it (None if it changed no cores)."""
     if operation.from_cores is None or operation.to_cores is None or operation.finished_at is None:
@@ -134,6 +141,7 @@ def last_rescale(operation: OperationRecord) -> LastRescale | None:
         from_cores=operation.from_cores,
         to_cores=operation.to_cores,
         true_rate_before=operation.true_rate_before or 0.0,
+        applied=rescale_applied(operation),
     )
 
 

@@ -45,7 +45,7 @@ import structlog
 
 from ops.clock import utcnow
 from ops.control.alerts import Alert, AlertCenter
-from ops.control.health import Observation, assess, observe
+from ops.control.health import Observation, assess, measured_speed, observe
 from ops.control.launcher import LaunchBackend, LocalProcessBackend
 from ops.control.locks import job_lock
 from ops.control.policy import (
@@ -82,7 +82,7 @@ from ops.control.policy import (
     TakeUpgradeSavepoint,
     decide,
 )
-from ops.control.scaling import Scale, desired_scale, low_since, observe_scaling, run_scale
+from ops.control.scaling import RESCALED, Scale, desired_scale, low_since, observe_scaling, run_scale
 from ops.driver.checkpoint import log_entries
 from ops.driver.takeover import (
     Grant,
@@ -129,6 +129,8 @@ OPERATION_POLL_SECONDS = 1.0
 TAKEOVER_CONFIRM_SECONDS = 10.0
 # A standby has no query to finish: a stop that takes longer than this is a kill.
 STANDBY_STOP_SECONDS = 10.0
+# How many of a job's newest operations the view looks through for its last finished rescale.
+LOOKED_BACK_OPERATIONS = 10
 
 # --- the loop ----------------------------------------------------------------------------------
 
@@ -240,6 +242,14 @@ class Supervisor:
             )
             if observation.run is not None
             else None,
+            last_rescale=next(
+                (
+                    op
+                    for op in self.ledger.operations(spec.name, limit=LOOKED_BACK_OPERATIONS)
+                    if op.kind == OperationKind.SCALE and op.finished_at is not None
+                ),
+                None,
+            ),
         )
 
     def _standby_view(self, spec: JobSpec) -> StandbyView:
@@ -335,10 +345,11 @@ class Supervisor:
             backlog=view.observation.backlog_files,
             heartbeat_at=datetime.fromtimestamp(heartbeat.at, tz=self.clock().tzinfo),
         )
+        columns: dict[str, Any] = dict(measured_speed(view.observation))
         if heartbeat.batch_id is not None and heartbeat.event == "progress":
-            self.ledger.update_run(
-                run.run_id, first_batch_id=run.first_batch_id, last_batch_id=run.last_batch_id
-            )
+            columns.update(first_batch_id=run.first_batch_id, last_batch_id=run.last_batch_id)
+        if columns:
+            self.ledger.update_run(run.run_id, **columns)
 
     # the pass -------------------------------------------------------------------------------
 
@@ -464,8 +475,8 @@ class Supervisor:
             case RollBack(reason=reason):
                 self.ledger.update_operation(_open(view).id, failure=reason)
                 return f"rolling back: {reason}"
-            case FinishOperation(result=result):
-                return self._finish(view, result, run_url)
+            case FinishOperation(reason=reason, result=result):
+                return self._finish(view, result, reason, run_url)
             case LaunchStandby():
                 return self._launch_standby(spec)
             case RetireStandby(exit_reason=exit_reason):
@@ -853,8 +864,9 @@ class Supervisor:
             self.ledger.update_job(job, desired_state=Desired.RUNNING, restart_requested_at=self.clock())
         return f"installed config {config_version}"
 
-    def _finish(self, view: JobView, result: Result, run_url: str | None) -> str:
-        """Close the operation: the outcome on its decision row and its record."""
+    def _finish(self, view: JobView, result: Result, reason: str, run_url: str | None) -> str:
+        """Close the operation: the outcome on its decision row and its record. An abandoned
+        rescale puts the job's scale (unless pinned) back to the one its driver runs at."""
         from ops.recovery.rewind import rewind_outcome
 
         operation = _open(view)
@@ -869,7 +881,13 @@ class Supervisor:
         elif result == Result.DONE:
             outcome = f"upgraded: config {operation.previous_version} -> {operation.candidate_version}"
         elif result == Result.ABANDONED:
-            outcome = f"{result}: the job is to be suspended, at the scale it had"
+            outcome = reason
+            run = view.observation.run
+            if run is not None and not view.job.scale_pinned:
+                running = run_scale(run, view.spec)
+                self.ledger.update_job(
+                    view.spec.name, scale_cores=running.cores, scale_max_files=running.max_files_per_trigger
+                )
         else:
             outcome = f"{result}: {failure}"
         self.ledger.set_outcome(operation.decision_id, outcome)
@@ -883,7 +901,7 @@ class Supervisor:
         cost = operation.restart_cost_seconds
         down = "" if cost is None else f"; down {cost:.1f} s from the stop to the first committed batch"
         target = Scale(operation.to_cores, operation.to_max_files).describe()
-        outcome = f"rescaled from {operation.from_cores or 'default'} to {target}{down}"
+        outcome = f"{RESCALED} from {operation.from_cores or 'default'} to {target}{down}"
         self._notify_done(view, "rescaled", f"{outcome}. Why: {operation.reason}", run_url)
         return outcome
 

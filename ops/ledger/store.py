@@ -39,7 +39,7 @@ from ops.exceptions import LedgerError
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 # The newest revision in MIGRATIONS_DIR (a test holds it to Alembic's head): bump it with each
 # new migration, or every `Ledger.open` runs Alembic to find out there is nothing to do.
-SCHEMA_REVISION = "0007"
+SCHEMA_REVISION = "0008"
 # Alembic's bookkeeping table: one row, the revision the database is at.
 VERSION_TABLE = "alembic_version"
 
@@ -96,6 +96,10 @@ runs_table = sa.Table(
     # The scale the driver was launched with (null: the spec's resources as written).
     sa.Column("cores", sa.Integer),
     sa.Column("max_files_per_trigger", sa.Integer),
+    # What the run measured of its own speed (the supervisor's learned graces): seconds from
+    # launch to its first heartbeat, and its longest batch.
+    sa.Column("start_seconds", sa.Float),
+    sa.Column("longest_batch_seconds", sa.Float),
 )
 
 decisions_table = sa.Table(
@@ -279,6 +283,8 @@ class RunRecord:
     last_batch_id: int | None = None
     cores: int | None = None
     max_files_per_trigger: int | None = None
+    start_seconds: float | None = None
+    longest_batch_seconds: float | None = None
 
     @property
     def batches_committed(self) -> int:

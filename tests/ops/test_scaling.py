@@ -456,7 +456,7 @@ def test_a_rescale_of_a_job_being_suspended_is_abandoned_and_the_job_stops(
     supervisor.request(JOB, "suspend", "maintenance")
     fake_clock.advance(1)
     abandoned = supervisor.reconcile(JOB)
-    assert abandoned.actions == ("finish: abandoned: the job is to be suspended, at the scale it had",)
+    assert abandoned.actions == ("finish: rescale default -> 2 cores abandoned: the job is to be suspended",)
     fake_clock.advance(1)
     assert supervisor.reconcile(JOB).state == "SUSPENDED"
     assert ledger.runs(JOB)[0].exit_reason == "stopped: suspended" and fake_backend.launches == 1
@@ -486,3 +486,106 @@ def test_a_scale_up_that_did_not_raise_the_true_rate_blocks_the_next_one(
     assert blocked[0].inputs["autoscaler"]["recommended"] == 4
     assert "1 -> 2 cores moved the true rate from 25 to 25 rows/s" in blocked[0].reason
     assert len(ledger.operations(JOB)) == 1
+
+
+def test_a_rescale_whose_standby_never_gets_ready_is_abandoned_and_the_running_driver_untouched(
+    supervisor: Supervisor,
+    platform_conf: PlatformConfig,
+    ledger: Ledger,
+    fake_backend: FakeBackend,
+    fake_clock: FakeClock,
+) -> None:
+    edit_job(platform_conf, JOB, autoscaled("apply"))
+    edit_job(
+        platform_conf,
+        JOB,
+        lambda spec: spec["operations"]["health"].update(startup_grace_seconds=90, stuck_grace_seconds=30),
+    )
+    start(supervisor, fake_backend, fake_clock, HEAVY)
+    first = fake_backend.driver(JOB)
+    assert run_batches(supervisor, fake_backend, fake_clock, 10, **HEAVY)[-1] == "SCALING"
+    fake_backend.hang_next()
+    # The bound: the startup grace (90 s) + trigger (5 s) + stuck grace (30 s); the job's own
+    # starts and batches measured less. Until then the old driver commits on.
+    for _ in range(25):
+        assert first.alive and first.ended is None
+        fake_clock.advance(5)
+        fake_backend.commit(JOB, **HEAVY)
+        abandoned = supervisor.reconcile(JOB)
+        if abandoned.state != "SCALING":
+            break
+    assert abandoned.state == "RUNNING", abandoned
+    assert abandoned.actions[0].startswith("retire_standby:")
+    [operation] = ledger.operations(JOB)
+    assert operation.outcome is not None and operation.outcome.startswith(
+        f"rescale 1 -> 2 cores abandoned, run {first.run_id} untouched: its standby was not ready 125 s"
+    )
+    assert ledger.decisions(JOB, limit=1, action="scale")[0].outcome == operation.outcome
+    assert ledger.current_run(JOB).run_id == first.run_id and first.alive
+    assert ledger.standbys(JOB)[0].exit_reason == "stopped: rescale abandoned"
+    assert (ledger.job(JOB).scale_cores, ledger.job(JOB).scale_max_files) == (1, 50)
+
+    # Still needed: the autoscaler asks again once its stabilization window (30 s) has passed since
+    # the abandonment, and this time the standby gets ready and takes over.
+    assert run_batches(supervisor, fake_backend, fake_clock, 10, **HEAVY) == ["RUNNING", "SCALING"]
+    held = ledger.decisions(JOB, limit=2, action="scale_recommendation")
+    assert "stabilization: the last rescale was 5 s ago" in held[0].reason
+    assert ledger.operations(JOB)[0].finished_at is None, "a second rescale opened 30 s after"
+    for _ in range(2):
+        fake_clock.advance(1)
+        supervisor.reconcile(JOB)
+    assert not first.alive and fake_backend.driver(JOB).cores == 2
+
+
+def test_a_scale_up_no_longer_needed_when_its_standby_is_ready_is_dropped(
+    supervisor: Supervisor,
+    platform_conf: PlatformConfig,
+    ledger: Ledger,
+    fake_backend: FakeBackend,
+    fake_clock: FakeClock,
+) -> None:
+    edit_job(platform_conf, JOB, autoscaled("apply"))
+    start(supervisor, fake_backend, fake_clock, HEAVY)
+    first = fake_backend.driver(JOB)
+    assert run_batches(supervisor, fake_backend, fake_clock, 10, **HEAVY)[-1] == "SCALING"
+    fake_clock.advance(1)
+    assert supervisor.reconcile(JOB).actions[0].startswith("launch_standby")
+    # The burst is over before the stop: the newest window is light, one core is plenty.
+    fake_backend.commit(JOB, 10, **LIGHT)
+    fake_clock.advance(1)
+    dropped = supervisor.reconcile(JOB)
+    assert dropped.state == "RUNNING" and first.alive
+    [operation] = ledger.operations(JOB)
+    assert operation.outcome is not None and "abandoned" in operation.outcome
+    assert "the newest window no longer needs it: ceil(1 x 2.0 / " in operation.outcome
+    assert ledger.current_run(JOB).run_id == first.run_id and fake_backend.stops == 1, "the standby only"
+    assert ledger.job(JOB).scale_cores == 1
+
+
+def test_an_abandoned_rescale_to_a_pin_is_retried_after_the_stabilization_window(
+    supervisor: Supervisor,
+    platform_conf: PlatformConfig,
+    ledger: Ledger,
+    fake_backend: FakeBackend,
+    fake_clock: FakeClock,
+) -> None:
+    edit_job(platform_conf, JOB, autoscaled("off"))
+    start(supervisor, fake_backend, fake_clock)
+    supervisor.scale(JOB, 2, "bigger")
+    fake_backend.hang_next()
+    states = run_batches(supervisor, fake_backend, fake_clock, 1)
+    while states[-1] == "SCALING":
+        fake_clock.advance(30)
+        fake_backend.commit(JOB)
+        states.append(supervisor.reconcile(JOB).state)
+    [abandoned] = ledger.operations(JOB)
+    assert abandoned.outcome is not None and "its standby was not ready" in abandoned.outcome
+    # The pin stays; the retry waits the 30 s window, the held decision saying why.
+    assert ledger.job(JOB).scale_pinned and ledger.job(JOB).scale_cores == 2
+    fake_clock.advance(20)
+    held = supervisor.reconcile(JOB)
+    assert held.state == "RUNNING" and held.actions == ()
+    assert "rescale held: the last rescale was abandoned 20 s ago; retried after 30 s" in held.reason
+    fake_clock.advance(10)
+    assert supervisor.reconcile(JOB).state == "SCALING"
+    assert len(ledger.operations(JOB)) == 2

@@ -1,6 +1,7 @@
 """Scaling on a real embedded standalone cluster (a master and two one-core workers on loopback):
-the real supervisor launches real drivers in client mode, rescales them through SCALING, and the
-sink is compared with a clean run over the same input, row for row.
+the real supervisor launches real drivers in client mode, rescales them through SCALING, make
+before break (a standby at the new scale takes over), and the sink is compared with a clean run
+over the same input, row for row.
 
 The router runs under a load written by the test, a landing file per tick: a base rate, a step to
 4x, and back. It starts at one core reading two files per batch, falls behind under the step, is
@@ -109,6 +110,15 @@ def test_the_router_scales_up_under_a_4x_step_catches_up_and_scales_back_down(
     assert down_decision.inputs["autoscaler"]["backlog_rows"] == 0
     drive(supervisor, load, 0, running_at(1), 300, "the router back at 1 core")
     assert [n for n in ran_at if n is not None][-1] == 1
+
+    # Make before break, both ways: each new scale's driver warmed up as a standby and took over.
+    promoted = [
+        s for s in ledger.standbys("router", limit=50) if (s.exit_reason or "").startswith("promoted")
+    ]
+    assert len(promoted) == 2, [s.exit_reason for s in ledger.standbys("router", limit=50)]
+    assert all(
+        op.outcome is not None and op.outcome.startswith("rescaled") for op in rescales(ledger, "router")
+    )
 
     notices = [m["text"] for m in slack_webhook.messages if "rescaled" in m["text"]]
     assert (

@@ -123,6 +123,8 @@ def test_a_launched_driver_is_submitted_until_its_first_batch_then_running(
     assert job.heartbeat_at == fake_clock.now - timedelta(seconds=4)
     run = ledger.current_run(JOB)
     assert (run.first_batch_id, run.last_batch_id, run.stopped_at) == (0, 2, None)
+    # What the graces learn from: launch -> first heartbeat, and the longest batch so far.
+    assert (run.start_seconds, run.longest_batch_seconds) == (10.0, 0.1)
     assert decided(ledger) == ["launch"]
     assert (fake_backend.launches, fake_backend.stops, fake_backend.kills) == (1, 0, 0)
     assert paged(ledger) == [] and slack_webhook.requests == []

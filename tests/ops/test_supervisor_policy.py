@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from ops.control.health import Observation, assess
+from ops.control.health import MeasuredSpeed, Observation, assess
 from ops.control.policy import (
     CONFIG_FAILURE,
     DRY_RUN_TIMEOUT_SECONDS,
@@ -46,6 +46,7 @@ NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 SPEC = find_job("router", DEFAULT_CONF_DIR)
 POLICY = SPEC.operations.restart
 NO_PROGRESS = RecoveryProgress()
+NOTHING_MEASURED = MeasuredSpeed()
 
 
 def job_record(
@@ -117,6 +118,7 @@ def view(
     operation: OperationRecord | None = None,
     progress: RecoveryProgress = NO_PROGRESS,
     liveness: Liveness | None = None,
+    measured: MeasuredSpeed = NOTHING_MEASURED,
 ) -> JobView:
     observation = Observation(
         at=NOW,
@@ -125,6 +127,7 @@ def view(
         heartbeat=beat,
         metrics_port_free=port_free,
         liveness=liveness,
+        measured=measured,
     )
     return JobView(
         job,
@@ -267,6 +270,48 @@ def test_a_long_batch_whose_tasks_complete_is_slow_not_stuck() -> None:
         view(job_record(), current, beat=heartbeat(current), open_alerts=frozenset({"slow_batch"})), NOW
     )
     assert plan.state is Lifecycle.RUNNING and kinds(plan) == [ResolveAlert]
+
+
+def test_graces_learn_from_the_jobs_slowest_recent_start_and_batch_the_file_stays_the_floor() -> None:
+    startup = SPEC.operations.health.startup_grace_seconds
+    interval = SPEC.operations.trigger.interval_seconds
+    limit = interval + SPEC.operations.health.stuck_grace_seconds
+    # This job's recent starts took up to 2x the file's grace: 1.5x that is its grace now.
+    slow_machine = MeasuredSpeed(start_seconds=2 * startup, batch_seconds=limit)
+    current = run(started=2.5 * startup)
+    plan = decide(view(job_record(state="SUBMITTED"), current, measured=slow_machine), NOW)
+    assert plan.state is Lifecycle.SUBMITTED and plan.actions == ()
+    current = run(started=3 * startup + 1)
+    plan = decide(view(job_record(state="SUBMITTED"), current, measured=slow_machine), NOW)
+    assert isinstance(plan.actions[0], StopDriver)
+    assert plan.actions[0].reason.endswith(
+        f"(startup grace {3 * startup:g}s: 1.5 x the slowest recent start ({2 * startup:.0f}s), "
+        f"above the job file's {startup:g}s)"
+    )
+    # A batch as long as the slowest recent one, 1.5x the file's limit, is on time.
+    current = run(started=600)
+    on_time = decide(
+        view(job_record(), current, beat=heartbeat(current, age=limit + 10), measured=slow_machine), NOW
+    )
+    assert on_time.state is Lifecycle.RUNNING
+    late = decide(
+        view(
+            job_record(),
+            current,
+            beat=heartbeat(current, age=interval + 1.5 * limit + 1),
+            measured=slow_machine,
+        ),
+        NOW,
+    )
+    assert isinstance(late.actions[0], StopDriver)
+    assert (
+        f"(limit {interval + 1.5 * limit:g}s: the {interval:g}s trigger + 1.5 x the slowest recent batch"
+        in (late.actions[0].reason)
+    )
+    # Faster than the file's graces: the file's values hold.
+    fast = MeasuredSpeed(start_seconds=1.0, batch_seconds=0.1)
+    plan = decide(view(job_record(state="SUBMITTED"), run(started=startup + 1), measured=fast), NOW)
+    assert plan.actions[0].reason.endswith(f"(startup grace {startup:g}s)")
 
 
 def test_backoff_doubles_up_to_the_cap() -> None:

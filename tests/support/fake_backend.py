@@ -113,10 +113,10 @@ class FakeBackend:
     def launch_standby(self, spec: JobSpec, run_id: str) -> LaunchedDriver:
         """A warm standby: a row like any driver (the knobs apply) that the test's `commit`,
         `crash` and `hang` leave alone until the supervisor's grant names it, as a real standby
-        waits for its grant."""
+        waits for its grant. One armed to hang never gets ready (no free cores for its executors)."""
         self.standby_ids.add(run_id)
         launched = self._launch(self.platform, spec, run_id)
-        if self.drivers[run_id].alive:
+        if self.drivers[run_id].alive and not self.drivers[run_id].hangs:
             # Warmed up at once: a real standby says so in its status file when it is.
             write_standby_status(
                 JobPaths.of(self.platform, spec).runtime,
