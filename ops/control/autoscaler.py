@@ -3,9 +3,20 @@
 Spark's dynamic allocation is not streaming-aware, so the platform sizes a job itself, after the
 Flink Kubernetes Operator's autoscaler, adapted to micro-batches:
 
-    true rate   = rows read / busy time             (what the current cores process per busy second)
+    batch time  = fixed + rows / per-row rate        (fitted over the window's batches)
     target rate = arrival rate + backlog / catch-up  (what the job must process to drain in time)
-    new cores   = ceil(cores * target rate / (true rate * target utilization)), bounded
+    new cores   = ceil(cores * target rate / (per-row rate * (target utilization - fixed / trigger))),
+                  bounded
+
+A batch's duration is a fixed part (planning, the commit, the sink's per-batch work: the same
+for 10 rows as for 10,000) plus a per-row part, fitted by least squares over the window's batches
+(`BatchCost`). Only the per-row part shrinks with more cores: at the batch size the trigger
+produces (the target rate over one trigger interval), the fixed part takes `fixed / trigger` of
+the time whatever the cores, and the per-row part must fit in what the target utilization leaves.
+A job whose fixed part alone exceeds the target utilization is not given more cores (they would
+not shorten it; the decision says so). Without a fixed part this is the Flink autoscaler's
+`true rate = rows / busy time`; a window whose batches all had the same size cannot tell the two
+parts apart and counts all of it per row.
 
 The bounds are the policy's min/max cores and its max factor per step. Guardrails against the
 failures users of other scalers report (rescaling all day, scaling down mid-backlog, restarts
@@ -42,15 +53,55 @@ INEFFECTIVE_GAIN_SHARE = 0.1
 DRAINED_BACKLOG_ROWS = 1.0
 
 
+# The fit separates fixed from per-row cost only over at least this many batches whose largest
+# read this many times the rows of the smallest; otherwise all of a batch's time counts per row.
+FIT_MIN_BATCHES = 3
+FIT_MIN_SPREAD = 1.5
+
+
+@dataclass(frozen=True)
+class BatchCost:
+    """A batch's duration as a fixed part plus a per-row part."""
+
+    fixed_seconds: float
+    seconds_per_row: float
+
+    @classmethod
+    def fit(cls, batches: Sequence[tuple[int, float]]) -> BatchCost:
+        """Least squares over (rows, seconds) of batches that read rows, both parts kept >= 0."""
+        read = [(rows, seconds) for rows, seconds in batches if rows > 0]
+        rows_total, seconds_total = sum(r for r, _ in read), sum(s for _, s in read)
+        through_origin = cls(0.0, seconds_total / rows_total if rows_total else 0.0)
+        smallest, largest = min((r for r, _ in read), default=0), max((r for r, _ in read), default=0)
+        if len(read) < FIT_MIN_BATCHES or largest < FIT_MIN_SPREAD * smallest:
+            return through_origin
+        mean_rows, mean_seconds = rows_total / len(read), seconds_total / len(read)
+        covariance = sum((r - mean_rows) * (s - mean_seconds) for r, s in read)
+        variance = sum((r - mean_rows) ** 2 for r, _ in read)
+        slope = covariance / variance
+        if slope <= 0:
+            # Larger batches took no longer: all of it is fixed cost.
+            return cls(mean_seconds, 0.0)
+        fixed = mean_seconds - slope * mean_rows
+        return cls(fixed, slope) if fixed > 0 else through_origin
+
+    def describe(self) -> str:
+        return f"{self.fixed_seconds:.2f} s + {self.seconds_per_row * 1000:.3f} ms/row"
+
+
 @dataclass(frozen=True)
 class LoadWindow:
-    """What a job did over the window a decision looks at."""
+    """What a job did over the window a decision looks at; `cost` is its batches' fitted cost
+    (a window built without one counts all of its busy time per row) and `interval_seconds` its
+    trigger interval."""
 
     seconds: float
     rows: int
     busy_seconds: float
     backlog_start_rows: float
     backlog_end_rows: float
+    cost: BatchCost | None = None
+    interval_seconds: float | None = None
 
     @classmethod
     def from_samples(
@@ -85,6 +136,8 @@ class LoadWindow:
             busy_seconds=sum(sample.duration_ms for sample in samples) / 1000,
             backlog_start_rows=(backlogs[0] if backlogs else 0) * rows_per_backlog_file,
             backlog_end_rows=(backlogs[-1] if backlogs else 0) * rows_per_backlog_file,
+            cost=BatchCost.fit([(sample.num_input_rows, sample.duration_ms / 1000) for sample in samples]),
+            interval_seconds=interval_seconds,
         )
 
     @property
@@ -101,6 +154,21 @@ class LoadWindow:
     def true_rate(self) -> float:
         """Rows the current cores process per busy second (0 when nothing was read)."""
         return self.rows / self.busy_seconds if self.busy_seconds else 0.0
+
+    @property
+    def per_row_rate(self) -> float:
+        """Rows the current cores process per second of per-row work (the true rate without the
+        batches' fixed part; 0 when nothing was read)."""
+        if self.cost is None:
+            return self.true_rate
+        return 1 / self.cost.seconds_per_row if self.cost.seconds_per_row > 0 else math.inf
+
+    @property
+    def fixed_share(self) -> float:
+        """The share of each trigger interval the batches' fixed part takes, whatever the cores."""
+        if self.cost is None or not self.interval_seconds:
+            return 0.0
+        return self.cost.fixed_seconds / self.interval_seconds
 
 
 @dataclass(frozen=True)
@@ -148,8 +216,12 @@ def decide_scale(
     is the job's measured stop -> next committed batch (None before the first measurement).
     """
     target_rate = window.arrival_rate + window.backlog_end_rows / policy.catch_up_seconds
-    capacity_rate = window.true_rate * policy.target_utilization
-    wanted = math.ceil(cores * target_rate / capacity_rate) if capacity_rate > 0 else cores
+    headroom = policy.target_utilization - window.fixed_share
+    capacity_rate = window.per_row_rate * headroom
+    # No headroom: the fixed part alone fills the target (more cores would not shorten it); no
+    # capacity: nothing was read. Either way the cores stay.
+    fits = headroom > 0 and capacity_rate > 0
+    wanted = math.ceil(cores * target_rate / capacity_rate) if fits else cores
     step_up = math.floor(cores * policy.max_factor_per_step)
     step_down = math.ceil(cores / policy.max_factor_per_step)
     recommended = max(policy.min_cores, min(policy.max_cores, step_up, max(step_down, wanted)))
@@ -164,11 +236,11 @@ def decide_scale(
         "backlog_rows": round(window.backlog_end_rows, 1),
         "backlog_growth": round(window.backlog_growth, 3),
         "target_rate": round(target_rate, 3),
+        "batch_cost": window.cost.describe() if window.cost is not None else None,
+        "fixed_share": round(window.fixed_share, 3),
+        "per_row_rate": round(window.per_row_rate, 3),
         "restart_cost_seconds": restart_cost_seconds,
-        "formula": (
-            f"ceil({cores} x {target_rate:.1f} / ({window.true_rate:.1f} x "
-            f"{policy.target_utilization:g})) = {wanted}, bounded to {recommended}"
-        ),
+        "formula": _formula(policy, cores, target_rate, window, wanted, recommended),
     }
     return ScalingDecision(
         cores=cores,
@@ -176,6 +248,29 @@ def decide_scale(
         max_files_per_trigger=_scaled_batch(max_files_per_trigger, cores, recommended),
         blocked_by=blocked_by,
         inputs=inputs,
+    )
+
+
+def _formula(
+    policy: AutoscalingPolicy,
+    cores: int,
+    target_rate: float,
+    window: LoadWindow,
+    wanted: int,
+    recommended: int,
+) -> str:
+    """The sizing with its numbers, as the decision row and `warden decisions` show it."""
+    utilization, fixed = policy.target_utilization, window.fixed_share
+    if fixed >= utilization:
+        return (
+            f"the fixed part of a batch ({window.cost.describe() if window.cost else ''}) takes {fixed:.2f} "
+            f"of each trigger, above the {utilization:g} target: more cores would not shorten it; "
+            f"{wanted}, bounded to {recommended}"
+        )
+    headroom = f"{utilization:g}" if fixed == 0 else f"({utilization:g} - {fixed:.2f} fixed)"
+    return (
+        f"ceil({cores} x {target_rate:.1f} / ({window.per_row_rate:.1f} x {headroom})) = {wanted}, "
+        f"bounded to {recommended}"
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import replace
 
@@ -97,6 +98,85 @@ def test_idle_triggers_between_batches_count_as_wall_time() -> None:
         rows_per_backlog_file=100,
     )
     assert without_starts.arrival_rate == 500
+
+
+def series(
+    rows: list[int], fixed: float, per_row: float, *, interval: float = 5.0, noise: float = 0.0
+) -> LoadWindow:
+    """The window of recorded batches of `rows` each, one per trigger, each taking `fixed` seconds
+    plus `per_row` seconds a row (times 1 +- `noise`, seeded)."""
+    rng = random.Random(11)
+    samples = []
+    for i, count in enumerate(rows):
+        seconds = (fixed + per_row * count) * rng.uniform(1 - noise, 1 + noise)
+        samples.append(
+            BatchSample(
+                i, count, count / interval, count / seconds, round(seconds * 1000), 0, 1_000 + interval * i
+            )
+        )
+    return LoadWindow.from_samples(samples, interval_seconds=interval, rows_per_backlog_file=100)
+
+
+def test_a_fixed_cost_dominated_job_is_not_given_more_cores() -> None:
+    # 3 s of every batch is fixed (60 % of the 5 s trigger) and 0.1 ms a row: by rows per busy
+    # second one core looks short (the old rate asked for 2), but more cores would not shorten the
+    # fixed part, and the per-row part is tiny.
+    load = series([100, 1000, 300, 800, 500, 1000, 200, 700, 400, 900], fixed=3.0, per_row=0.0001)
+    assert load.cost is not None
+    assert load.cost.fixed_seconds == pytest.approx(3.0, abs=0.01)
+    assert load.fixed_share == pytest.approx(0.6, abs=0.01)
+    assert math.ceil(load.arrival_rate / (load.true_rate * POLICY.target_utilization)) == 2
+    decision = decide(load, cores=1)
+    assert decision.recommended == 1
+    assert (
+        "takes 0.60 of each trigger, above the 0.5 target: more cores would not shorten it"
+        in (decision.inputs["formula"])
+    )
+
+
+def test_a_per_row_dominated_job_is_sized_as_by_its_true_rate() -> None:
+    # 50 ms fixed, 4 ms a row: 250 rows per second of work, 150 rows/s arriving.
+    load = series([500, 1000, 750, 600, 900, 800, 700, 650, 850, 750], fixed=0.05, per_row=0.004)
+    assert load.per_row_rate == pytest.approx(250, rel=0.01)
+    assert load.fixed_share == pytest.approx(0.01, abs=0.002)
+    decision = decide(load, cores=1)
+    assert (
+        decision.recommended
+        == math.ceil(load.arrival_rate / (load.true_rate * POLICY.target_utilization))
+        == 2
+    )
+
+
+def test_a_mixed_job_gets_the_cores_that_fit_its_per_row_part_beside_the_fixed_one() -> None:
+    # 1 s fixed, 4 ms a row, +-5 % noise. The fit recovers both parts; the cores it recommends
+    # put the batch the trigger produces at the target utilization or under, one fewer would not.
+    load = series([300, 900, 600, 450, 750, 350, 850, 500, 700, 650], fixed=1.0, per_row=0.004, noise=0.05)
+    assert load.cost is not None
+    assert load.cost.fixed_seconds == pytest.approx(1.0, rel=0.15)
+    assert load.cost.seconds_per_row == pytest.approx(0.004, rel=0.1)
+    decision = decide(load, cores=1)
+
+    def utilization(cores: int) -> float:
+        return load.fixed_share + load.arrival_rate / (load.per_row_rate * cores)
+
+    assert decision.recommended == 2
+    assert (
+        utilization(decision.recommended) <= POLICY.target_utilization < utilization(decision.recommended - 1)
+    )
+    assert "x (0.5 - 0.2" in decision.inputs["formula"]
+
+
+def test_the_per_row_rate_does_not_move_with_the_batch_size_as_the_true_rate_does() -> None:
+    # The same job (2 s fixed, 1 ms a row) seen reading small batches and large ones: rows per busy
+    # second differ 8x, what a row costs does not.
+    small = series([40, 60, 50, 45, 55, 30, 70, 50], fixed=2.0, per_row=0.001)
+    large = series([2000, 3000, 2500, 1500, 3500, 2200, 2800, 2500], fixed=2.0, per_row=0.001)
+    assert large.true_rate / small.true_rate > 8
+    assert small.per_row_rate == pytest.approx(large.per_row_rate, rel=0.05)
+    # Batches all of one size cannot tell the parts apart: all of it counts per row.
+    same = series([500] * 8, fixed=2.0, per_row=0.001)
+    assert same.cost is not None and same.cost.fixed_seconds == 0
+    assert same.per_row_rate == pytest.approx(same.true_rate)
 
 
 def test_a_load_step_scales_up_by_the_formula() -> None:

@@ -221,9 +221,8 @@ def test_listener_exports_thresholds_backlog_and_watermark_for_the_alert_rules(
 
 def test_an_autoscaled_job_records_its_landing_backlog_with_each_batch(platform_conf: PlatformConfig) -> None:
     spec = find_job("router", platform_conf.conf_dir)
-    autoscaled = spec.operations.model_copy(
-        update={"autoscaling": spec.operations.autoscaling.model_copy(update={"mode": "recommend"})}
-    )
+    assert spec.operations.autoscaling.mode == "recommend", "the demo router's"
+    autoscaled = spec.operations
     backlog = [4]
     listener = TelemetryListener(job_paths(platform_conf, "router").heartbeat, "router", "run-1")
     listener.export_operations(autoscaled, lambda: backlog[0])
@@ -235,9 +234,12 @@ def test_an_autoscaled_job_records_its_landing_backlog_with_each_batch(platform_
     assert heartbeat is not None
     assert [sample.backlog_files for sample in heartbeat.recent] == [4, 9]
 
-    # Autoscaling off (the file's default): no listing per batch.
+    # Autoscaling off (the default): no listing per batch.
+    off = spec.operations.model_copy(
+        update={"autoscaling": spec.operations.autoscaling.model_copy(update={"mode": "off"})}
+    )
     plain = TelemetryListener(job_paths(platform_conf, "router").heartbeat, "router", "run-2")
-    plain.export_operations(spec.operations, lambda: backlog[0])
+    plain.export_operations(off, lambda: backlog[0])
     plain.onQueryProgress(SimpleNamespace(progress=SimpleNamespace(json=json.dumps({"batchId": 0}))))  # type: ignore[arg-type]
     heartbeat = read_heartbeat(job_paths(platform_conf, "router").heartbeat)
     assert heartbeat is not None and [sample.backlog_files for sample in heartbeat.recent] == [None]
