@@ -10,6 +10,7 @@ it from outside: landing files that the checkpoint's file-source log has not yet
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -86,9 +87,10 @@ class Grace:
 
     @property
     def seconds(self) -> float:
+        """The file's grace, or the learned one (in whole seconds) when larger."""
         if self.measured is None:
             return self.configured
-        return max(self.configured, LEARNED_GRACE_MARGIN * self.measured)
+        return max(self.configured, float(math.ceil(LEARNED_GRACE_MARGIN * self.measured)))
 
     def describe(self, name: str, interval: float = 0.0) -> str:
         """`name` and its seconds (`interval` added: a limit past the trigger), saying where a

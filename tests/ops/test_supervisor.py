@@ -3,7 +3,9 @@ limits. Its loop over a driver's lifecycle is tested on a fake backend in test_s
 
 from __future__ import annotations
 
+import json
 import socket
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -139,41 +141,91 @@ def test_a_driver_whose_job_file_changed_after_launch_refuses_and_the_next_run_h
 # Seconds: far below any driver's start here (the interpreter, the JVM, the session, the query),
 # and above the liveness file's 2 s between reports, which a driver that moves always beats.
 SHORT_STARTUP_GRACE = 5
+# The running limit: the 1 s trigger + this grace, just above the 10 s a job file must exceed (an
+# idle query reports every 10 s).
+SHORT_STUCK_GRACE = 11
+# One route's filter sleeps this long per row in Spark's own `reflect` (Thread.sleep). The first
+# batch reads four files of these many rows, one task each on four local threads: the tasks end 4 s
+# apart and the batch takes 16 s, longer than the limit, while its tasks keep completing. A row
+# whose page is `hang` sleeps 10 minutes: its task never completes, and nothing else moves.
+SLEEP_PER_ROW_MS = 100
+FILE_ROWS = (40, 80, 120, 160)
+HANG_MS = 600_000
+
+
+def sleepy(filter_sql: str) -> str:
+    delay = f"CASE WHEN page = 'hang' THEN {HANG_MS} ELSE {SLEEP_PER_ROW_MS} END"
+    return f"length(reflect('java.lang.Thread', 'sleep', CAST({delay} AS BIGINT))) >= 0 AND ({filter_sql})"
+
+
+def hang_file(landing: Path) -> None:
+    event = {"event_id": "hang-1", "event_time": "2025-01-01T00:00:00Z", "user_id": "u", "event_type": "view"}
+    (landing / "events-hang.json").write_text(json.dumps({**event, "page": "hang"}) + "\n")
 
 
 @pytest.mark.spark  # starts a Spark driver without the fixtures that mark it
-def test_a_driver_slower_to_start_than_its_grace_is_left_to_start_with_one_warning(
+def test_a_slow_start_and_a_slow_batch_are_left_to_run_with_a_warning_each_and_a_hung_batch_is_killed(
     platform_conf: PlatformConfig, ledger: Ledger, slack_webhook: SlackReceiver
 ) -> None:
     platform = platform_conf
 
-    def slow_to_start(spec: dict[str, Any]) -> None:
-        fast_trigger(spec)
-        spec["operations"]["health"]["startup_grace_seconds"] = SHORT_STARTUP_GRACE
+    def slow(spec: dict[str, Any]) -> None:
+        spec["operations"]["trigger"] = {"interval_seconds": 1, "max_files_per_trigger": len(FILE_ROWS)}
+        spec["operations"]["resources"]["cores"] = len(FILE_ROWS)
+        spec["operations"]["health"].update(
+            startup_grace_seconds=SHORT_STARTUP_GRACE, stuck_grace_seconds=SHORT_STUCK_GRACE
+        )
+        # Every valid row takes the first route's filter: each file's task sleeps its rows x 100 ms.
+        route = spec["pipeline"]["routes"][0]
+        route["filter"] = sleepy(route["filter"])
 
-    edit_job(platform, "router", slow_to_start)
-    write_batch(platform.landing_root / "events", 50, 0.0, seed=1)
+    edit_job(platform, "router", slow)
+    landing = platform.landing_root / "events"
+    for seed, rows in enumerate(FILE_ROWS):
+        write_batch(landing, rows, 0.0, seed=seed)
     supervisor = Supervisor.for_platform(platform)
+    heartbeat_file = job_paths(platform, "router").heartbeat
     try:
         states = []
 
         def committed() -> bool:
             states.append(supervisor.reconcile("router").state)
-            heartbeat = read_heartbeat(job_paths(platform, "router").heartbeat)
-            return heartbeat is not None and heartbeat.batch_id is not None
+            heartbeat = read_heartbeat(heartbeat_file)
+            return heartbeat is not None and heartbeat.batch_id is not None and heartbeat.event == "progress"
 
         wait_for(committed, 300, "the router's first committed batch")
-        # Every pass past the grace saw a slow start, not a stuck driver: one run, never stopped.
+        # Every pass past the grace saw a slow start, then a slow batch, never a stuck driver: one
+        # run, never stopped.
         (run,) = ledger.runs("router")
         assert run.stopped_at is None
-        assert "RESTARTING" not in states
-        slow = [d for d in ledger.decisions("router", limit=200) if d.reason.startswith("slow start")]
-        assert slow, "no pass saw the start as slow"
-        assert all(f"(startup grace {SHORT_STARTUP_GRACE}s)" in d.reason for d in slow)
-        assert any("starting for" in d.reason or "planning for" in d.reason for d in slow)
-        # One warning, resolved once the driver ran: its first page and its resolution.
-        messages = [m["text"] for m in slack_webhook.messages if "router slow start" in m["text"]]
-        assert ["first page" in m for m in messages] == [True, False], messages
-        assert "(resolution" in messages[1]
+        assert "RESTARTING" not in states and "DEGRADED" in states, states
+        reasons = [d.reason for d in ledger.decisions("router", limit=200)]
+        slow_start = [r for r in reasons if r.startswith("slow start")]
+        assert slow_start and all(f"(startup grace {SHORT_STARTUP_GRACE}s)" in r for r in slow_start)
+        assert any("starting for" in r or "planning for" in r for r in slow_start)
+        slow_batch = [r for r in reasons if r.startswith("slow batch")]
+        assert slow_batch and all(f"(limit {1 + SHORT_STUCK_GRACE}s)" in r for r in slow_batch), reasons
+        assert any("running for" in r and "stages active" in r for r in slow_batch)
+        # One warning each, resolved once the driver ran or committed: first page, resolution.
+        for kind in ("slow start", "slow batch"):
+            messages = [m["text"] for m in slack_webhook.messages if f"router {kind}" in m["text"]]
+            assert ["first page" in m for m in messages] == [True, False], messages
+            assert "(resolution" in messages[1]
+
+        # A batch whose task blocks: nothing moves, and the supervisor kills it as stuck once the
+        # limit (learned from the slow batch it measured, the file's as its floor) has passed.
+        hang_file(landing)
+
+        def stopped() -> bool:
+            supervisor.reconcile("router")
+            return ledger.runs("router")[-1].stopped_at is not None
+
+        wait_for(stopped, 300, "the hung driver stopped")
+        hung = ledger.runs("router")[-1]
+        assert hung.run_id == run.run_id and hung.exit_reason is not None
+        assert hung.exit_reason.startswith(f"{FAILURE}last heartbeat "), hung.exit_reason
+        assert "while running" in hung.exit_reason and "no move for" in hung.exit_reason
+        measured = ledger.runs("router")[-1].longest_batch_seconds
+        assert measured is not None and measured > 1 + SHORT_STUCK_GRACE, "the slow batch was measured"
     finally:
         stop_all_jobs(platform)
