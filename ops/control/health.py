@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from ops.control.autoscaler import LoadWindow
 from ops.control.launcher import LaunchBackend
 from ops.driver.checkpoint import landing_backlog
 from ops.driver.liveness import Liveness, read_liveness
@@ -36,7 +37,7 @@ class Signal(enum.Enum):
     STUCK = "no batch, idle event or move of any kind within trigger interval + grace"
     SLOW_START = "no heartbeat within the startup grace, but the driver is still moving"
     SLOW_BATCH = "no batch or idle event within trigger interval + grace, but tasks still complete"
-    FALLING_BEHIND = "processing slower than input over the recent window"
+    FALLING_BEHIND = "batches fill their triggers and the backlog does not shrink over the recent window"
     STATE_PRESSURE = "state memory above operations.health.max_state_memory_mb"
     WATERMARK_LAG = "watermark further behind the wall clock than operations.health.max_watermark_lag_seconds"
 
@@ -50,6 +51,10 @@ STUCK_DETAILS = ("no heartbeat ", "last heartbeat ")
 # that got slower raises its own bar (the file's values stay the floor).
 LEARNED_GRACE_MARGIN = 1.5
 LEARNED_FROM_RUNS = 5
+
+# The share of its trigger interval a job needs at which its batches run back to back (a window of
+# batches each longer than the trigger measures 1.0, give or take its rounding).
+FULL_TRIGGER_SHARE = 0.95
 
 # The signals of a job that runs but is not well (state DEGRADED; a slow start stays SUBMITTED),
 # each with its alert kind.
@@ -300,23 +305,35 @@ def _movement(observation: Observation) -> str:
 
 
 def _falling_behind(heartbeat: Heartbeat, operations: Operations) -> str | None:
-    """Why the recent window shows the job falling behind, or None."""
+    """Why the recent window shows the job falling behind its input, or None.
+
+    The autoscaler's capacity model (`BatchCost`, fitted over the window's batches) gives the share
+    of each trigger interval the job needs at the rate it read: the fixed part over the interval
+    plus the per-row part of a trigger's rows. At `FULL_TRIGGER_SHARE` or more its batches fill
+    their triggers back to back, and it falls behind only if its landing backlog did not shrink meanwhile: a job
+    draining a backlog reads as fast as it can too, and is catching up, not falling behind (so the
+    warning does not come and go while a backlog drains). Without backlog counts (autoscaling off:
+    the driver does not list them) the share alone decides.
+    """
     window = heartbeat.recent[-operations.health.falling_behind_window_batches :]
     if len(window) < operations.health.falling_behind_window_batches:
         return None
-    interval_ms = operations.trigger.interval_seconds * 1000
-    if all(sample.duration_ms > interval_ms for sample in window):
-        slowest = max(sample.duration_ms for sample in window)
-        return (
-            f"last {len(window)} batches all took longer than the {interval_ms:.0f}ms trigger "
-            f"(max {slowest}ms)"
-        )
-    input_rate = sum(sample.input_rows_per_second for sample in window)
-    processed_rate = sum(sample.processed_rows_per_second for sample in window)
-    if input_rate > 0 and processed_rate < 0.9 * input_rate and all(s.num_input_rows > 0 for s in window):
-        n = len(window)
-        return f"processed {processed_rate / n:.0f} rows/s < input {input_rate / n:.0f} rows/s"
-    return None
+    interval = operations.trigger.interval_seconds
+    load = LoadWindow.from_samples(window, interval, rows_per_backlog_file=0.0)
+    if load.cost is None or not load.seconds:
+        return None
+    read_rate = load.rows / load.seconds
+    needed = load.fixed_share + load.cost.seconds_per_row * read_rate
+    if needed < FULL_TRIGGER_SHARE:
+        return None
+    backlogs = [sample.backlog_files for sample in window if sample.backlog_files is not None]
+    if backlogs and backlogs[-1] <= backlogs[0]:
+        return None
+    grew = f"; the landing backlog grew from {backlogs[0]} to {backlogs[-1]} files" if backlogs else ""
+    return (
+        f"at the {read_rate:.0f} rows/s it read, a {interval:g}s trigger needs {needed:.2f} of its "
+        f"interval ({load.cost.describe()} over the last {len(window)} batches){grew}"
+    )
 
 
 def _state_pressure(heartbeat: Heartbeat, health: HealthThresholds) -> str | None:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from ops.control.health import MeasuredSpeed, Observation, assess
+from ops.control.health import MeasuredSpeed, Observation, Signal, assess
 from ops.control.policy import (
     CONFIG_FAILURE,
     DRY_RUN_TIMEOUT_SECONDS,
@@ -474,6 +475,44 @@ def test_falling_behind_degrades_and_warns_once() -> None:
         NOW,
     )
     assert again.actions == ()
+
+
+def test_a_draining_backlog_is_caught_up_not_falling_behind_and_a_growing_one_is() -> None:
+    """Ten minutes of a backlog draining then growing again, a batch per 5 s trigger or longer:
+    one assessment per batch over the window of the newest five."""
+    rng = random.Random(3)
+    current = run(started=600)
+    series, backlog, at = [], 120.0, 1_000.0
+    for i in range(120):
+        draining = i < 80
+        rows = rng.randint(800, 2400) if draining else 2400
+        # 1.5 s fixed plus 3 ms a row: the larger batches overrun the trigger, the smaller do not.
+        seconds = 1.5 + 0.003 * rows
+        backlog = max(0.0, backlog - 1.2) if draining else backlog + 1
+        series.append(
+            BatchSample(i, rows, rows / 5, rows / seconds, round(seconds * 1000), round(backlog), at)
+        )
+        at += max(seconds, 5.0)
+    window = SPEC.operations.health.falling_behind_window_batches
+    warned = []
+    for end in range(window, len(series) + 1):
+        beat = heartbeat(current, samples=series[end - window : end])
+        assessment = assess(view(job_record(), current, beat=beat).observation, SPEC.operations)
+        warned.append(Signal.FALLING_BEHIND in assessment.signals)
+    drain, growth = warned[: 80 - window], warned[80:]
+    assert not any(drain), "a backlog draining is catching up"
+    assert all(growth), "back-to-back batches and a growing backlog"
+    # The old rule (every batch of the window longer than the trigger) came and went while it drained.
+    overran = [all(s.duration_ms > 5000 for s in series[e - window : e]) for e in range(window, 80)]
+    assert 0 < sum(overran) < len(overran)
+    reason = assess(
+        view(job_record(), current, beat=heartbeat(current, samples=series[-window:])).observation,
+        SPEC.operations,
+    ).reasons[Signal.FALLING_BEHIND]
+    assert reason == (
+        "at the 276 rows/s it read, a 5s trigger needs 1.00 of its interval (0.00 s + 3.625 ms/row "
+        "over the last 5 batches); the landing backlog grew from 60 to 64 files"
+    )
 
 
 def with_health(**thresholds: float) -> JobSpec:
