@@ -310,10 +310,10 @@ def _falling_behind(heartbeat: Heartbeat, operations: Operations) -> str | None:
     The autoscaler's capacity model (`BatchCost`, fitted over the window's batches) gives the share
     of each trigger interval the job needs at the rate it read: the fixed part over the interval
     plus the per-row part of a trigger's rows. At `FULL_TRIGGER_SHARE` or more its batches fill
-    their triggers back to back, and it falls behind only if its landing backlog did not shrink meanwhile: a job
-    draining a backlog reads as fast as it can too, and is catching up, not falling behind (so the
-    warning does not come and go while a backlog drains). Without backlog counts (autoscaling off:
-    the driver does not list them) the share alone decides.
+    their triggers back to back, and it falls behind only if its landing backlog did not shrink
+    meanwhile: a job draining a backlog reads as fast as it can too, and is catching up, not
+    falling behind (so the warning does not come and go while a backlog drains). Without backlog
+    counts (autoscaling off: the driver does not list them) the share alone decides.
     """
     window = heartbeat.recent[-operations.health.falling_behind_window_batches :]
     if len(window) < operations.health.falling_behind_window_batches:
