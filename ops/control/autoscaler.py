@@ -5,18 +5,19 @@ Flink Kubernetes Operator's autoscaler, adapted to micro-batches:
 
     batch time  = fixed + rows / per-row rate        (fitted over the window's batches)
     target rate = arrival rate + backlog / catch-up  (what the job must process to drain in time)
-    new cores   = ceil(cores * target rate / (per-row rate * (target utilization - fixed / trigger))),
+    fixed share = fixed * batches per second          (whatever the cores)
+    new cores   = ceil(cores * target rate / (per-row rate * (target utilization - fixed share))),
                   bounded
 
 A batch's duration is a fixed part (planning, the commit, the sink's per-batch work: the same
 for 10 rows as for 10,000) plus a per-row part, fitted by least squares over the window's batches
-(`BatchCost`). Only the per-row part shrinks with more cores: at the batch size the trigger
-produces (the target rate over one trigger interval), the fixed part takes `fixed / trigger` of
-the time whatever the cores, and the per-row part must fit in what the target utilization leaves.
-A job whose fixed part alone exceeds the target utilization is not given more cores (they would
-not shorten it; the decision says so). Without a fixed part this is the Flink autoscaler's
-`true rate = rows / busy time`; a window whose batches all had the same size cannot tell the two
-parts apart and counts all of it per row.
+(`BatchCost`). Only the per-row part shrinks with more cores: the fixed part takes its share of the
+time whatever the cores (`fixed / trigger` for a job with a backlog, which runs a batch every
+trigger; less for one whose input arrives less often), and the per-row part must fit in what the
+target utilization leaves. A job whose fixed part alone exceeds the target utilization is not
+given more cores (they would not shorten it; the decision says so). Without a fixed part this is
+the Flink autoscaler's `true rate = rows / busy time`; a window whose batches all had the same
+size cannot tell the two parts apart and counts all of it per row.
 
 The bounds are the policy's min/max cores and its max factor per step. Guardrails against the
 failures users of other scalers report (rescaling all day, scaling down mid-backlog, restarts
@@ -102,6 +103,7 @@ class LoadWindow:
     backlog_end_rows: float
     cost: BatchCost | None = None
     interval_seconds: float | None = None
+    batches: int = 0
 
     @classmethod
     def from_samples(
@@ -138,6 +140,7 @@ class LoadWindow:
             backlog_end_rows=(backlogs[-1] if backlogs else 0) * rows_per_backlog_file,
             cost=BatchCost.fit([(sample.num_input_rows, sample.duration_ms / 1000) for sample in samples]),
             interval_seconds=interval_seconds,
+            batches=len(samples),
         )
 
     @property
@@ -165,10 +168,16 @@ class LoadWindow:
 
     @property
     def fixed_share(self) -> float:
-        """The share of each trigger interval the batches' fixed part takes, whatever the cores."""
-        if self.cost is None or not self.interval_seconds:
+        """The share of the wall time the batches' fixed part takes, whatever the cores: the fixed
+        part times the batches a second. A job with a backlog runs a batch every trigger; one
+        without runs one only when input arrived (a trigger that finds none runs no batch), as
+        often as the window's batches came, at most every trigger."""
+        if self.cost is None or not self.interval_seconds or not self.seconds:
             return 0.0
-        return self.cost.fixed_seconds / self.interval_seconds
+        per_trigger = 1 / self.interval_seconds
+        behind = self.backlog_end_rows >= DRAINED_BACKLOG_ROWS
+        cadence = per_trigger if behind else min(per_trigger, self.batches / self.seconds)
+        return self.cost.fixed_seconds * cadence
 
 
 @dataclass(frozen=True)
@@ -264,7 +273,7 @@ def _formula(
     if fixed >= utilization:
         return (
             f"the fixed part of a batch ({window.cost.describe() if window.cost else ''}) takes {fixed:.2f} "
-            f"of each trigger, above the {utilization:g} target: more cores would not shorten it; "
+            f"of the time, above the {utilization:g} target: more cores would not shorten it; "
             f"{wanted}, bounded to {recommended}"
         )
     headroom = f"{utilization:g}" if fixed == 0 else f"({utilization:g} - {fixed:.2f} fixed)"

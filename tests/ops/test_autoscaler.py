@@ -101,18 +101,23 @@ def test_idle_triggers_between_batches_count_as_wall_time() -> None:
 
 
 def series(
-    rows: list[int], fixed: float, per_row: float, *, interval: float = 5.0, noise: float = 0.0
+    rows: list[int],
+    fixed: float,
+    per_row: float,
+    *,
+    interval: float = 5.0,
+    noise: float = 0.0,
+    every: float | None = None,
 ) -> LoadWindow:
-    """The window of recorded batches of `rows` each, one per trigger, each taking `fixed` seconds
-    plus `per_row` seconds a row (times 1 +- `noise`, seeded)."""
+    """The window of recorded batches of `rows` each, one per trigger (or `every` seconds: input
+    that arrives less often), each taking `fixed` seconds plus `per_row` seconds a row (times
+    1 +- `noise`, seeded)."""
     rng = random.Random(11)
-    samples = []
+    samples, apart = [], every or interval
     for i, count in enumerate(rows):
         seconds = (fixed + per_row * count) * rng.uniform(1 - noise, 1 + noise)
         samples.append(
-            BatchSample(
-                i, count, count / interval, count / seconds, round(seconds * 1000), 0, 1_000 + interval * i
-            )
+            BatchSample(i, count, count / apart, count / seconds, round(seconds * 1000), 0, 1_000 + apart * i)
         )
     return LoadWindow.from_samples(samples, interval_seconds=interval, rows_per_backlog_file=100)
 
@@ -129,9 +134,20 @@ def test_a_fixed_cost_dominated_job_is_not_given_more_cores() -> None:
     decision = decide(load, cores=1)
     assert decision.recommended == 1
     assert (
-        "takes 0.60 of each trigger, above the 0.5 target: more cores would not shorten it"
+        "takes 0.60 of the time, above the 0.5 target: more cores would not shorten it"
         in (decision.inputs["formula"])
     )
+
+
+def test_the_fixed_part_counts_once_per_batch_and_input_arriving_every_other_trigger_halves_it() -> None:
+    rows = [100, 1000, 300, 800, 500, 1000, 200, 700, 400, 900]
+    every_trigger = series(rows, fixed=0.8, per_row=0.001, interval=2.0)
+    every_other = series(rows, fixed=0.8, per_row=0.001, interval=2.0, every=4.0)
+    assert every_trigger.fixed_share == pytest.approx(0.4, abs=0.01)
+    assert every_other.fixed_share == pytest.approx(0.2, abs=0.015)
+    # Behind, a batch runs every trigger again: the whole share counts.
+    behind = replace(every_other, backlog_end_rows=5000)
+    assert behind.fixed_share == pytest.approx(0.4, abs=0.01)
 
 
 def test_a_per_row_dominated_job_is_sized_as_by_its_true_rate() -> None:

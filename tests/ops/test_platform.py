@@ -2,7 +2,9 @@
 components and the generator, and the router runs under its supervision DAG. Each start is minutes
 of a busy machine's CPU, so one test walks what a user meets, in order:
 
-1. up: Airflow healthy, only the autostart jobs' DAGs unpaused, `warden platform status`'s rows;
+1. up on a busy machine (a CPU hog spinning on every core): Airflow healthy, only the autostart
+   jobs' DAGs unpaused, `warden platform status`'s rows, and the router RUNNING with a committed
+   batch in its first run (slow, never killed as stuck, no restart storm);
 2. every listening socket of the platform's services and drivers on loopback;
 3. the job board in real headless Chromium (Debian's, driven by Playwright) through an incident:
    the board lists every job with its state; a killed driver's row turns red within seconds and
@@ -38,6 +40,7 @@ from ops.ledger.store import Ledger
 from ops.spec.job import find_job
 from ops.spec.platform import PlatformConfig, load_platform
 from tests.support.browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS
+from tests.support.cpu_hog import cpu_hog
 from tests.support.drivers import edit_job, wait_for
 from tests.support.platform import job_paths
 from tests.support.ports import free_test_port
@@ -45,6 +48,8 @@ from tests.support.sockets import ListeningSocket, listening_sockets, process_tr
 
 # Long enough for the board, which polls every 2 s, to show the driver down before the relaunch.
 BACKOFF_SECONDS = 8
+# The CPU hog's bound: it stops once the router has committed, or after this long.
+HOG_SECONDS = 600
 
 
 def processes_of(conf_dir: Path) -> list[str]:
@@ -94,8 +99,12 @@ def test_up_on_loopback_an_incident_on_the_board_and_down(embedded_platform: Pla
     platform = embedded_platform
     progress: list[str] = []
     try:
-        embedded.up(platform, timeout=900, echo=progress.append)
-        rows = assert_up(platform, progress)
+        # Up on a busy machine: every core also spins for the project's own CPU hog until the
+        # router has committed a batch, with no restart and no storm. Slow is not dead.
+        with cpu_hog(seconds=HOG_SECONDS):
+            embedded.up(platform, timeout=900, echo=progress.append)
+            rows = assert_up(platform, progress)
+            assert_running_without_a_restart(platform)
         sockets = sockets_of_the_running_platform(platform)
         walk_an_incident_on_the_board(platform)
     finally:
@@ -117,6 +126,26 @@ def test_up_on_loopback_an_incident_on_the_board_and_down(embedded_platform: Pla
     router = find_job("router", platform.conf_dir).operations.metrics_port
     assert router in ports and any("java" in s.command for s in sockets), report
     assert [s.line() for s in sockets if not s.loopback] == [], report
+
+
+def assert_running_without_a_restart(platform: PlatformConfig) -> None:
+    """The router RUNNING with a committed batch in its first run: nothing killed it, no storm."""
+    ledger = Ledger.open(platform.resolved_ledger_url)
+    heartbeat_file = job_paths(platform, "router").heartbeat
+
+    def committed() -> bool:
+        job, heartbeat = ledger.job("router"), read_heartbeat(heartbeat_file)
+        return (
+            job is not None
+            and job.state == "RUNNING"
+            and heartbeat is not None
+            and heartbeat.batch_id is not None
+        )
+
+    wait_for(committed, HOG_SECONDS, "the router RUNNING with a committed batch under the CPU hog")
+    runs = ledger.runs("router")
+    assert [run.stopped_at for run in runs] == [None], [run.exit_reason for run in runs]
+    assert "restart_storm" not in {alert.kind for alert in ledger.alerts("router")}
 
 
 def assert_up(platform: PlatformConfig, progress: list[str]) -> list[ServiceStatus]:
