@@ -2,7 +2,7 @@
 components and the generator, and the router runs under its supervision DAG. Each start is minutes
 of a busy machine's CPU, so one test walks what a user meets, in order:
 
-1. up on a busy machine (a CPU hog spinning on every core): Airflow healthy, only the autostart
+1. up on a busy machine (a CPU hog spinning four processes per core): Airflow healthy, only the autostart
    jobs' DAGs unpaused, `warden platform status`'s rows, and the router RUNNING with a committed
    batch in its first run (slow, never killed as stuck, no restart storm);
 2. every listening socket of the platform's services and drivers on loopback;
@@ -48,7 +48,9 @@ from tests.support.sockets import ListeningSocket, listening_sockets, process_tr
 
 # Long enough for the board, which polls every 2 s, to show the driver down before the relaunch.
 BACKOFF_SECONDS = 8
-# The CPU hog's bound: it stops once the router has committed, or after this long.
+# The CPU hog: spinning processes per core (a load average of about 4x the cores on top of the
+# platform's own), stopped once the router has committed, or after this long.
+HOG_PER_CORE = 4
 HOG_SECONDS = 600
 
 
@@ -99,9 +101,9 @@ def test_up_on_loopback_an_incident_on_the_board_and_down(embedded_platform: Pla
     platform = embedded_platform
     progress: list[str] = []
     try:
-        # Up on a busy machine: every core also spins for the project's own CPU hog until the
-        # router has committed a batch, with no restart and no storm. Slow is not dead.
-        with cpu_hog(seconds=HOG_SECONDS):
+        # Up on a busy machine: four processes per core spin for the project's own CPU hog until
+        # the router has committed a batch, with no restart and no storm. Slow is not dead.
+        with cpu_hog(seconds=HOG_SECONDS, processes=HOG_PER_CORE * (os.cpu_count() or 1)):
             embedded.up(platform, timeout=900, echo=progress.append)
             rows = assert_up(platform, progress)
             assert_running_without_a_restart(platform)
