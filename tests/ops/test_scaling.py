@@ -21,7 +21,7 @@ from ops.ledger.store import Ledger
 from ops.spec.platform import PlatformConfig
 from tests.support.clock import FakeClock
 from tests.support.drivers import edit_job
-from tests.support.fake_backend import FakeBackend
+from tests.support.fake_backend import FakeBackend, FakeDriver
 from tests.support.platform import job_paths
 from tests.support.slack import SlackReceiver
 
@@ -95,6 +95,18 @@ def start(
     clock.advance(5)
     backend.commit(JOB, **load)
     assert supervisor.reconcile(JOB).state == "RUNNING"
+
+
+def scale_up_opened(
+    supervisor: Supervisor, platform: PlatformConfig, backend: FakeBackend, clock: FakeClock
+) -> FakeDriver:
+    """The job autoscaled in apply mode, started under the heavy load and run until a pass opens
+    its scale-up; its first driver."""
+    edit_job(platform, JOB, autoscaled("apply"))
+    start(supervisor, backend, clock, HEAVY)
+    first = backend.driver(JOB)
+    assert run_batches(supervisor, backend, clock, 10, **HEAVY)[-1] == "SCALING"
+    return first
 
 
 def actions(ledger: Ledger) -> list[str]:
@@ -469,9 +481,7 @@ def test_a_scale_up_that_did_not_raise_the_true_rate_blocks_the_next_one(
     fake_backend: FakeBackend,
     fake_clock: FakeClock,
 ) -> None:
-    edit_job(platform_conf, JOB, autoscaled("apply"))
-    start(supervisor, fake_backend, fake_clock, HEAVY)
-    assert run_batches(supervisor, fake_backend, fake_clock, 10, **HEAVY)[-1] == "SCALING"
+    scale_up_opened(supervisor, platform_conf, fake_backend, fake_clock)
     for _ in range(3):
         fake_clock.advance(1)
         supervisor.reconcile(JOB)
@@ -495,15 +505,12 @@ def test_a_rescale_whose_standby_never_gets_ready_is_abandoned_and_the_running_d
     fake_backend: FakeBackend,
     fake_clock: FakeClock,
 ) -> None:
-    edit_job(platform_conf, JOB, autoscaled("apply"))
     edit_job(
         platform_conf,
         JOB,
         lambda spec: spec["operations"]["health"].update(startup_grace_seconds=90, stuck_grace_seconds=30),
     )
-    start(supervisor, fake_backend, fake_clock, HEAVY)
-    first = fake_backend.driver(JOB)
-    assert run_batches(supervisor, fake_backend, fake_clock, 10, **HEAVY)[-1] == "SCALING"
+    first = scale_up_opened(supervisor, platform_conf, fake_backend, fake_clock)
     fake_backend.hang_next()
     # The bound: the startup grace (90 s) + trigger (5 s) + stuck grace (30 s); the job's own
     # starts and batches measured less. Until then the old driver commits on.
@@ -544,10 +551,7 @@ def test_a_scale_up_no_longer_needed_when_its_standby_is_ready_is_dropped(
     fake_backend: FakeBackend,
     fake_clock: FakeClock,
 ) -> None:
-    edit_job(platform_conf, JOB, autoscaled("apply"))
-    start(supervisor, fake_backend, fake_clock, HEAVY)
-    first = fake_backend.driver(JOB)
-    assert run_batches(supervisor, fake_backend, fake_clock, 10, **HEAVY)[-1] == "SCALING"
+    first = scale_up_opened(supervisor, platform_conf, fake_backend, fake_clock)
     fake_clock.advance(1)
     assert supervisor.reconcile(JOB).actions[0].startswith("launch_standby")
     # The burst is over before the stop: the newest window is light, one core is plenty.
