@@ -47,8 +47,8 @@ class Signal(enum.Enum):
 STUCK_DETAILS = ("no heartbeat ", "last heartbeat ")
 
 # Learned graces: the supervisor's graces are the job file's, raised to this multiple of the slowest
-# start (launch -> first heartbeat) and the longest batch its newest runs measured, so a machine
-# that got slower raises its own bar (the file's values stay the floor).
+# start (launch -> query started) and the longest batch its newest runs measured, so a machine that
+# got slower raises its own bar (the file's values stay the floor).
 LEARNED_GRACE_MARGIN = 1.5
 LEARNED_FROM_RUNS = 5
 
