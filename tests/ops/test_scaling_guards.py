@@ -134,8 +134,18 @@ def test_an_ineffective_scale_up_blocks_the_next_one(
     assert (up.from_cores, up.to_cores, up.to_max_files) == (1, 2, 2)
     assert up.true_rate_before is not None and up.true_rate_before > 0
 
-    # From now on one-event files. The old driver reads the large files still waiting before the
-    # next pass, which lets the rescale go on: the new driver's windows hold small files only.
+    # The rescale goes on under the same load: before the stop its decision is checked against the
+    # newest window, which still needs it (make before break), and the standby takes over.
+    def at_two_cores() -> bool:
+        run = ledger.current_run("router")
+        return running() and run is not None and run.cores == 2
+
+    drive(supervisor, large, 2, at_two_cores, 600, "the router running at 2 cores")
+    [up] = rescales(ledger, "router")
+    assert up.outcome is not None and up.outcome.startswith("rescaled"), up.outcome
+
+    # From now on one-event files. Once the large files still waiting are read, the 2-core driver's
+    # windows hold small files only.
     deadline = time.monotonic() + 600
     while files_read(platform, "router") < large.written:
         assert time.monotonic() < deadline, "the old driver did not read the large files within 600s"
