@@ -2,9 +2,9 @@
 components and the generator, and the router runs under its supervision DAG. Each start is minutes
 of a busy machine's CPU, so one test walks what a user meets, in order:
 
-1. up on a busy machine (a CPU hog spinning four processes per core): Airflow healthy, only the autostart
-   jobs' DAGs unpaused, `warden platform status`'s rows, and the router RUNNING with a committed
-   batch in its first run (slow, never killed as stuck, no restart storm);
+1. up on a busy machine (a CPU hog spinning two processes per core): Airflow healthy, only the
+   autostart jobs' DAGs unpaused, `warden platform status`'s rows, and the router RUNNING with a
+   committed batch in its first run (slow, never killed as stuck, no restart storm);
 2. every listening socket of the platform's services and drivers on loopback;
 3. the job board in real headless Chromium (Debian's, driven by Playwright) through an incident:
    the board lists every job with its state; a killed driver's row turns red within seconds and
@@ -48,9 +48,9 @@ from tests.support.sockets import ListeningSocket, listening_sockets, process_tr
 
 # Long enough for the board, which polls every 2 s, to show the driver down before the relaunch.
 BACKOFF_SECONDS = 8
-# The CPU hog: spinning processes per core (a load average of about 4x the cores on top of the
+# The CPU hog: spinning processes per core (a load average of about 2x the cores on top of the
 # platform's own), stopped once the router has committed, or after this long.
-HOG_PER_CORE = 4
+HOG_PER_CORE = 2
 HOG_SECONDS = 600
 
 
@@ -101,7 +101,7 @@ def test_up_on_loopback_an_incident_on_the_board_and_down(embedded_platform: Pla
     platform = embedded_platform
     progress: list[str] = []
     try:
-        # Up on a busy machine: four processes per core spin for the project's own CPU hog until
+        # Up on a busy machine: two processes per core spin for the project's own CPU hog until
         # the router has committed a batch, with no restart and no storm. Slow is not dead.
         with cpu_hog(seconds=HOG_SECONDS, processes=HOG_PER_CORE * (os.cpu_count() or 1)):
             embedded.up(platform, timeout=900, echo=progress.append)
