@@ -270,6 +270,11 @@ def _formula(
 ) -> str:
     """The sizing with its numbers, as the decision row and `warden decisions` show it."""
     utilization, fixed = policy.target_utilization, window.fixed_share
+    if not math.isfinite(window.per_row_rate):
+        return (
+            f"the batches took no longer for more rows ({window.cost.describe() if window.cost else ''}): "
+            f"no per-row work for more cores to share; {wanted}, bounded to {recommended}"
+        )
     if fixed >= utilization:
         return (
             f"the fixed part of a batch ({window.cost.describe() if window.cost else ''}) takes {fixed:.2f} "

@@ -189,6 +189,16 @@ def test_the_per_row_rate_does_not_move_with_the_batch_size_as_the_true_rate_doe
     large = series([2000, 3000, 2500, 1500, 3500, 2200, 2800, 2500], fixed=2.0, per_row=0.001)
     assert large.true_rate / small.true_rate > 8
     assert small.per_row_rate == pytest.approx(large.per_row_rate, rel=0.05)
+    # Larger batches that took no longer: all of it is fixed cost, and no core is added for it.
+    flat = series([100, 1000, 300, 800, 500, 1000], fixed=0.5, per_row=0.0)
+    assert flat.cost is not None and flat.cost.seconds_per_row == 0
+    assert (
+        decide(flat, cores=2)
+        .inputs["formula"]
+        .startswith(
+            "the batches took no longer for more rows (0.50 s + 0.000 ms/row): no per-row work for more cores"
+        )
+    )
     # Batches all of one size cannot tell the parts apart: all of it counts per row.
     same = series([500] * 8, fixed=2.0, per_row=0.001)
     assert same.cost is not None and same.cost.fixed_seconds == 0
