@@ -4,9 +4,10 @@ before break (a standby at the new scale takes over), and the sink is compared w
 over the same input, row for row.
 
 The router runs under a load written by the test, a landing file per tick: a base rate, a step to
-4x, and back. It starts at one core reading two files per batch, falls behind under the step, is
-scaled up to two cores (and four files per batch) from the backlog it builds, catches up, and after
-the load falls and the scale-down delay passes is scaled back down. The sessionizer (RocksDB state)
+8x until the autoscaler scales up, 4x while the rescale is carried out, and back. It starts at one
+core reading two files per batch, falls behind under the step, is scaled up to two cores (and four
+files per batch) from the backlog it builds, catches up, and after the load falls and the
+scale-down delay passes is scaled back down. The sessionizer (RocksDB state)
 is pinned from one core to two between its batches and keeps its state: its sink equals the batch
 run's. `warden decisions` keeps every step, as a ledger row with its inputs.
 
@@ -52,7 +53,7 @@ def platform(cluster_platform: PlatformConfig) -> Iterator[PlatformConfig]:
     stop_all_jobs(cluster_platform)
 
 
-def test_the_router_scales_up_under_a_4x_step_catches_up_and_scales_back_down(
+def test_the_router_scales_up_under_a_step_catches_up_and_scales_back_down(
     platform: PlatformConfig, ledger: Ledger, slack_webhook: SlackReceiver, spark: SparkSession
 ) -> None:
     edit_job(platform, "router", autoscaled_router)
@@ -74,15 +75,18 @@ def test_the_router_scales_up_under_a_4x_step_catches_up_and_scales_back_down(
     def batches(count: int) -> Callable[[], bool]:
         return lambda: (job := ledger.job("router")) is not None and (job.last_batch_id or 0) >= count
 
-    drive(supervisor, load, 1, batches(12), 120, "a window of batches at the base load")
+    # Eight batches: more than the 20 s a decision's window needs.
+    drive(supervisor, load, 1, batches(8), 120, "a window of batches at the base load")
     assert rescales(ledger, "router") == []
 
-    # 4x: four files a tick, two read per batch. The backlog grows until the autoscaler scales up.
+    # 8x: eight files a tick, two read per batch. The backlog grows by a file and a half a second
+    # until it is more than the 30 s catch-up leaves to one core (about 80 files), and the
+    # autoscaler scales up; at 4x the same backlog took three times as long to build.
     step_at = time.monotonic()
     drive(
         supervisor,
         load,
-        4,
+        8,
         lambda: any(op.to_cores == 2 for op in rescales(ledger, "router")),
         450,
         "a scale-up",
@@ -95,6 +99,7 @@ def test_the_router_scales_up_under_a_4x_step_catches_up_and_scales_back_down(
         and decision.inputs["autoscaler"]["backlog_rows"] > 0
     )
     assert (up.from_cores, up.to_cores, up.to_max_files) == (1, 2, 4)
+    # 4x while the standby warms up: still more than one core reads, so the rescale goes on.
     drive(supervisor, load, 4, running_at(2), 300, "the router running at 2 cores")
     up = rescales(ledger, "router")[0]
     assert up.outcome is not None and up.restart_cost_seconds is not None and up.restart_cost_seconds > 0

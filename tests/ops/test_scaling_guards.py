@@ -39,8 +39,9 @@ from tests.support.scaling import (
     rescales,
 )
 
-# Drivers restarted by rescales on cores other tests share: far beyond the default 600 s.
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+# Drivers restarted by rescales on cores other tests share: far beyond the default 600 s. Mostly
+# waiting out autoscaling windows: in the group `waiting` (tests/conftest.py).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800), pytest.mark.xdist_group("waiting")]
 
 
 @pytest.fixture
@@ -77,7 +78,9 @@ def test_a_draining_backlog_blocks_the_scale_down_until_every_file_is_read(
 
     edit_job(platform, "router", over_a_backlog)
     load = FileLoad(platform.landing_root / "events", EVENTS_PER_FILE)
-    load.write(30)
+    # A minute's reading at a file a tick: the windows after the first full one (20 s of metrics)
+    # each recommend one core while files wait.
+    load.write(16)
     supervisor = Supervisor.for_platform(platform)
 
     drive(supervisor, load, 0, lambda: bool(rescales(ledger, "router")), 1200, "a scale-down")

@@ -322,6 +322,7 @@ def test_kill_9_with_a_standby_up_hands_over_every_row_once_and_a_new_standby_st
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("waiting")  # a frozen driver's grace waited out (tests/conftest.py)
 def test_a_standby_never_runs_beside_a_driver_that_lives(
     platform_conf: PlatformConfig,
     standby_platform: tuple[PlatformConfig, Supervisor],

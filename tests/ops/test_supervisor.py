@@ -164,6 +164,8 @@ def hang_file(landing: Path) -> None:
 
 
 @pytest.mark.spark  # starts a Spark driver without the fixtures that mark it
+@pytest.mark.slow
+@pytest.mark.xdist_group("waiting")  # a driver sleeping in its batch (tests/conftest.py)
 def test_a_slow_start_and_a_slow_batch_are_left_to_run_with_a_warning_each_and_a_hung_batch_is_killed(
     platform_conf: PlatformConfig, ledger: Ledger, slack_webhook: SlackReceiver
 ) -> None:

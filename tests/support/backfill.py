@@ -54,7 +54,7 @@ def run_in_test_processes(spark: SparkSession, monkeypatch: pytest.MonkeyPatch) 
 def publish_in_warehouse_process(platform: PlatformConfig, run: BackfillRun, plan: BackfillPlan) -> None:
     """The publish application's `main` in the test's warehouse process; BackfillError when it
     exits non-zero, as `ops.backfill.run.publish_output` raises."""
-    result = warehouse_process(platform).run_application(PUBLISH_MODULE, submit_arguments(run))
+    result = warehouse_process().run_application(platform, PUBLISH_MODULE, submit_arguments(run))
     if result.returncode != 0:
         tail = result.stderr[-OUTPUT_TAIL_CHARS:]
         raise BackfillError(f"publishing backfill {plan.run_id} exited {result.returncode}:\n{tail}")

@@ -33,11 +33,12 @@ def autoscaled_router(spec: dict[str, Any]) -> None:
         "min_cores": 1,
         "max_cores": 2,
         # A light batch keeps the driver busy well under half its trigger interval on this
-        # machine, a step to 4x makes it fall behind its input. Under the full suite's load a
+        # machine; two files a batch fall behind a step's input. Under the full suite's load a
         # base-load batch can outlast a tick and leave a few files waiting: a catch-up of 30 s
         # keeps such a blip from asking for a second core (at 10 s, three files waiting did),
-        # while the step's backlog, growing half a file a second, still does: 152 s after the
-        # step on an idle machine, sooner under load, where a batch is slower.
+        # while a step's backlog still does: at 4x, growing half a file a second, 152 s after
+        # the step on an idle machine (sooner under load, where a batch is slower); the cluster
+        # test steps to 8x, three times as fast.
         "target_utilization": 0.9,
         "catch_up_seconds": 30,
         "stabilization_seconds": 20,

@@ -1,15 +1,17 @@
 """A throwaway platform with a warehouse: its metastore is a fresh database on the worker's
-PostgreSQL server, and Spark work on the table runs in its own processes, as in production.
+PostgreSQL server, and Spark work on the table runs in a process of its own, as in production.
 
 A Hive-catalog SparkSession cannot share a JVM with the tests' plain local session (the catalog
-is fixed when the JVM's context starts), so the table's Spark work runs in a process of its own:
-`python -m tests.support.warehouse --serve`, started once per test platform, runs every query,
-compaction and backfill publish of the test (a Hive-enabled process's start is half a minute of
-CPU). A compaction or a publish runs the entry point's own `main` there, in a Spark context of its
-own (the reader's is stopped first, and started again for the next query in the same JVM); before
-each query the tables are refreshed, so the reader sees what other processes published since its
-last one. Where the process itself is the subject (a compaction killed midway, spark-submit from a
-DAG, `warden backfill`'s own processes), the tests start the entry point as a process of its own.
+is fixed when the JVM's context starts), so the table's Spark work runs in another process:
+`python -m tests.support.warehouse --serve`, one per worker, started on first use (a Hive-enabled
+process's start is half a minute of CPU), runs every query, compaction and backfill publish of
+the worker's tests. Each request names its test's conf dir and carries the test's environment; a
+query runs in a reader session on that platform's metastore, started again when the platform
+changes, and a compaction or a publish runs the entry point's own `main` in a Spark context of its
+own (the reader's is stopped first). Before each query the tables are refreshed, so the reader sees
+what other processes published since its last one. Where the process itself is the subject (a
+compaction killed midway, spark-submit from a DAG, `warden backfill`'s own processes), the tests
+start the entry point as a process of its own.
 """
 
 from __future__ import annotations
@@ -46,8 +48,8 @@ EXITED_PREFIX = "exited "
 # The applications the warehouse process runs by their `main`: the compaction and the backfill's
 # publish, each building its own Hive-enabled session as in a process of its own.
 APPLICATIONS = ("jobs.compaction.main", "jobs.compaction.backfill")
-# The warehouse processes the running test started, by conf dir; `warehouse_platform` stops its own.
-_PROCESSES: dict[Path, WarehouseProcess] = {}
+# The worker's warehouse process, once a test has used it; `warehouse_server` stops it.
+_PROCESS: list[WarehouseProcess] = []
 
 
 def jdbc_url(sqlalchemy_url: str) -> str:
@@ -55,10 +57,22 @@ def jdbc_url(sqlalchemy_url: str) -> str:
     return f"jdbc:postgresql://{url.host}:{url.port}/{url.database}"
 
 
+@pytest.fixture(scope="session")
+def warehouse_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Where the worker's warehouse process logs; the process itself is started by the first
+    request and stopped after the worker's last test."""
+    log = tmp_path_factory.mktemp("warehouse-process") / "warehouse-process.log"
+    yield log
+    while _PROCESS:
+        _PROCESS.pop().close()
+
+
 @pytest.fixture
-def warehouse_platform(platform_conf: PlatformConfig, postgres_database: str) -> Iterator[PlatformConfig]:
+def warehouse_platform(
+    platform_conf: PlatformConfig, postgres_database: str, warehouse_server: Path
+) -> Iterator[PlatformConfig]:
     """The throwaway platform with `warehouse:` pointing at a fresh metastore database; the
-    warehouse process its test started is stopped before the database is dropped."""
+    worker's warehouse process lets go of it before the database is dropped."""
     path = platform_conf.conf_dir / "platform.yaml"
     document = yaml.safe_load(path.read_text())
     document["warehouse"] = {
@@ -67,10 +81,10 @@ def warehouse_platform(platform_conf: PlatformConfig, postgres_database: str) ->
         "metastore_user": sa.make_url(postgres_database).username,
     }
     path.write_text(yaml.safe_dump(document))
+    if not _PROCESS:
+        _PROCESS.append(WarehouseProcess(warehouse_server))
     yield load_platform(platform_conf.conf_dir)
-    process = _PROCESSES.pop(platform_conf.conf_dir, None)
-    if process is not None:
-        process.close()
+    _PROCESS[0].release(platform_conf)
 
 
 def run_module(
@@ -91,7 +105,7 @@ def run_module(
 def compact_job(platform: PlatformConfig, job: str, *args: str) -> subprocess.CompletedProcess[str]:
     """`jobs.compaction.main --job JOB ...` in the test's warehouse process; asserts it exited 0.
     Its log (and Spark's) is the result's stderr."""
-    result = warehouse_process(platform).run_application("jobs.compaction.main", ["--job", job, *args])
+    result = warehouse_process().run_application(platform, "jobs.compaction.main", ["--job", job, *args])
     assert result.returncode == 0, result.stderr[-6000:]
     return result
 
@@ -130,40 +144,45 @@ def append_to_sink_log(sink: Path, data_file: Path) -> Path:
 
 
 class WarehouseProcess:
-    """`python -m tests.support.warehouse --serve` on one platform: a request a JSON line on its
-    stdin, its answer a line on its stdout; its own log in the platform's runtime root."""
+    """`python -m tests.support.warehouse --serve`: a request a JSON line on its stdin (with the
+    platform's conf dir and the test's environment), its answer a line on its stdout."""
 
-    def __init__(self, platform: PlatformConfig) -> None:
-        self.log = platform.runtime_root / "warehouse-process.log"
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        with self.log.open("w") as log:
+    def __init__(self, log: Path) -> None:
+        self.log = log
+        with self.log.open("w") as output:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "tests.support.warehouse", "--serve"],
                 cwd=REPO_ROOT,
-                env={**os.environ, CONF_DIR_ENV: str(platform.conf_dir)},
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
-                stderr=log,
+                stderr=output,
                 text=True,
             )
 
-    def query(self, sql: str) -> list[dict[str, Any]]:
-        prefix, answer = self._ask({"sql": sql})
+    def query(self, platform: PlatformConfig, sql: str) -> list[dict[str, Any]]:
+        prefix, answer = self._ask(platform, {"sql": sql})
         if prefix == ERROR_PREFIX:
             raise AssertionError(f"{sql}: {answer}")
         rows: list[dict[str, Any]] = answer
         return rows
 
-    def run_application(self, module: str, argv: list[str]) -> subprocess.CompletedProcess[str]:
+    def run_application(
+        self, platform: PlatformConfig, module: str, argv: list[str]
+    ) -> subprocess.CompletedProcess[str]:
         """`module.main(argv)` (one of `APPLICATIONS`) in this process; its exit status, and its
         output as the stderr."""
-        prefix, answer = self._ask({"application": module, "argv": argv})
+        prefix, answer = self._ask(platform, {"application": module, "argv": argv})
         if prefix == ERROR_PREFIX:
             raise AssertionError(f"{module}: {answer}")
         return subprocess.CompletedProcess([module, *argv], answer["returncode"], "", answer["output"])
 
-    def _ask(self, request: dict[str, Any]) -> tuple[str, Any]:
+    def release(self, platform: PlatformConfig) -> None:
+        """The platform's test is over: its reader session, if it is the one open, is stopped."""
+        self._ask(platform, {"release": True})
+
+    def _ask(self, platform: PlatformConfig, request: dict[str, Any]) -> tuple[str, Any]:
         assert self.process.stdin is not None and self.process.stdout is not None
+        request = {**request, "conf_dir": str(platform.conf_dir), "env": dict(os.environ)}
         self.process.stdin.write(json.dumps(request) + "\n")
         self.process.stdin.flush()
         line = self.process.stdout.readline()
@@ -171,7 +190,7 @@ class WarehouseProcess:
             if line.startswith(prefix):
                 return prefix, json.loads(line.removeprefix(prefix))
         raise AssertionError(
-            f"the warehouse process ended before answering {request}:\n{self.log.read_text()[-6000:]}"
+            f"the warehouse process ended before answering {request.keys()}:\n{self.log.read_text()[-6000:]}"
         )
 
     def close(self) -> None:
@@ -186,27 +205,30 @@ class WarehouseProcess:
         self.process.stdout.close()
 
 
-def warehouse_process(platform: PlatformConfig) -> WarehouseProcess:
-    """The test's warehouse process for `platform`, started on first use."""
-    process = _PROCESSES.get(platform.conf_dir)
-    if process is None:
-        process = _PROCESSES[platform.conf_dir] = WarehouseProcess(platform)
-    return process
+def warehouse_process() -> WarehouseProcess:
+    """The worker's warehouse process (a test using it has the `warehouse_platform` fixture)."""
+    assert _PROCESS, "the warehouse process is for tests on `warehouse_platform`"
+    return _PROCESS[0]
 
 
 def query_table(platform: PlatformConfig, sql: str) -> list[dict[str, Any]]:
-    """The rows of a SQL query, run by the test's warehouse process on the shared metastore."""
-    return warehouse_process(platform).query(sql)
+    """The rows of a SQL query, run by the worker's warehouse process on the platform's metastore."""
+    return warehouse_process().query(platform, sql)
+
+
+def reader_conf(platform: PlatformConfig) -> dict[str, str]:
+    """The Spark confs of a reader on the platform's metastore."""
+    from ops.warehouse.metastore import metastore_conf
+
+    return {**metastore_conf(platform), **platform.spark.network_conf()}
 
 
 def reader_session(platform: PlatformConfig) -> SparkSession:
     """A local[1] session on the platform's metastore, UTC."""
     from pyspark.sql import SparkSession
 
-    from ops.warehouse.metastore import metastore_conf
-
     builder = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
-    for key, value in {**metastore_conf(platform), **platform.spark.network_conf()}.items():
+    for key, value in reader_conf(platform).items():
         builder = builder.config(key, value)
     return builder.config("spark.sql.session.timeZone", "UTC").getOrCreate()
 
@@ -254,26 +276,35 @@ def answer_application(module: str, argv: list[str]) -> str:
     return EXITED_PREFIX + json.dumps({"returncode": returncode, "output": output})
 
 
-def serve(platform: PlatformConfig) -> None:
-    """Answer the requests read from stdin until it closes: `{"sql": ...}`, or
-    `{"application": module, "argv": [...]}`."""
+def serve() -> None:
+    """Answer the requests read from stdin until it closes: `{"sql": ...}`,
+    `{"application": module, "argv": [...]}` or `{"release": true}`, each with the `conf_dir` of
+    its platform and the `env` of its test."""
     # Answers go to the stdout the test reads; fd 1 then points at the log, so nothing else printed
     # (Spark's or a compaction's output) can be taken for an answer.
     answers = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     spark: SparkSession | None = None
+    spark_conf: dict[str, str] = {}
     for line in sys.stdin:
         request = json.loads(line)
+        # As if started by the request's test: its environment, its platform.
+        os.environ.clear()
+        os.environ.update(request["env"])
+        platform = load_platform(Path(request["conf_dir"]))
+        # Another platform's reader, a released one's, or one an application would share its JVM
+        # context with (it builds its own session, with its job's confs, as in a process of its own).
+        if spark is not None and ("sql" not in request or reader_conf(platform) != spark_conf):
+            spark.stop()
+            spark = None
         if "application" in request:
-            # The application builds its own session, with its job's confs, as in a process of its own.
-            if spark is not None:
-                spark.stop()
-                spark = None
             answer = answer_application(request["application"], request["argv"])
-        else:
+        elif "sql" in request:
             if spark is None:
-                spark = reader_session(platform)
+                spark, spark_conf = reader_session(platform), reader_conf(platform)
             answer = answer_query(spark, request["sql"])
+        else:
+            answer = RESULT_PREFIX + "null"
         answers.write(answer + "\n")
         answers.flush()
     if spark is not None:
@@ -291,11 +322,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     mode.add_argument("--until", type=Path)
     parser.add_argument("sql", nargs="?")
     args = parser.parse_args(argv)
-    platform = load_platform()
     if args.serve:
-        serve(platform)
+        serve()
         return 0
-    spark = reader_session(platform)
+    spark = reader_session(load_platform())
     while True:
         stop = args.until.exists()
         rows = [row.asDict() for row in spark.sql(args.sql).collect()]
