@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from _pytest.nodeid import NodeId
 
 from tests.support.jvm import BASE_OPTIONS
 
@@ -70,10 +71,7 @@ FIXTURE_GROUPS = {
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each test with what its fixtures start; group the heaviest and order them for xdist.
-
-    `tryfirst`, because xdist reads the `xdist_group` markers in its own hook of this name.
-    """
+    """Mark each test with what its fixtures start; group the heaviest and order them for xdist."""
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         for fixture, marker in FIXTURE_MARKERS.items():
@@ -84,7 +82,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(group))
     # Only xdist workers collect for distribution; a serial run keeps the files' order.
     if hasattr(config, "workerinput"):
+        if config.getvalue("loadgroup"):
+            for item in items:
+                _name_its_group(item)
         items.sort(key=_xdist_rank)
+
+
+def _name_its_group(item: pytest.Item) -> None:
+    """Give a test of an xdist group the id `<id>@<group>`, by which `--dist loadgroup` sends
+    the whole group to one worker.
+
+    xdist 3.8 sets that id in its own hook by writing `item._nodeid`, which pytest 9 no longer
+    reads (a node's id is its `_id`): its groups were silently spread over the workers. The id is
+    set here the way pytest 9 keeps it, once per test (`tests/test_environment.py` checks it).
+    """
+    groups = sorted({str(mark.args[0]) for mark in item.iter_markers("xdist_group")})
+    if groups and "@" not in item.nodeid:
+        item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(groups)}")  # noqa: SLF001 - see above
 
 
 def _xdist_rank(item: pytest.Item) -> tuple[int, bool]:

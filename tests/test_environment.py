@@ -28,3 +28,12 @@ def test_no_pyspark_file_was_overwritten() -> None:
         if digest.decode() != file.hash.value:
             changed.append(str(file))
     assert changed == []
+
+
+@pytest.mark.xdist_group("environment")
+def test_a_test_of_an_xdist_group_carries_its_group_in_its_id(request: pytest.FixtureRequest) -> None:
+    """Under `--dist loadgroup` (`make test`), xdist's scheduler sends a group to one worker by the
+    `@group` ending of its tests' ids, which tests/conftest.py sets; elsewhere ids are plain."""
+    grouped = hasattr(request.config, "workerinput") and request.config.getvalue("loadgroup")
+    name = "test_a_test_of_an_xdist_group_carries_its_group_in_its_id"
+    assert request.node.nodeid.endswith(name + ("@environment" if grouped else ""))
