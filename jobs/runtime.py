@@ -98,7 +98,8 @@ def configure_logging(**context: str) -> None:
 
 def build_session(platform: PlatformConfig, spec: JobSpec) -> SparkSession:
     """The job's SparkSession, configured from the platform defaults and the job's resources."""
-    # Python workers otherwise start the system python, which lacks the venv's packages (FACTS.md).
+    # Python workers otherwise start the system python, which lacks the venv's packages
+    # (docs/architecture.md §7).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     # The JVM starts in getOrCreate below and inherits this process's environment.

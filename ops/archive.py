@@ -2,7 +2,7 @@
 
 Landing directories are where sources drop files, and nobody keeps them for ever. The archive
 does, for `archive.retention_days`, so that a rewind or a backfill can read input the landing
-zone no longer holds (DESIGN.md section 6, Kappa+). Layout, per landing directory (a source's
+zone no longer holds (docs/architecture.md §6, Kappa+). Layout, per landing directory (a source's
 `path`, shared by every job that reads it)::
 
     s3://<bucket>/<archive.prefix>/<source path>/arrival_date=2026-11-24/arrival_hour=10/

@@ -1,4 +1,5 @@
-"""The installed set is the locked one: pyspark-client must not have overwritten pyspark (FACTS.md)."""
+"""The installed set is the locked one: pyspark-client must not have overwritten pyspark
+(docs/architecture.md §7)."""
 
 from __future__ import annotations
 

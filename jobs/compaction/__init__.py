@@ -1,1 +1,2 @@
-"""Nightly compaction of a job's sink into its warehouse table: write, audit, publish (DESIGN.md §6)."""
+"""Nightly compaction of a job's sink into its warehouse table: write, audit, publish
+(docs/architecture.md §6)."""

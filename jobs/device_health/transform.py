@@ -48,8 +48,8 @@ Design (decided for this job):
   registered when the key's state is created and, when it fires early because the key kept
   reporting, registered again at the new deadline, so a steady key costs no timer work per batch).
   Expiry emits nothing. Spark's own state TTL needs processing-time mode, with which an
-  available-now run never finishes (FACTS.md). The timers are not counted in the progress' state
-  rows, which stay at one per key.
+  available-now run never finishes (docs/architecture.md §7). The timers are not counted in the
+  progress' state rows, which stay at one per key.
 * Batch runs (`jobs.batch`) apply the same processor to all files at once: one "micro-batch", no
   watermark, no expiry, nothing late. The stream gives the same rows when each key's readings
   arrive in (event_time, event_id) order across files, none is later than the allowed lateness

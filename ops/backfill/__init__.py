@@ -1,4 +1,4 @@
-"""Backfill the Kappa+ way: a job's own streaming query over the archive (DESIGN.md section 6).
+"""Backfill the Kappa+ way: a job's own streaming query over the archive (docs/architecture.md §6).
 
 `plan` chooses the archive partitions of a range and stages them, `run` feeds them to the Spark
 application (`jobs.backfill`), checks its staged output and runs the publish into the warehouse

@@ -1,4 +1,4 @@
-"""The autoscaler's pure policy: how many cores a streaming job should have (DESIGN.md section 6).
+"""The autoscaler's pure policy: how many cores a streaming job should have (docs/architecture.md §6).
 
 Spark's dynamic allocation is not streaming-aware, so the platform sizes a job itself, after the
 Flink Kubernetes Operator's autoscaler, adapted to micro-batches:

@@ -1,4 +1,4 @@
-"""Health of a running job, judged from what the supervisor observed (DESIGN.md section 4).
+"""Health of a running job, judged from what the supervisor observed (docs/architecture.md §4).
 
 `Observation` is what one read-only look at a job found; `assess` turns it into signals with
 pure code, so every threshold is testable without a driver.

@@ -1,4 +1,4 @@
-"""The supervisor's pure policy: lifecycle states, actions, and `decide` (DESIGN.md section 3).
+"""The supervisor's pure policy: lifecycle states, actions, and `decide` (docs/architecture.md §3).
 
 `decide` sees only values (a `JobView`) and returns a `Plan`: the next lifecycle state, why, the
 actions that get the job there and, while a recovery operation is open, its step. No I/O happens

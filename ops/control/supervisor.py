@@ -1,4 +1,4 @@
-"""The supervisor: a level-triggered reconcile loop over each job (DESIGN.md section 3).
+"""The supervisor: a level-triggered reconcile loop over each job (docs/architecture.md §3).
 
 Every pass is observe (read-only) -> record -> validate -> decide (pure) -> act. `decide` sees only
 values, so the restart policy, backoff and storm rules are tested without processes. Status and

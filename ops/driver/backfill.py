@@ -1,6 +1,6 @@
 """A backfill run's directory: the plan the control side writes, the progress the Spark app keeps.
 
-A backfill (`ops.backfill`, DESIGN.md section 6, Kappa+) runs a job's own streaming query over
+A backfill (`ops.backfill`, docs/architecture.md §6, Kappa+) runs a job's own streaming query over
 archived input, one archive partition (an arrival hour, every source of the job at once) per
 micro-batch. The control side plans the partitions, downloads and checks them; the Spark
 application (`jobs.backfill`, submitted like any bounded Spark work) feeds them to the query one at

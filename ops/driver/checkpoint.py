@@ -1,4 +1,4 @@
-"""Reading Spark's streaming checkpoint and file-sink logs (Spark 4.x layout, DESIGN.md §5).
+"""Reading Spark's streaming checkpoint and file-sink logs (Spark 4.x layout, docs/architecture.md §5).
 
 A checkpoint holds `offsets/<N>` (written before batch N runs: a `v1` line, the batch metadata
 with its watermark, then one offset per source), `commits/<N>` (written after the sink committed

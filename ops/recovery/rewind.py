@@ -16,12 +16,13 @@ Rewinding job J to savepoint S (anchored on batch N) when J's checkpoint has run
    entry by entry, one trigger-once query per batch, so batch boundaries, watermarks and
    late-data decisions are those of the original run while the current code computes them.
 
-Spark alone would get this wrong in three ways (FACTS.md): deleting only offsets and commits makes
-the file sink skip the replayed batches; stale state files above N+1 win on load with checkpoint
-format v1; and replaying all the remaining input as one catch-up batch changes the watermark. Each
-step is safe to run again after a crash: the queue is written before the swap, a half-done swap
-is undone (and a half-done deletion of the later batches' files finished) before the next rewind
-plans, and a second rewind to the same savepoint rebuilds the same checkpoint from the same files.
+Spark alone would get this wrong in three ways (docs/architecture.md §7): deleting only offsets
+and commits makes the file sink skip the replayed batches; stale state files above N+1 win on
+load with checkpoint format v1; and replaying all the remaining input as one catch-up batch
+changes the watermark. Each step is safe to run again after a crash: the queue is written before
+the swap, a half-done swap is undone (and a half-done deletion of the later batches' files
+finished) before the next rewind plans, and a second rewind to the same savepoint rebuilds the
+same checkpoint from the same files.
 
 `warden rewind` is a recovery operation (`rewind`) of a stopped job, carried out as steps of the
 supervisor's loop (`ops.control.policy`); `restate` is one of a running job, whose driver the loop

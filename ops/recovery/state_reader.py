@@ -8,7 +8,7 @@ variable is chosen with the `stateVarName` option. Two things the reader must ma
 
 * the checkpoint format version: with format 2 the state files are named by ids recorded in the
   commit log, and the reader finds them only with
-  `spark.sql.streaming.stateStore.checkpointFormatVersion` set as the writer had it (FACTS.md);
+  `spark.sql.streaming.stateStore.checkpointFormatVersion` set as the writer had it (docs/architecture.md §7);
 * the batch: the newest entry of `commits/` is the newest state a reader can trust, so that is
   the batch read (never a batch still running).
 

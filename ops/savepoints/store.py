@@ -1,6 +1,6 @@
 """Savepoints: consistent, online, incremental copies of a streaming job's checkpoint in S3.
 
-Spark has no savepoints (DESIGN.md §5). A savepoint is anchored on the highest committed batch N
+Spark has no savepoints (docs/architecture.md §5). A savepoint is anchored on the highest committed batch N
 and holds what a restart at N needs: `offsets/` and `commits/` up to N, the source logs and the
 file sink's `_spark_metadata` entries up to N, the state files that rebuild state version N+1
 (with the RocksDB SST and log files they reference) and the checkpoint's `metadata`, copied last.

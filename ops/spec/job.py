@@ -163,7 +163,7 @@ class PreviewTaps(Model):
 
 
 class AutoscalingPolicy(Model):
-    """How `ops.control.autoscaler` sizes the job (DESIGN.md section 6); `off` by default."""
+    """How `ops.control.autoscaler` sizes the job (docs/architecture.md §6); `off` by default."""
 
     mode: Literal["off", "recommend", "apply"] = Field(
         "off", description="recommend: record decisions only; apply: also rescale the driver."

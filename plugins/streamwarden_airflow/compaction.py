@@ -2,7 +2,7 @@
 platform.yaml (compaction, a restatement's republish, backfill), the nightly compaction task, and
 its Slack page when it fails.
 
-Compaction is bounded batch work, so it runs through spark-submit (streams never do: DESIGN.md
+Compaction is bounded batch work, so it runs through spark-submit (streams never do: docs/architecture.md
 §2). The master, the metastore confs and the Python the driver runs are the platform's, read
 when the task runs, never when the DAG file is parsed.
 """
@@ -36,7 +36,7 @@ class PlatformSparkSubmitOperator(SparkSubmitOperator):
     embedded cluster, or a spark:// URL: the one every Streamwarden driver uses, not an Airflow
     connection's), with its network settings, and this interpreter and the repository for the
     driver and its Python workers. Bounded batch work (compaction, backfill) runs through it;
-    streams never do (DESIGN.md §2)."""
+    streams never do (docs/architecture.md §2)."""
 
     @cached_property
     def platform(self) -> PlatformConfig:

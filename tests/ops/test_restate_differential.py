@@ -1,6 +1,6 @@
 """The restatement invariant, differentially: after a wrong version ran and the job was rewound to
 the savepoint taken before it and replayed with the right version, the sink equals, row for row,
-one clean run of the right version over the same input (DESIGN.md §5).
+one clean run of the right version over the same input (docs/architecture.md §5).
 
 Runs in this process on the session's Spark (a stream per phase, one landing file per source per
 batch), so every job and checkpoint format can be covered in seconds; `test_rewind.py` does the

@@ -352,7 +352,7 @@ def test_retention_keeps_the_newest_and_deletes_older_manifests_and_unreferenced
 
 @pytest.fixture
 def rocksdb_v2(spark: SparkSession) -> Iterator[SparkSession]:
-    """The session with RocksDB state and checkpoint format v2 (DESIGN.md §5), reset afterwards."""
+    """The session with RocksDB state and checkpoint format v2 (docs/architecture.md §5), reset afterwards."""
     settings = {
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
         "spark.sql.streaming.stateStore.checkpointFormatVersion": "2",

@@ -40,7 +40,7 @@ AVAILABLE_NOW_TIMEOUT = 900
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     """local[2], no UI, UTC session time zone, few shuffle partitions."""
-    # Python workers must run this venv's interpreter, not the system one (FACTS.md).
+    # Python workers must run this venv's interpreter, not the system one (docs/architecture.md §7).
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     session = (
