@@ -26,7 +26,7 @@ help:
 	@echo "make stop     stop the embedded platform, streaming drivers included"
 	@echo "make test     install, then run the whole test suite in parallel (what CI runs; TEST_WORKERS=$(TEST_WORKERS))"
 	@echo "make test-fast  the tests that start no Spark, S3, Airflow, Prometheus tool or browser (a few minutes; day-to-day work)"
-	@echo "make check    ruff format --check, ruff check (the import walls too), mypy --strict"
+	@echo "make check    ruff format --check, ruff check (the import walls too), mypy --strict, the import contracts"
 	@echo "make bench    print benchmark figures"
 	@echo "make bench-flink  the jobs against PyFlink SQL (installs .tools/flink-venv on first use)"
 	@echo "make bench-peers  the router against bare PySpark, PyFlink json and pyarrow, rotated rounds; then the sessionizer against PyFlink json and the router at a 5 s trigger"
@@ -78,11 +78,14 @@ test-fast: install
 	$(PYTEST) -m "$(FAST_TESTS)" tests/
 
 # ruff covers every Python file of the repo (ops, jobs, synthetic, plugins, dags, benchmarks,
-# tests), each under the ruff.toml nearest to it; mypy checks the packages (strict, pyproject.toml).
+# tests), each under the ruff.toml nearest to it; mypy checks the packages (strict, pyproject.toml);
+# lint-imports holds the import contracts of pyproject.toml ([tool.importlinter]) over the packages,
+# the Airflow adapters' among them (found on plugins/, as Airflow finds them).
 check: install
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy ops jobs synthetic
+	PYTHONPATH=plugins $(VENV)/bin/lint-imports
 
 bench: install
 	$(VENV)/bin/python -m benchmarks.run

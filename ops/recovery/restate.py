@@ -18,13 +18,13 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 import pyarrow.parquet as pq
 
 from ops.driver.checkpoint import log_entries, sink_files
 from ops.exceptions import RewindError
 from ops.ledger.store import Ledger
+from ops.recovery.loop import ControlLoop
 from ops.recovery.rewind import request_operation
 from ops.spec.job import find_job
 from ops.spec.paths import JobPaths
@@ -34,10 +34,6 @@ from ops.warehouse.sinklog import changed_since_published
 # The compaction entry point a restatement runs (as a process: ops never imports jobs).
 COMPACTION_MODULE = "jobs.compaction.main"
 REPUBLISH_ACTION = "republish"
-
-if TYPE_CHECKING:
-    # The supervisor finishes restatements (it imports this module); here it is only called.
-    from ops.control.supervisor import Supervisor
 
 
 @dataclass(frozen=True)
@@ -74,7 +70,7 @@ def rows_written(platform: PlatformConfig, job: str, after: int, upto: int) -> i
 
 
 def restate(
-    supervisor: Supervisor,
+    supervisor: ControlLoop,
     job: str,
     *,
     reason: str,

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow.parquet as pq
 from botocore.client import BaseClient
@@ -56,6 +56,7 @@ from ops.driver.checkpoint import (
 )
 from ops.exceptions import ArchiveError, OperationInProgressError, RewindError, SavepointError
 from ops.ledger.store import Ledger, OperationRecord, SavepointRecord
+from ops.recovery.loop import ControlLoop
 from ops.recovery.refusals import Cause, Refusal, RewindRefused, record_refusal, refusal_text
 from ops.savepoints.store import STATUS_COMPLETE, STATUS_SUPERSEDED, fetch_savepoint
 from ops.spec.job import find_job
@@ -65,10 +66,6 @@ from ops.warehouse.sinklog import EXPIRED_MARKER
 
 # Beside the staging area's download: the savepoint it holds, written once every file is verified.
 FETCHED_MARKER = "fetched.json"
-
-if TYPE_CHECKING:
-    # The supervisor carries rewinds out (it imports this module); here it is only called.
-    from ops.control.supervisor import Supervisor
 
 
 @dataclass(frozen=True)
@@ -518,7 +515,7 @@ class Preflight:
 
 
 def preflight(
-    supervisor: Supervisor,
+    supervisor: ControlLoop,
     job: str,
     kind: str,
     *,
@@ -563,7 +560,7 @@ def preflight(
 
 
 def rewind_job(
-    supervisor: Supervisor,
+    supervisor: ControlLoop,
     job: str,
     *,
     reason: str,
@@ -620,7 +617,7 @@ def plan_inputs(plan: RewindPlan) -> dict[str, Any]:
 
 
 def request_operation(
-    supervisor: Supervisor,
+    supervisor: ControlLoop,
     job: str,
     kind: str,
     *,
@@ -661,7 +658,7 @@ def request_operation(
 
 
 def rewind(
-    supervisor: Supervisor,
+    supervisor: ControlLoop,
     job: str,
     *,
     reason: str,

@@ -30,7 +30,6 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import yaml
 from botocore.client import BaseClient
@@ -41,15 +40,12 @@ from ops.driver.telemetry import read_heartbeat
 from ops.exceptions import ConfigError, OperationInProgressError, UpgradeError
 from ops.ledger.store import SavepointRecord
 from ops.ports import free_loopback_port
+from ops.recovery.loop import ControlLoop
 from ops.recovery.refusals import Cause, Refusal, record_refusal
 from ops.savepoints.store import fetch_savepoint
 from ops.spec.job import JobSpec, find_job, load_job
 from ops.spec.paths import JobPaths
 from ops.spec.platform import PlatformConfig, load_platform
-
-if TYPE_CHECKING:
-    # The supervisor carries upgrades out (it imports this module); here it is only called.
-    from ops.control.supervisor import Supervisor
 
 VERDICT_LOG_CHARS = 2000
 
@@ -189,7 +185,7 @@ def install_spec(platform: PlatformConfig, job: str, content: str, *, keep_previ
 
 
 def upgrade(
-    supervisor: Supervisor,
+    supervisor: ControlLoop,
     job: str,
     candidate: Path,
     *,
