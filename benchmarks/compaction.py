@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     from jobs.catalog import kind_of
     from jobs.compaction.compact import compact_partition
     from jobs.compaction.rewrite import read_partition
-    from ops.control.alerts import AlertCenter
+    from ops.alerts import AlertCenter
     from ops.embedded.services import EmbeddedPostgres
     from ops.ledger.store import Ledger
     from ops.ports import free_loopback_port

@@ -657,7 +657,7 @@ def _audit_verdict(audit: dict[str, object] | None) -> str:
 
 
 def cmd_table_rollback(args: argparse.Namespace) -> int:
-    from ops.control.locks import job_lock
+    from ops.ledger.locks import job_lock
     from ops.warehouse.metastore import open_session
     from ops.warehouse.table import WarehouseTable, rollback
 

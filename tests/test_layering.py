@@ -116,6 +116,7 @@ def test_a_spark_driver_loads_no_control_plane(tmp_path: Path) -> None:
         "slack_sdk",
         "airflow",
         "ops.control",
+        "ops.alerts",
         "ops.ledger",
         "ops.savepoints",
         "ops.recovery",

@@ -46,8 +46,8 @@ from jobs.compaction.main import (
 )
 from jobs.compaction.rewrite import read_partition
 from jobs.runtime import EXIT_CONFIG_ERROR, EXIT_STOPPED, configure_logging
+from ops.alerts import Alert, AlertCenter
 from ops.atomic import write_atomically
-from ops.control.alerts import Alert, AlertCenter
 from ops.driver.backfill import BackfillRun
 from ops.driver.event_windows import ANY_WINDOW, Coverage
 from ops.exceptions import BackfillError, ConfigError, JobBusyError, RecoveryOpenError, WarehouseError

@@ -31,7 +31,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from jobs.compaction.audit import AuditResult, audit
 from jobs.compaction.rewrite import Rewrite, read_partition, read_staged, rewrite_partition
-from ops.control.alerts import Alert, AlertCenter
+from ops.alerts import Alert, AlertCenter
 from ops.exceptions import WarehouseError
 from ops.ledger.store import Ledger, PartitionVersionRecord
 from ops.spec.job import CompactionPolicy, JobSpec

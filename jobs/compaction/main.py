@@ -32,10 +32,10 @@ from pyspark.sql import SparkSession
 from jobs.catalog import kind_of
 from jobs.compaction.compact import PartitionOutcome, compact
 from jobs.runtime import EXIT_CONFIG_ERROR, EXIT_STOPPED, build_session, configure_logging
+from ops.alerts import AlertCenter
 from ops.clock import utcnow
-from ops.control.alerts import AlertCenter
-from ops.control.locks import job_lock
 from ops.exceptions import ConfigError, JobBusyError, RecoveryOpenError, WarehouseError
+from ops.ledger.locks import job_lock
 from ops.ledger.store import Ledger
 from ops.spec.job import CompactionPolicy, JobSpec, find_job
 from ops.spec.paths import JobPaths

@@ -44,7 +44,7 @@ from ops.spec.platform import PlatformConfig
 
 # A job in one of these states has no working driver: its row is shown red.
 DOWN_STATES = frozenset({Lifecycle.RESTARTING.name, Lifecycle.FAILED.name})
-# The alert kinds and dedup keys that close or never open an incident (`ops.control.alerts`).
+# The alert kinds and dedup keys that close or never open an incident (`ops.alerts`).
 RESOLVED_KIND = "resolved"
 NOTICE_KEY_PREFIX = "notice/"
 SAVEPOINT_COMPLETE = "complete"

@@ -43,11 +43,10 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from ops.alerts import Alert, AlertCenter
 from ops.clock import utcnow
-from ops.control.alerts import Alert, AlertCenter
 from ops.control.health import Observation, assess, measured_speed, observe
 from ops.control.launcher import LaunchBackend, LocalProcessBackend
-from ops.control.locks import job_lock
 from ops.control.policy import (
     FAILURE,
     Action,
@@ -103,6 +102,7 @@ from ops.exceptions import (
     UpgradeError,
     WardenError,
 )
+from ops.ledger.locks import job_lock
 from ops.ledger.store import Ledger, OperationRecord, RunRecord, SavepointRecord, StandbyRecord
 from ops.pushgateway import BatchTask, push_savepoint, push_task_outcome
 from ops.recovery.orphans import (

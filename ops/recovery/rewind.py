@@ -45,7 +45,6 @@ from botocore.client import BaseClient
 
 from ops import archive
 from ops.atomic import write_atomically
-from ops.control.locks import job_lock, table_lock
 from ops.driver.checkpoint import (
     log_entries,
     read_offsets,
@@ -55,6 +54,7 @@ from ops.driver.checkpoint import (
     write_log_entry,
 )
 from ops.exceptions import ArchiveError, OperationInProgressError, RewindError, SavepointError
+from ops.ledger.locks import job_lock, table_lock
 from ops.ledger.store import Ledger, OperationRecord, SavepointRecord
 from ops.recovery.loop import ControlLoop
 from ops.recovery.refusals import Cause, Refusal, RewindRefused, record_refusal, refusal_text

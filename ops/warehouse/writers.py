@@ -19,8 +19,8 @@ from contextlib import contextmanager
 
 import structlog
 
-from ops.control.locks import table_lock
 from ops.exceptions import RecoveryOpenError
+from ops.ledger.locks import table_lock
 from ops.ledger.store import Ledger
 from ops.spec.platform import PlatformConfig
 

@@ -20,8 +20,8 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowException
 
+from ops.alerts import Alert, AlertCenter
 from ops.backfill.submit import publish_application_file
-from ops.control.alerts import Alert, AlertCenter
 from ops.ledger.store import Ledger
 from ops.spec.platform import CONF_DIR_ENV, PlatformConfig, load_platform
 from ops.warehouse.metastore import metastore_conf

@@ -14,8 +14,8 @@ from pyspark.sql import SparkSession
 from jobs.analysis import analyse, record_verdict
 from jobs.catalog import sink_rows
 from jobs.runtime import read_job_landing
+from ops.alerts import Alert, AlertCenter
 from ops.clock import utcnow
-from ops.control.alerts import Alert, AlertCenter
 from ops.control.supervisor import Supervisor
 from ops.exceptions import ConfigError
 from ops.ledger.store import Ledger

@@ -18,11 +18,11 @@ from pyspark.sql import SparkSession
 from jobs.compaction.compact import needs_compaction
 from jobs.compaction.main import warehouse_table
 from ops import archive
+from ops.alerts import AlertCenter
 from ops.backfill import run as backfill_run
 from ops.backfill.plan import BackfillRequest
 from ops.backfill.run import publication_lines, run_backfill
 from ops.cli import main
-from ops.control.alerts import AlertCenter
 from ops.ledger.store import Ledger
 from ops.spec.job import find_job
 from ops.spec.paths import JobPaths

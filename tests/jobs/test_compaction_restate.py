@@ -21,8 +21,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from jobs.batch import batch_rows
-from ops.control.locks import table_lock
 from ops.control.supervisor import Supervisor, stop_all_jobs
+from ops.ledger.locks import table_lock
 from ops.ledger.store import Ledger
 from ops.recovery.restate import REPUBLISH_ACTION
 from ops.spec.job import find_job

@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 
 from jobs.compaction.main import warehouse_table
 from jobs.compaction.rewrite import read_partition
-from ops.control.alerts import AlertCenter
+from ops.alerts import AlertCenter
 from ops.control.supervisor import Supervisor
 from ops.driver.checkpoint import sink_files
 from ops.exceptions import RewindError

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from ops.control.alerts import CLAIM_LEASE, Alert, AlertCenter
+from ops.alerts import CLAIM_LEASE, Alert, AlertCenter
 from ops.ledger.store import Ledger
 from ops.spec.platform import PlatformConfig, SlackConfig
 from tests.support.platform import on_both_ledgers

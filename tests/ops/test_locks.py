@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from ops.control.locks import job_lock, table_lock
 from ops.exceptions import JobBusyError
+from ops.ledger.locks import job_lock, table_lock
 from ops.spec.platform import CONF_DIR_ENV, PlatformConfig, load_platform
 from tests.support.platform import on_both_ledgers, write_conf
 
 HOLDER = """
 import sys, time
-from ops.control import locks
+from ops.ledger import locks
 from ops.spec.platform import load_platform
 with getattr(locks, sys.argv[2])(load_platform(), sys.argv[1], "a test holder"):
     print("held", flush=True)

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from ops.control.alerts import AlertCenter
+from ops.alerts import AlertCenter
 from ops.control.launcher import LocalProcessBackend
 from ops.control.supervisor import Supervisor, stop_all_jobs
 from ops.driver.checkpoint import log_entries, sink_files

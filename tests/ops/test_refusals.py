@@ -22,7 +22,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 import ops.ledger.store as ledger_module
-from ops.control.alerts import AlertCenter
+from ops.alerts import AlertCenter
 from ops.control.supervisor import Supervisor
 from ops.exceptions import RewindError, WardenError
 from ops.ledger.store import Ledger, SavepointRecord

@@ -27,10 +27,10 @@ from pyspark.testing import assertDataFrameEqual
 from jobs.batch import batch_rows
 from jobs.router.transform import read_route
 from ops import archive
-from ops.control.locks import job_lock
 from ops.control.supervisor import Supervisor
 from ops.driver.replay import pending_replay
 from ops.exceptions import RewindError
+from ops.ledger.locks import job_lock
 from ops.ledger.store import Ledger
 from ops.recovery.restate import last_commit
 from ops.recovery.rewind import rewind_job

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 import ops.ledger.store as ledger_module
+from ops.alerts import AlertCenter
 from ops.cli import main
-from ops.control.alerts import AlertCenter
 from ops.control.supervisor import Supervisor
 from ops.exceptions import ConfigError
 from ops.ledger.store import Ledger

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from ops.control.alerts import Alert, AlertCenter
+from ops.alerts import Alert, AlertCenter
 from ops.control.supervisor import Supervisor
 from ops.exceptions import ConfigError, SavepointError, SecretNotFoundError
 from ops.ledger.store import Ledger

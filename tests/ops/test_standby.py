@@ -27,7 +27,7 @@ from pyspark.testing import assertDataFrameEqual
 import ops.ledger.store as ledger_module
 from jobs.batch import batch_rows
 from ops import cli
-from ops.control.alerts import AlertCenter
+from ops.alerts import AlertCenter
 from ops.control.launcher import LocalProcessBackend
 from ops.control.policy import STANDBY_GONE
 from ops.control.supervisor import Supervisor, stop_all_jobs

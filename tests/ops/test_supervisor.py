@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from ops.alerts import AlertCenter
 from ops.clock import utcnow
-from ops.control.alerts import AlertCenter
 from ops.control.launcher import LaunchedDriver, LocalProcessBackend
 from ops.control.policy import FAILURE
 from ops.control.supervisor import Supervisor, stop_all_jobs

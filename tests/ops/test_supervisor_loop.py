@@ -15,7 +15,7 @@ from itertools import groupby, pairwise
 import pytest
 
 import ops.ledger.store as ledger_module
-from ops.control.alerts import AlertCenter
+from ops.alerts import AlertCenter
 from ops.control.policy import CONFIG_FAILURE, FAILURE, backoff_seconds
 from ops.control.supervisor import Supervisor
 from ops.ledger.store import Ledger

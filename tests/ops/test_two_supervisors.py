@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ops.alerts import AlertCenter
 from ops.clock import utcnow
-from ops.control.alerts import AlertCenter
 from ops.control.launcher import LaunchedDriver, _process_start_ticks
 from ops.control.supervisor import Supervisor
 from ops.embedded.services import EmbeddedPostgres

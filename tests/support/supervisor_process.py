@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import time
 
-from ops.control.alerts import AlertCenter
+from ops.alerts import AlertCenter
 from ops.control.supervisor import Supervisor
 from ops.exceptions import WardenError
 from ops.ledger.store import Ledger

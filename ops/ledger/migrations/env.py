@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import context
 from sqlalchemy.engine import Connection
 
-# Any fixed key: it only has to differ from the job locks' (ops.control.locks.advisory_key).
+# Any fixed key: it only has to differ from the job locks' (ops.ledger.locks.advisory_key).
 MIGRATION_LOCK_KEY = 0x5357_4D49_4752_4154  # "SWMIGRAT"
 SQLITE_BUSY_TIMEOUT_MS = 30000
 
