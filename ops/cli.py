@@ -75,7 +75,6 @@ from typing import TYPE_CHECKING
 from ops.clock import utcnow
 from ops.control.health import observe
 from ops.control.launcher import LocalProcessBackend, driver_job
-from ops.control.policy import FAILURE
 from ops.control.scaling import cores_label, run_scale
 from ops.driver.preview import read_preview
 from ops.driver.takeover import read_standby_status
@@ -85,6 +84,7 @@ from ops.ports import port_holder
 from ops.spec.analysis import read_verdict, run_analysis, with_verdicts
 from ops.spec.job import METRICS_PORT_FIELD, JobSpec, find_job, job_file, load_jobs, metrics_port_in_use
 from ops.spec.platform import PlatformConfig, load_platform
+from ops.states import FAILURE
 from ops.warehouse.metastore import jdbc_driver_jar
 
 # `warden status` reads the ledger, heartbeats and landing directories only. The supervisor (Slack

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from ops.atomic import write_if_changed
-from ops.control.policy import Desired
 from ops.driver.telemetry import JOB_LABEL
 from ops.ledger.store import Ledger
 from ops.spec.job import JobSpec, load_jobs
 from ops.spec.platform import PlatformConfig
+from ops.states import Desired
 
 # The scrape job name of the drivers in every Prometheus config of the repo; the alert rules'
 # unit tests use it too.

@@ -23,7 +23,6 @@ import sqlalchemy as sa
 
 from ops.console.diagnosis import Diagnosis, diagnose, master_cores
 from ops.console.state_lookup import StateLookup, StateLookupForm, StateRows, lookup_form
-from ops.control.policy import FAILURE, Lifecycle
 from ops.control.scaling import cores_label, desired_scale
 from ops.driver.history import MinuteRates, ProgressHistory, rates_since, read_history, read_rates
 from ops.driver.preview import load_preview_file, preview_path, preview_rows
@@ -41,6 +40,7 @@ from ops.ledger.store import (
 from ops.spec.job import JobSpec, job_file, job_files, load_job
 from ops.spec.paths import HEARTBEAT_FILE, JobPaths
 from ops.spec.platform import PlatformConfig
+from ops.states import FAILURE, Lifecycle
 
 # A job in one of these states has no working driver: its row is shown red.
 DOWN_STATES = frozenset({Lifecycle.RESTARTING.name, Lifecycle.FAILED.name})

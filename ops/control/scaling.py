@@ -26,9 +26,10 @@ from ops.control.autoscaler import LastRescale, LoadWindow
 from ops.driver.telemetry import Heartbeat
 from ops.ledger.store import DecisionRecord, JobRecord, Ledger, OperationRecord, RunRecord
 from ops.spec.job import JobSpec
+from ops.states import OperationKind
 
 # Operation kind of a rescale, and the decision rows of recommendations not applied.
-RESCALE = "scale"
+RESCALE = str(OperationKind.SCALE)
 RECOMMENDATION = "scale_recommendation"
 # How the outcome of a rescale carried out begins (others were abandoned before their stop).
 RESCALED = "rescaled"

@@ -48,18 +48,14 @@ from ops.clock import utcnow
 from ops.control.health import Observation, assess, measured_speed, observe
 from ops.control.launcher import LaunchBackend, LocalProcessBackend
 from ops.control.policy import (
-    FAILURE,
     Action,
     CloseRun,
-    Desired,
     EndDryRun,
     FinishOperation,
     InstallSpec,
     JobView,
     Launch,
     LaunchStandby,
-    Lifecycle,
-    OperationKind,
     Plan,
     RaiseAlert,
     RecommendScale,
@@ -67,12 +63,10 @@ from ops.control.policy import (
     Rescale,
     ResolveAlert,
     Restore,
-    Result,
     RetireStandby,
     RollBack,
     StandbyView,
     StartDryRun,
-    Step,
     StopAfterCheck,
     StopDriver,
     SuspendJob,
@@ -115,6 +109,7 @@ from ops.spec.analysis import find_valid_job, run_analysis, unanalysed, with_ver
 from ops.spec.job import JobSpec, find_job, job_file, load_jobs
 from ops.spec.paths import JobPaths
 from ops.spec.platform import PlatformConfig
+from ops.states import FAILURE, Desired, Lifecycle, OperationKind, Result, Step
 
 if TYPE_CHECKING:
     from ops.recovery.rewind import Preflight

@@ -13,12 +13,12 @@ import pytest
 from ops.alerts import AlertCenter
 from ops.clock import utcnow
 from ops.control.launcher import LaunchedDriver, LocalProcessBackend
-from ops.control.policy import FAILURE
 from ops.control.supervisor import Supervisor, stop_all_jobs
 from ops.driver.telemetry import read_heartbeat
 from ops.ledger.store import Ledger
 from ops.spec.job import JobSpec, find_job
 from ops.spec.platform import PlatformConfig
+from ops.states import FAILURE
 from synthetic.generator import write_batch
 from tests.support.drivers import caught_up, edit_job, fast_trigger, wait_for, write_sessions_input
 from tests.support.fake_backend import FakeBackend

@@ -16,11 +16,12 @@ import pytest
 
 import ops.ledger.store as ledger_module
 from ops.alerts import AlertCenter
-from ops.control.policy import CONFIG_FAILURE, FAILURE, backoff_seconds
+from ops.control.policy import backoff_seconds
 from ops.control.supervisor import Supervisor
 from ops.ledger.store import Ledger
 from ops.spec.job import Operations, find_job
 from ops.spec.platform import PlatformConfig
+from ops.states import CONFIG_FAILURE, FAILURE
 from tests.support.clock import FakeClock
 from tests.support.drivers import edit_job
 from tests.support.fake_backend import FakeBackend

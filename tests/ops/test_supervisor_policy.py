@@ -11,24 +11,19 @@ import pytest
 
 from ops.control.health import MeasuredSpeed, Observation, Signal, assess
 from ops.control.policy import (
-    CONFIG_FAILURE,
     DRY_RUN_TIMEOUT_SECONDS,
-    FAILURE,
     CloseRun,
     EndDryRun,
     FinishOperation,
     InstallSpec,
     JobView,
     Launch,
-    Lifecycle,
     RaiseAlert,
     RecoveryProgress,
     ResolveAlert,
     Restore,
-    Result,
     RollBack,
     StartDryRun,
-    Step,
     StopAfterCheck,
     StopDriver,
     SuspendJob,
@@ -43,6 +38,7 @@ from ops.driver.telemetry import BatchSample, Heartbeat
 from ops.ledger.store import JobRecord, OperationRecord, RunRecord
 from ops.spec.job import JobSpec, SavepointPolicy, find_job
 from ops.spec.platform import DEFAULT_CONF_DIR
+from ops.states import CONFIG_FAILURE, FAILURE, Lifecycle, Result, Step
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 SPEC = find_job("router", DEFAULT_CONF_DIR)
