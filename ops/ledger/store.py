@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
@@ -35,6 +35,15 @@ from sqlalchemy.engine import Connection, Engine
 
 from ops.clock import utcnow
 from ops.exceptions import LedgerError
+from ops.ledger.changes import (
+    AlertChanges,
+    JobChanges,
+    OperationChanges,
+    OperationFacts,
+    PartitionVersionChanges,
+    PartitionVersionFacts,
+    RunChanges,
+)
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 # The newest revision in MIGRATIONS_DIR (a test holds it to Alembic's head): bump it with each
@@ -602,7 +611,7 @@ class Ledger:
             rows = tx.execute(sa.select(jobs_table).order_by(jobs_table.c.name)).all()
         return [_record(JobRecord, row) for row in rows]
 
-    def update_job(self, name: str, **values: Any) -> None:
+    def update_job(self, name: str, **values: Unpack[JobChanges]) -> None:
         """Set columns of a job's record; a changed `state` also moves `state_since`."""
         now = utcnow()
         with self._tx() as tx:
@@ -618,7 +627,7 @@ class Ledger:
         with self._tx() as tx:
             tx.execute(runs_table.insert().values(**run.__dict__))
 
-    def update_run(self, run_id: str, **values: Any) -> None:
+    def update_run(self, run_id: str, **values: Unpack[RunChanges]) -> None:
         with self._tx() as tx:
             tx.execute(runs_table.update().where(runs_table.c.run_id == run_id).values(**values))
 
@@ -814,7 +823,7 @@ class Ledger:
             ).all()
         return [_record(AlertRecord, row) for row in rows]
 
-    def update_alert(self, alert_id: int, **values: Any) -> None:
+    def update_alert(self, alert_id: int, **values: Unpack[AlertChanges]) -> None:
         with self._tx() as tx:
             tx.execute(alerts_table.update().where(alerts_table.c.id == alert_id).values(**values))
 
@@ -868,7 +877,7 @@ class Ledger:
     # --- recovery operations ---------------------------------------------------------------------
 
     def start_operation(
-        self, job: str, kind: str, reason: str, decision_id: int, step: str, **values: Any
+        self, job: str, kind: str, reason: str, decision_id: int, step: str, **values: Unpack[OperationFacts]
     ) -> OperationRecord:
         """Open an operation of `job`. The caller holds the job lock and checked none is open."""
         now = utcnow()
@@ -916,7 +925,7 @@ class Ledger:
             ).all()
         return [_record(OperationRecord, row) for row in rows]
 
-    def update_operation(self, operation_id: int, **values: Any) -> None:
+    def update_operation(self, operation_id: int, **values: Unpack[OperationChanges]) -> None:
         """Set columns of an open operation; a changed `step` also moves `step_since`."""
         with self._tx() as tx:
             if "step" in values:
@@ -943,7 +952,7 @@ class Ledger:
     # --- warehouse partition versions ------------------------------------------------------------
 
     def add_partition_version(
-        self, job: str, partition: str, location: str, source: str, **values: Any
+        self, job: str, partition: str, location: str, source: str, **values: Unpack[PartitionVersionFacts]
     ) -> PartitionVersionRecord:
         """Record a new version of a partition, numbered one past its newest, as "staged"."""
         with self._tx() as tx:
@@ -971,7 +980,7 @@ class Ledger:
             ).one()
         return _record(PartitionVersionRecord, row)
 
-    def update_partition_version(self, version_id: int, **values: Any) -> None:
+    def update_partition_version(self, version_id: int, **values: Unpack[PartitionVersionChanges]) -> None:
         with self._tx() as tx:
             tx.execute(
                 partition_versions_table.update()
