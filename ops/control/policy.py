@@ -978,7 +978,11 @@ def standby_ready_bound(view: JobView) -> float:
 
 def _no_longer_needed(view: JobView, operation: OperationRecord, now: datetime) -> str | None:
     """Why the autoscaler's rescale is dropped before its stop: the newest window no longer asks
-    for a change in its direction. None: still needed (or not the autoscaler's: a pin, a file)."""
+    for a change in its direction. None: still needed (or not the autoscaler's: a pin, a file).
+
+    A scale-up is kept while the backlog still grows, whatever the newest window's sizing says:
+    a job falling behind at its scale needs the bigger one (with its bigger batches), and on a busy
+    machine the noise in a few batches' times can fit as "no per-row work" and flip the sizing."""
     run = view.observation.run
     if run is None or operation.from_cores is None or operation.to_cores is None:
         return None
@@ -990,6 +994,8 @@ def _no_longer_needed(view: JobView, operation: OperationRecord, now: datetime) 
     cores, wanted = decision.cores, decision.recommended
     up = operation.to_cores > operation.from_cores
     if (up and wanted > cores) or (not up and wanted < cores):
+        return None
+    if up and decision.inputs["backlog_growth"] > 0:
         return None
     return f"the newest window no longer needs it: {decision.inputs['formula']}"
 

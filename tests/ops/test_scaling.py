@@ -15,6 +15,7 @@ import pytest
 import ops.ledger.store as ledger_module
 from ops.alerts import AlertCenter
 from ops.cli import main
+from ops.control.autoscaler import BatchCost
 from ops.control.supervisor import Supervisor
 from ops.exceptions import ConfigError
 from ops.ledger.store import Ledger
@@ -564,6 +565,38 @@ def test_a_scale_up_no_longer_needed_when_its_standby_is_ready_is_dropped(
     assert "the newest window no longer needs it: ceil(1 x 2.0 / " in operation.outcome
     assert ledger.current_run(JOB).run_id == first.run_id and fake_backend.stops == 1, "the standby only"
     assert ledger.job(JOB).scale_cores == 1
+
+
+def test_a_scale_up_is_kept_while_the_backlog_grows_whatever_the_newest_sizing_says(
+    supervisor: Supervisor,
+    platform_conf: PlatformConfig,
+    ledger: Ledger,
+    fake_backend: FakeBackend,
+    fake_clock: FakeClock,
+) -> None:
+    first = scale_up_opened(supervisor, platform_conf, fake_backend, fake_clock)
+    fake_clock.advance(1)
+    assert supervisor.reconcile(JOB).actions[0].startswith("launch_standby")
+    # A busy machine's noise: the bigger batches took no longer, which fits as no per-row work and
+    # sizes the job at one core; but the backlog grows a file (of 200 rows) a batch, so the
+    # scale-up goes on.
+    landing = platform_conf.landing_root / "events"
+    landing.mkdir(parents=True, exist_ok=True)
+    (landing / "part-0.json").write_text("{}\n" * 200)
+    for batch in range(10):
+        fake_backend.commit(JOB, rows=400 if batch % 2 else 200, duration_ms=1000, backlog_files=batch + 1)
+    assert (
+        BatchCost.fit([(s.num_input_rows, s.duration_ms / 1000) for s in first.recent]).seconds_per_row == 0
+    )
+    for _ in range(2):
+        fake_clock.advance(1)
+        supervisor.reconcile(JOB)
+    assert not first.alive and fake_backend.driver(JOB).cores == 2
+    fake_clock.advance(5)
+    fake_backend.commit(JOB)
+    supervisor.reconcile(JOB)
+    [operation] = ledger.operations(JOB)
+    assert operation.outcome is not None and operation.outcome.startswith("rescaled"), operation.outcome
 
 
 def test_an_abandoned_rescale_to_a_pin_is_retried_after_the_stabilization_window(
