@@ -69,7 +69,8 @@ stop:
 # test's times go to TEST_DURATIONS (tests/support/durations.py), which `.ci/run` prints.
 TEST_DURATIONS ?= .ci-out/test-durations.txt
 # Every JVM the suite starts maps one class-data archive of Spark's classes, dumped on the first
-# run (under 2 minutes on a quiet machine, kept in .tools/cds/): `python -m tests.support.jvm` prints the options.
+# run on a machine and checkout (under 2 minutes on a quiet machine, kept in ~/.cache/streamwarden/cds/):
+# `python -m tests.support.jvm` prints the options.
 test: install system-deps
 	JDK_JAVA_OPTIONS="$$($(VENV)/bin/python -m tests.support.jvm)" $(PYTEST) --numprocesses $(TEST_WORKERS) --dist loadgroup --durations 25 --durations-file $(TEST_DURATIONS) tests/
 

@@ -11,9 +11,13 @@ Spark's classes. Two things cut it, each measured by `python -m benchmarks.jvm_o
   with a Hive catalog, a streaming query from JSON files into Parquet, a group-by), and mapped by
   every later JVM (`-XX:SharedArchiveFile`), which then loads none of those classes itself.
 
-The archive is kept under `.tools/cds/`, named by what it depends on (the JVM's version,
-PySpark's, the options and the probe), so a changed JDK or PySpark gets a new one. A JVM whose
-class path does not match the archive's starts without it, as it would with no archive at all;
+The archive is kept in the user's cache (`~/.cache/streamwarden/cds/`, or under
+`$XDG_CACHE_HOME`), not in the checkout, so a fresh clone at the same place (CI's) maps the one an
+earlier clone dumped instead of spending a minute or two on its own. It is named by what it
+depends on (the JVM's version, PySpark's version and location, the options and the probe): a
+changed JDK or PySpark, or a checkout elsewhere, gets a new one, since a JVM whose class path does
+not match the archive's starts without it, as it would with no archive at all. Archives unused
+for `STALE_DAYS` are deleted when another is dumped (200 MB each);
 `-Xlog:cds*=off` keeps CDS's notices out of the processes' logs. The platform's own JVMs get none
 of this: it is `JDK_JAVA_OPTIONS` in the tests' environment (tests/conftest.py).
 """
@@ -28,9 +32,9 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 BASE_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-ARCHIVE_DIR = REPO_ROOT / ".tools" / "cds"
+ARCHIVE_DIR = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "streamwarden" / "cds"
+STALE_DAYS = 14
 QUIET = "-Xlog:cds*=off"
 # A cold dump on a loaded machine: a Spark start, three small jobs and a 200 MB archive written.
 DUMP_TIMEOUT = 900
@@ -85,9 +89,14 @@ def class_archive(options: str = BASE_OPTIONS) -> Path:
     RuntimeError, with the probe's output, if the dump fails."""
     import pyspark
 
-    key = hashlib.sha256("\n".join([java_version(), pyspark.__version__, options, DUMP_PROBE]).encode())
+    # The class path of PySpark's JVMs is its jars' absolute paths: an archive serves one location.
+    location = str(Path(pyspark.__file__).resolve().parent)
+    key = hashlib.sha256(
+        "\n".join([java_version(), pyspark.__version__, location, options, DUMP_PROBE]).encode()
+    )
     archive = ARCHIVE_DIR / f"spark-{key.hexdigest()[:16]}.jsa"
     if archive.is_file():
+        archive.touch()  # in use: not stale
         return archive
     ARCHIVE_DIR.mkdir(parents=True, exist_ok=True)
     partial = archive.with_suffix(f".{os.getpid()}.partial")
@@ -113,9 +122,10 @@ def class_archive(options: str = BASE_OPTIONS) -> Path:
     if not partial.is_file():
         raise RuntimeError(f"the class-data probe's JVM wrote no archive:\n{probe.stderr[-4000:]}")
     partial.replace(archive)
-    for stale in ARCHIVE_DIR.glob("spark-*.jsa"):
-        if stale != archive:
-            stale.unlink()  # another JDK's or PySpark's: 200 MB each
+    unused_since = time.time() - STALE_DAYS * 86400
+    for other in ARCHIVE_DIR.glob("spark-*.jsa"):
+        if other != archive and other.stat().st_mtime < unused_since:
+            other.unlink(missing_ok=True)  # another JDK's, PySpark's or checkout's, long unused
     return archive
 
 
