@@ -17,7 +17,9 @@ run per partition (`feed_per_partition`): its checkpoint becomes the live job's 
 
 Each partition is recorded as done once its batches commit; a killed run started again skips the
 recorded ones, and Spark re-runs an uncommitted batch with its logged offsets. Exit codes as the
-streaming driver's: 0 done, 1 the query failed, 2 config error.
+streaming driver's: 0 done, 1 the query failed, 2 config error. With `monitoring.pushgateway_url`
+set, the run pushes its success or failure (`ops.pushgateway`, task `backfill`); a publish into the
+warehouse table pushes its own after it.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from ops.atomic import write_atomically
 from ops.driver.backfill import BackfillPlan, BackfillRun, PartitionDone, PlannedPartition
 from ops.driver.checkpoint import log_entries, sink_files
 from ops.exceptions import BackfillError, ConfigError
+from ops.pushgateway import BatchTask, push_task_outcome
 from ops.spec.job import JobSpec, load_job
 from ops.spec.paths import JobPaths
 from ops.spec.platform import PlatformConfig, load_platform
@@ -332,20 +335,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("cannot start the backfill", error=str(exc))
         return EXIT_CONFIG_ERROR
     configure_logging(job=plan.job, mode="backfill", run_id=plan.run_id)
+    started = time.monotonic()
     spark = build_session(platform, spec)
     try:
         records = run_partitions(spark, platform, run)
     except ConfigError as exc:
         log.error("cannot plan the job's query", error=str(exc))
+        push_task_outcome(platform.monitoring, BatchTask.BACKFILL, plan.job, succeeded=False)
         return EXIT_CONFIG_ERROR
     except Exception as exc:
         # The outermost loop: a failed batch, a partition that cannot be fed. What
         # completed stays recorded and a new attempt resumes after it.
         log.error("backfill failed", error_class=type(exc).__name__, error=str(exc).splitlines()[0])
+        push_task_outcome(platform.monitoring, BatchTask.BACKFILL, plan.job, succeeded=False)
         return EXIT_QUERY_FAILED
     finally:
         spark.stop()
     log.info("backfill done", partitions=len(records), output_rows=sum(r.output_rows for r in records))
+    push_task_outcome(
+        platform.monitoring,
+        BatchTask.BACKFILL,
+        plan.job,
+        succeeded=True,
+        duration_seconds=time.monotonic() - started,
+    )
     return EXIT_STOPPED
 
 

@@ -1,8 +1,11 @@
 """Batch tasks push their figures to a Prometheus Pushgateway (team deployments).
 
-A streaming driver is scraped while it runs; a batch task (a savepoint today; compaction and
-backfill once they exist) ends before any scrape would see it, so it pushes its outcome instead,
-when `monitoring.pushgateway_url` is set in platform.yaml (off in the embedded default).
+A streaming driver is scraped while it runs; a batch task ends before any scrape would see it, so
+it pushes its outcome instead, when `monitoring.pushgateway_url` is set in platform.yaml (off in
+the embedded default): a savepoint (the supervisor), a compaction (`jobs.compaction.main`) and a
+backfill (its application, `jobs.backfill`, when it fails or finishes, and its publish,
+`jobs.compaction.backfill`). This module imports nothing of the control plane at run time, so a
+backfill's Spark driver may push too.
 
 Each push goes to the group `job="streamwarden_batch_tasks", job_name=<job>, task=<task>`, so the
 Pushgateway labels every series with the streaming job (`job_name`, as the drivers label theirs)
@@ -20,14 +23,17 @@ from __future__ import annotations
 import enum
 import time
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import structlog
 from prometheus_client import CollectorRegistry, Gauge, pushadd_to_gateway
 
 from ops.driver.telemetry import JOB_LABEL
-from ops.ledger.store import SavepointRecord
 from ops.spec.job import JobSpec
 from ops.spec.platform import MonitoringConfig
+
+if TYPE_CHECKING:
+    from ops.ledger.store import SavepointRecord
 
 PUSH_GROUP_JOB = "streamwarden_batch_tasks"
 TASK_LABEL = "task"

@@ -17,7 +17,9 @@ same rows.
 A candidate's run (`--spec`) publishes nothing: its target partitions are compared with what the
 table shows for them (rows added, removed, changed), written to the run's `diff.json`.
 
-The outcome goes to the run's `published.json` (`ops.driver.backfill`). Exit codes: 0 done (a
+The outcome goes to the run's `published.json` (`ops.driver.backfill`), and with
+`monitoring.pushgateway_url` set its success or failure to the Pushgateway (`ops.pushgateway`,
+task `backfill`, as the backfill application pushes its own). Exit codes: 0 done (a
 blocked publish included: it is recorded and paged), 2 config error, 4 the table lock is held or a
 recovery of the job stayed open.
 """
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from collections.abc import Mapping, Sequence
 from functools import reduce
 from operator import and_
@@ -52,6 +55,7 @@ from ops.driver.backfill import BackfillRun
 from ops.driver.event_windows import ANY_WINDOW, Coverage
 from ops.exceptions import BackfillError, ConfigError, JobBusyError, RecoveryOpenError, WarehouseError
 from ops.ledger.store import Ledger
+from ops.pushgateway import BatchTask, push_task_outcome
 from ops.spec.job import JobSpec, find_job, load_job
 from ops.spec.paths import JobPaths
 from ops.spec.platform import PlatformConfig, load_platform
@@ -286,16 +290,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     run = BackfillRun(args.run_dir.resolve())
     configure_logging(mode="backfill")
     try:
-        document = finish_run(load_platform(), run)
+        platform = load_platform()
+        job = run.read_plan().job
+    except (ConfigError, OSError, ValueError) as exc:
+        log.error("cannot publish the backfill", error=str(exc))
+        return EXIT_CONFIG_ERROR
+    started = time.monotonic()
+    try:
+        document = finish_run(platform, run)
     except (ConfigError, WarehouseError, BackfillError, ValueError) as exc:
         log.error("cannot publish the backfill", error=str(exc))
+        push_task_outcome(platform.monitoring, BatchTask.BACKFILL, job, succeeded=False)
         return EXIT_CONFIG_ERROR
     except (JobBusyError, RecoveryOpenError) as exc:
         log.error("table busy", error=str(exc))
         return EXIT_JOB_BUSY
+    except Exception:
+        push_task_outcome(platform.monitoring, BatchTask.BACKFILL, job, succeeded=False)
+        raise
     for entry in document.get("partitions", document.get("diff", [])):
         log.info("partition", **entry)
     log.info("backfill finished", table=document["table"], status=document.get("status", "diffed"))
+    push_task_outcome(
+        platform.monitoring,
+        BatchTask.BACKFILL,
+        job,
+        succeeded=True,
+        duration_seconds=time.monotonic() - started,
+    )
     return EXIT_STOPPED
 
 

@@ -17,12 +17,18 @@ takes the operation lock, for a moment, and is left to the next night if the job
 Exit codes: 0 done (a partition blocked by its audit is reported, paged and left unpublished, and a
 job skipped for its open recovery is recorded: the run itself did its job), 2 config error, 4 the
 table lock is held by another writer.
+
+With `monitoring.pushgateway_url` set, a run that did its job pushes its success and duration, one
+that failed (an error of the job's config or the warehouse, or Spark's) its failure, which
+`StreamwardenBatchTaskFailed` alerts on; a skipped run and one that found the table locked push
+nothing (the next night runs again).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
@@ -37,6 +43,7 @@ from ops.clock import utcnow
 from ops.exceptions import ConfigError, JobBusyError, RecoveryOpenError, WarehouseError
 from ops.ledger.locks import job_lock
 from ops.ledger.store import Ledger
+from ops.pushgateway import BatchTask, push_task_outcome
 from ops.spec.job import CompactionPolicy, JobSpec, find_job
 from ops.spec.paths import JobPaths
 from ops.spec.platform import PlatformConfig, load_platform
@@ -163,6 +170,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(job=args.job, mode="compaction")
     try:
         platform = load_platform()
+    except ConfigError as exc:
+        log.error("cannot compact", error=str(exc))
+        return EXIT_CONFIG_ERROR
+    started = time.monotonic()
+    try:
         spec = find_job(args.job, platform.conf_dir)
         outcomes = run_compaction(
             platform,
@@ -177,10 +189,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_STOPPED
     except (ConfigError, WarehouseError, ValueError) as exc:
         log.error("cannot compact", error=str(exc))
+        push_task_outcome(platform.monitoring, BatchTask.COMPACTION, args.job, succeeded=False)
         return EXIT_CONFIG_ERROR
     except JobBusyError as exc:
         log.error("job busy", error=str(exc))
         return EXIT_JOB_BUSY
+    except Exception:
+        push_task_outcome(platform.monitoring, BatchTask.COMPACTION, args.job, succeeded=False)
+        raise
     for outcome in outcomes:
         log.info(
             "partition compacted",
@@ -191,6 +207,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "compaction done",
         published=sum(outcome.status == "published" for outcome in outcomes),
         blocked=sum(outcome.status == "blocked" for outcome in outcomes),
+    )
+    push_task_outcome(
+        platform.monitoring,
+        BatchTask.COMPACTION,
+        args.job,
+        succeeded=True,
+        duration_seconds=time.monotonic() - started,
     )
     return EXIT_STOPPED
 

@@ -180,7 +180,7 @@ class SparkDefaults(Model):
 
 
 class MonitoringConfig(Model):
-    # Where batch tasks (savepoints today; compaction and backfill) push their figures
+    # Where batch tasks (savepoints, compactions, backfills) push their outcomes and figures
     # (`ops.pushgateway`), e.g. http://pushgateway:9091 in the team stack; null pushes nothing.
     pushgateway_url: str | None = None
     push_timeout_seconds: float = Field(5.0, gt=0)

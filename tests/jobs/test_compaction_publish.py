@@ -4,6 +4,7 @@ on PostgreSQL."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -15,16 +16,20 @@ from pyspark.sql import SparkSession
 
 from jobs.compaction.rewrite import read_partition
 from ops.ledger.store import Ledger
+from ops.pushgateway import LAST_DURATION, LAST_FAILURE, LAST_SUCCESS, BatchTask
 from ops.spec.job import find_job
 from ops.spec.platform import PlatformConfig
 from synthetic.scenarios import router_scenario
+from tests.monitoring.servers import pushed, pushgateway
 from tests.support.drivers import edit_job
+from tests.support.secrets import configure_platform
 from tests.support.spark import run_available_now
 from tests.support.warehouse import (
     append_to_sink_log,
     compact_job,
     one_file_per_batch,
     query_table,
+    warehouse_process,
 )
 
 # Several Spark processes (driver, compactions, readers), each a cold start with the cores shared.
@@ -66,6 +71,7 @@ def committed_rows(spark: SparkSession, platform: PlatformConfig) -> Counter[tup
     return rows
 
 
+@pytest.mark.prometheus
 def test_nightly_compaction_publishes_the_committed_rows_in_target_size_files(
     spark: SparkSession, warehouse_platform: PlatformConfig, tmp_path: Path
 ) -> None:
@@ -75,7 +81,21 @@ def test_nightly_compaction_publishes_the_committed_rows_in_target_size_files(
         router_scenario(platform.landing_root, 240, seed)
     run_available_now(spark, platform, find_job("router", platform.conf_dir))
 
-    compact_job(platform, "router", "--now", LATER)
+    # With a Pushgateway configured, the run pushes its outcome, which the batch-task alert reads;
+    # one that fails (a partition the sink has not) pushes its failure after it.
+    with pushgateway(tmp_path) as gateway:
+        configure_platform(platform, "monitoring", pushgateway_url=gateway.url)
+        before = time.time()
+        compact_job(platform, "router", "--now", LATER)
+        succeeded = pushed(gateway, "router", BatchTask.COMPACTION)
+        assert succeeded.keys() == {LAST_SUCCESS, LAST_DURATION}
+        assert before <= succeeded[LAST_SUCCESS] <= time.time() and succeeded[LAST_DURATION] > 0
+        failed = warehouse_process().run_application(
+            platform, "jobs.compaction.main", ["--job", "router", "--partition", "route=none"]
+        )
+        assert failed.returncode == 2 and "lists no committed file" in failed.stderr
+        assert pushed(gateway, "router", BatchTask.COMPACTION)[LAST_FAILURE] > succeeded[LAST_SUCCESS]
+        configure_platform(platform, "monitoring", pushgateway_url=None)
 
     ledger = Ledger.open(platform.resolved_ledger_url)
     versions = ledger.partition_versions("router")

@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
+from ops.pushgateway import PUSH_GROUP_JOB
 from tests.support.ports import free_test_port
 
 PROMETHEUS = "/usr/bin/prometheus"
@@ -82,6 +85,18 @@ def pushgateway(directory: Path) -> Iterator[Server]:
     command = [PUSHGATEWAY, f"--web.listen-address=127.0.0.1:{port}", "--persistence.file="]
     with running(command, port, directory / "pushgateway.log") as server:
         yield server
+
+
+def pushed(gateway: Server, job: str, task: str) -> dict[str, float]:
+    """The series the gateway holds for the job and task, by name."""
+    wanted = {"job": PUSH_GROUP_JOB, "job_name": job, "task": task}
+    return {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(gateway.get("/metrics"))
+        for sample in family.samples
+        if all(sample.labels.get(label) == value for label, value in wanted.items())
+        and sample.name.startswith("streamwarden_")
+    }
 
 
 @contextmanager

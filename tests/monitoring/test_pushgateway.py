@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from ops.control.supervisor import Supervisor
 from ops.exceptions import SavepointError
@@ -16,7 +15,6 @@ from ops.pushgateway import (
     LAST_DURATION,
     LAST_FAILURE,
     LAST_SUCCESS,
-    PUSH_GROUP_JOB,
     SAVEPOINT_BATCH,
     SAVEPOINT_INTERVAL,
     SAVEPOINT_TOTAL_BYTES,
@@ -26,22 +24,10 @@ from ops.pushgateway import (
 )
 from ops.spec.job import find_job
 from ops.spec.platform import MonitoringConfig, PlatformConfig
-from tests.monitoring.servers import Server, pushgateway
+from tests.monitoring.servers import pushed, pushgateway
 from tests.ops.test_savepoints import write_checkpoint_batch
 from tests.support.ports import free_test_port
 from tests.support.s3 import S3Server
-
-
-def pushed(gateway: Server, job: str, task: str) -> dict[str, float]:
-    """The series the gateway holds for the job and task, by name."""
-    wanted = {"job": PUSH_GROUP_JOB, "job_name": job, "task": task}
-    return {
-        sample.name: sample.value
-        for family in text_string_to_metric_families(gateway.get("/metrics"))
-        for sample in family.samples
-        if all(sample.labels.get(label) == value for label, value in wanted.items())
-        and sample.name.startswith("streamwarden_")
-    }
 
 
 def with_gateway(platform: PlatformConfig, url: str) -> PlatformConfig:

@@ -46,6 +46,7 @@ from ops.driver.backfill import BackfillRun
 from ops.event_times import stored_span, time_key
 from ops.exceptions import BackfillError
 from ops.ledger.store import Ledger
+from ops.pushgateway import LAST_DURATION, LAST_FAILURE, LAST_SUCCESS, BatchTask
 from ops.recovery.rewind import rewind_job
 from ops.s3 import platform_client
 from ops.spec.job import JobSpec, find_job
@@ -59,8 +60,10 @@ from synthetic.scenarios import (
     sessionizer_scenario,
     write_json_lines,
 )
+from tests.monitoring.servers import pushed, pushgateway
 from tests.support.backfill import run_in_test_processes
 from tests.support.drivers import edit_job
+from tests.support.secrets import configure_platform
 from tests.support.warehouse import query_table
 
 # The arrival hours of the test input: the archive's clock, unrelated to the events' own times.
@@ -254,8 +257,9 @@ def test_a_range_not_sealed_or_not_archived_is_refused_before_anything_runs(plat
 # and warehouse readers, with the cores shared.
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
+@pytest.mark.prometheus
 def test_a_killed_backfill_resumes_without_redoing_partitions_and_a_rerun_changes_nothing(
-    spark: SparkSession, warehouse: PlatformConfig, monkeypatch: pytest.MonkeyPatch
+    spark: SparkSession, warehouse: PlatformConfig, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     platform = warehouse
     edit_job(platform, "router", router_routes("purchases"))
@@ -284,13 +288,26 @@ def test_a_killed_backfill_resumes_without_redoing_partitions_and_a_rerun_change
     first_commit = JobPaths.of(run.platform(platform), find_job("router", platform.conf_dir)).commits / "0"
     committed_at = first_commit.stat().st_mtime_ns
 
-    resumed_plan, resumed = run_backfill(platform, request, NOW)
+    # With a Pushgateway configured, each run of the application and of its publish pushes its
+    # outcome (the batch-task alert reads them): publishing the unfinished run fails and says so,
+    # and the resumed run and its publish succeed after it.
+    with pushgateway(tmp_path) as gateway:
+        configure_platform(platform, "monitoring", pushgateway_url=gateway.url)
+        with pytest.raises(BackfillError, match="has not finished"):
+            backfill_run.publish_output(platform, run, plan)
+        failed_at = pushed(gateway, "router", BatchTask.BACKFILL)[LAST_FAILURE]
+
+        resumed_plan, resumed = run_backfill(platform, request, NOW)
+        ran_at = pushed(gateway, "router", BatchTask.BACKFILL)[LAST_SUCCESS]
+        backfill_run.publish_output(platform, resumed.run, resumed_plan)
+        figures = pushed(gateway, "router", BatchTask.BACKFILL)
+        assert failed_at < ran_at < figures[LAST_SUCCESS] and figures[LAST_DURATION] > 0
+        configure_platform(platform, "monitoring", pushgateway_url=None)
 
     assert resumed_plan.run_id == plan.run_id
     assert {index: resumed.partitions[index] for index in first} == first  # not run again
     assert first_commit.stat().st_mtime_ns == committed_at
     resumed_rows = spark.read.parquet(str(resumed.sink)).collect()
-    backfill_run.publish_output(platform, resumed.run, resumed_plan)
     after_resume = published_rows(platform)
     # An uninterrupted run of the same range, published: the same rows, the same table. Its
     # processes are not the subject (the resumed run's were): it runs in the test's processes.
