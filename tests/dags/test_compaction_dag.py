@@ -21,9 +21,9 @@ from ops.warehouse.sinklog import NULL_PARTITION, sink_partitions
 from synthetic.scenarios import router_scenario, sessionizer_scenario
 from tests.support.drivers import edit_job
 from tests.support.spark import run_available_now
-from tests.support.warehouse import one_file_per_batch, query_table
+from tests.support.warehouse import driver_available_now, one_file_per_batch, query_table
 
-# Several Spark processes (the compactions, the warehouse's reader), each a cold start with the cores shared.
+# Several Spark processes (driver, compactions, readers), each a cold start with the cores shared.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 DAGS = Path(__file__).resolve().parents[2] / "dags"
 NIGHT = datetime(2026, 11, 20, 2, tzinfo=UTC)
@@ -51,8 +51,8 @@ def test_nightly_dags_compact_the_router_and_the_sessionizer(
     for seed in (1, 2):
         router_scenario(platform.landing_root, 240, seed)
     sessionizer_scenario(platform.landing_root, 240, 1)
-    for job in ("router", "sessionizer"):
-        run_available_now(spark, platform, find_job(job, platform.conf_dir))
+    driver_available_now(platform, "router")
+    run_available_now(spark, platform, find_job("sessionizer", platform.conf_dir))
 
     bag = DagBag(dag_folder=str(DAGS))
     ledger = Ledger.open(platform.resolved_ledger_url)

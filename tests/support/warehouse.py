@@ -110,6 +110,14 @@ def compact_job(platform: PlatformConfig, job: str, *args: str) -> subprocess.Co
     return result
 
 
+def driver_available_now(platform: PlatformConfig, job: str) -> None:
+    """The job's driver process over the landing files present (`--available-now`), until it has
+    read them. Where the process is not the subject, `tests.support.spark.run_available_now` runs
+    the same query in the test's session."""
+    result = run_module(platform, "jobs.runner", ["--job", job, "--run-id", f"{job}-fill", "--available-now"])
+    assert result.returncode == 0, result.stderr[-6000:]
+
+
 def one_file_per_batch(spec: dict[str, Any]) -> None:
     """A job spec edit: many small batches (one landing file each), and compaction turned on."""
     spec["operations"]["trigger"] = {"interval_seconds": 1, "max_files_per_trigger": 1}
