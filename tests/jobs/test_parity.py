@@ -9,7 +9,9 @@ opened, and the batch side reads the scenario's files only (a copy taken before 
 
 Late events make the two differ by exactly what the stream sends to its `late` output: for every
 kind with a late writer in `synthetic.scenarios`, events written behind the stream's watermark are all
-in `late`, and the stream's other rows are the batch rows of the files without them.
+in `late`, and the stream's other rows are the batch rows of the files without them. That test
+holds the plain agreement too (an on-time row sent to `late` or missing fails it), so the plain one
+runs for the jobs without a late writer only: every job is covered once.
 """
 
 from __future__ import annotations
@@ -31,11 +33,11 @@ from ops.spec.platform import PlatformConfig
 from synthetic.scenarios import SCENARIOS, Scenario
 from tests.support.spark import run_available_now
 
-JOBS = sorted(load_jobs().specs)
 # The jobs whose sink has a `late` output: their kind's scenario can write late events.
 LATE_JOBS = sorted(
     name for name, spec in load_jobs().specs.items() if SCENARIOS[spec.pipeline.kind].late is not None
 )
+ON_TIME_JOBS = sorted(set(load_jobs().specs) - set(LATE_JOBS))
 
 
 def write_scenario(
@@ -55,7 +57,7 @@ def write_scenario(
     return spec, scenario, batch_landing
 
 
-@pytest.mark.parametrize("job", JOBS)
+@pytest.mark.parametrize("job", ON_TIME_JOBS)
 def test_streaming_and_batch_runners_agree(
     job: str, spark: SparkSession, platform_conf: PlatformConfig
 ) -> None:
