@@ -18,9 +18,9 @@ class Liveness(Protocol):
     def is_alive(self, run: RunRecord) -> bool: ...
 
 
-class ControlLoop(Protocol):
-    """The platform, ledger and launch backend of the loop, and its two calls for an operation:
-    record it for the loop to carry out, and run the loop's passes until it is closed."""
+class LoopServices(Protocol):
+    """The platform, ledger and launch backend of the loop: what a check of a recovery reads
+    (`ops.recovery.rewind.preflight`, which the loop's steps run too)."""
 
     @property
     def platform(self) -> PlatformConfig: ...
@@ -30,6 +30,11 @@ class ControlLoop(Protocol):
 
     @property
     def backend(self) -> Liveness: ...
+
+
+class ControlLoop(LoopServices, Protocol):
+    """The loop's services and its two calls for an operation: record it for the loop to carry
+    out, and run the loop's passes until it is closed."""
 
     def start_operation(
         self, job: str, kind: str, reason: str, inputs: Mapping[str, Any], **facts: Any

@@ -56,7 +56,7 @@ from ops.driver.checkpoint import (
 from ops.exceptions import ArchiveError, OperationInProgressError, RewindError, SavepointError
 from ops.ledger.locks import job_lock, table_lock
 from ops.ledger.store import Ledger, OperationRecord, SavepointRecord
-from ops.recovery.loop import ControlLoop
+from ops.recovery.loop import ControlLoop, LoopServices
 from ops.recovery.refusals import Cause, Refusal, RewindRefused, record_refusal, refusal_text
 from ops.savepoints.store import STATUS_COMPLETE, STATUS_SUPERSEDED, fetch_savepoint
 from ops.spec.job import find_job
@@ -515,7 +515,7 @@ class Preflight:
 
 
 def preflight(
-    supervisor: ControlLoop,
+    supervisor: LoopServices,
     job: str,
     kind: str,
     *,

@@ -285,11 +285,11 @@ def test_a_supervisor_killed_between_stop_and_relaunch_is_finished_by_the_next_p
     class Killed(BaseException):
         pass
 
-    def killed(view: object) -> str:
+    def killed(control: object, view: object) -> str:
         raise Killed
 
-    monkeypatch.setattr(supervisor, "_take_over", killed)
-    with pytest.raises(Killed):
+    with monkeypatch.context() as patched, pytest.raises(Killed):
+        patched.setattr("ops.control.supervisor.take_over", killed)
         supervisor.reconcile(JOB)
     assert ledger.runs(JOB)[0].exit_reason == "stopped: rescale" and ledger.current_run(JOB) is None
     # The process that stopped the driver is gone; another one (the DAG's next task) carries on
