@@ -11,6 +11,19 @@ from ops.spec.analysis import run_analysis, unanalysed, with_verdicts
 from ops.spec.job import load_jobs
 
 
+def config_invalid(job: str, reason: str, run_url: str | None) -> Alert:
+    """The page for a job file that does not validate (the last valid one stays in force)."""
+    return Alert(
+        job=job,
+        kind="config_invalid",
+        severity="critical",
+        state="INVALID",
+        reason=reason,
+        last_batch=None,
+        run_url=run_url,
+    )
+
+
 def analyse_job_files(control: Control) -> list[str]:
     """Run Spark's analyzer on the job files whose current version has no verdict yet (one
     local Spark session for all of them, none when every version has one); a line per job."""
@@ -36,17 +49,7 @@ def check_job_files(control: Control) -> list[str]:
         # A driver that already refused this version paged `spec_rejected`: one page per cause.
         rejected_by_driver = job in parsed.specs and "spec_rejected" in open_kinds
         if "config_invalid" not in open_kinds and not rejected_by_driver:
-            alerts.raise_alert(
-                Alert(
-                    job=job,
-                    kind="config_invalid",
-                    severity="critical",
-                    state="INVALID",
-                    reason=str(error),
-                    last_batch=None,
-                    run_url=None,
-                )
-            )
+            alerts.raise_alert(config_invalid(job, str(error), None))
     # A job can have a valid file and a refused one (router.yaml and router.yml): still invalid.
     invalid = {path.stem for path in loaded.errors}
     for name in set(loaded.specs) - invalid:

@@ -166,17 +166,7 @@ class Supervisor:
         if self.ledger.job(job) is not None:
             self.ledger.update_job(job, state_reason=f"spec invalid: {error}")
         if "config_invalid" not in {a.kind for a in self.alerts.open_incidents(job)}:
-            self.alerts.raise_alert(
-                Alert(
-                    job=job,
-                    kind="config_invalid",
-                    severity="critical",
-                    state="INVALID",
-                    reason=str(error),
-                    last_batch=None,
-                    run_url=run_url,
-                )
-            )
+            self.alerts.raise_alert(housekeeping.config_invalid(job, str(error), run_url))
         self.alerts.deliver_due()
         return PassSummary(job, "INVALID", str(error), ())
 

@@ -110,6 +110,16 @@ def scale_up_opened(
     return first
 
 
+def standby_launched(
+    supervisor: Supervisor, platform: PlatformConfig, backend: FakeBackend, clock: FakeClock
+) -> FakeDriver:
+    """`scale_up_opened`, then the pass that launches the new scale's standby; the first driver."""
+    first = scale_up_opened(supervisor, platform, backend, clock)
+    clock.advance(1)
+    assert supervisor.reconcile(JOB).actions[0].startswith("launch_standby")
+    return first
+
+
 def actions(ledger: Ledger) -> list[str]:
     return [decision.action for decision in reversed(ledger.decisions(JOB, limit=200))]
 
@@ -552,9 +562,7 @@ def test_a_scale_up_no_longer_needed_when_its_standby_is_ready_is_dropped(
     fake_backend: FakeBackend,
     fake_clock: FakeClock,
 ) -> None:
-    first = scale_up_opened(supervisor, platform_conf, fake_backend, fake_clock)
-    fake_clock.advance(1)
-    assert supervisor.reconcile(JOB).actions[0].startswith("launch_standby")
+    first = standby_launched(supervisor, platform_conf, fake_backend, fake_clock)
     # The burst is over before the stop: the newest window is light, one core is plenty.
     fake_backend.commit(JOB, 10, **LIGHT)
     fake_clock.advance(1)
@@ -574,9 +582,7 @@ def test_a_scale_up_is_kept_while_the_backlog_grows_whatever_the_newest_sizing_s
     fake_backend: FakeBackend,
     fake_clock: FakeClock,
 ) -> None:
-    first = scale_up_opened(supervisor, platform_conf, fake_backend, fake_clock)
-    fake_clock.advance(1)
-    assert supervisor.reconcile(JOB).actions[0].startswith("launch_standby")
+    first = standby_launched(supervisor, platform_conf, fake_backend, fake_clock)
     # A busy machine's noise: the bigger batches took no longer, which fits as no per-row work and
     # sizes the job at one core; but the backlog grows a file (of 200 rows) a batch, so the
     # scale-up goes on.
