@@ -13,7 +13,6 @@ from ops.control.policy.view import JobView, Plan, rescale_needs_standby, rescal
 from ops.ledger.store import StandbyRecord
 from ops.states import FAILURE, Desired, Lifecycle
 
-
 # Lifecycle states in which the active driver is past its start: a standby may start beside it.
 _STANDBY_LAUNCH_STATES = (Lifecycle.RUNNING, Lifecycle.DEGRADED)
 # Lifecycle states in which no driver is to run: a standby is retired.
