@@ -58,7 +58,7 @@ from ops.control.supervisor import Supervisor, stop_all_jobs
 from ops.driver.checkpoint import log_entries
 from ops.driver.telemetry import Heartbeat
 from ops.embedded.cluster import SparkCluster
-from ops.ledger.store import RunRecord
+from ops.ledger.records import RunRecord
 from ops.ports import free_loopback_port, port_is_free
 from ops.spec.job import find_job
 from ops.spec.paths import JobPaths

@@ -36,7 +36,8 @@ import yaml
 from ops.clock import utcnow
 from ops.driver.history import ProgressHistory, write_history
 from ops.driver.telemetry import BatchSample, Heartbeat, write_heartbeat
-from ops.ledger.store import Ledger, alerts_table, decisions_table, runs_table, savepoints_table
+from ops.ledger.schema import alerts_table, decisions_table, runs_table, savepoints_table
+from ops.ledger.store import Ledger
 from ops.spec.platform import CONF_DIR_ENV, DEFAULT_CONF_DIR, load_platform
 
 REPO = Path(__file__).resolve().parents[1]

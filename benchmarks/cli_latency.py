@@ -43,7 +43,8 @@ import yaml
 
 from ops.clock import utcnow
 from ops.driver.telemetry import BatchSample, Heartbeat, write_heartbeat
-from ops.ledger.store import Ledger, RunRecord
+from ops.ledger.records import RunRecord
+from ops.ledger.store import Ledger
 from ops.spec.job import load_jobs
 from ops.spec.paths import JobPaths
 from ops.spec.platform import CONF_DIR_ENV, DEFAULT_CONF_DIR, PlatformConfig, load_platform

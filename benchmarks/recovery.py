@@ -43,7 +43,8 @@ from ops.control.supervisor import Supervisor, stop_all_jobs
 from ops.driver.takeover import read_standby_status
 from ops.driver.telemetry import Heartbeat, read_heartbeat
 from ops.embedded import platform as embedded
-from ops.ledger.store import DecisionRecord, Ledger, RunRecord, StandbyRecord
+from ops.ledger.records import DecisionRecord, RunRecord, StandbyRecord
+from ops.ledger.store import Ledger
 from ops.ports import free_loopback_port
 from ops.spec.job import find_job
 from ops.spec.paths import JobPaths

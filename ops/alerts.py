@@ -48,7 +48,8 @@ import structlog
 
 from ops.clock import utcnow
 from ops.exceptions import AlertDeliveryError, SecretNotFoundError
-from ops.ledger.store import AlertRecord, Ledger
+from ops.ledger.records import AlertRecord
+from ops.ledger.store import Ledger
 from ops.secrets import MASK, lookup_secret
 from ops.spec.job import AlertRouting
 from ops.spec.platform import SlackConfig

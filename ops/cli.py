@@ -79,7 +79,9 @@ from ops.control.scaling import cores_label, run_scale
 from ops.driver.preview import read_preview
 from ops.driver.takeover import read_standby_status
 from ops.exceptions import ConfigError, WardenError
-from ops.ledger.store import SCHEMA_REVISION, JobRecord, Ledger, RunRecord
+from ops.ledger.records import JobRecord, RunRecord
+from ops.ledger.schema import SCHEMA_REVISION
+from ops.ledger.store import Ledger
 from ops.ports import port_holder
 from ops.spec.analysis import read_verdict, run_analysis, with_verdicts
 from ops.spec.job import METRICS_PORT_FIELD, JobSpec, find_job, job_file, load_jobs, metrics_port_in_use

@@ -33,7 +33,7 @@ from ops.spec.job import JobSpec
 from ops.spec.platform import MonitoringConfig
 
 if TYPE_CHECKING:
-    from ops.ledger.store import SavepointRecord
+    from ops.ledger.records import SavepointRecord
 
 PUSH_GROUP_JOB = "streamwarden_batch_tasks"
 TASK_LABEL = "task"

@@ -27,7 +27,8 @@ from botocore.client import BaseClient
 from ops.driver.backfill import BackfillRun
 from ops.driver.checkpoint import local_path, log_entries, write_log_entry
 from ops.exceptions import BackfillError
-from ops.ledger.store import Ledger, SavepointRecord
+from ops.ledger.records import SavepointRecord
+from ops.ledger.store import Ledger
 from ops.savepoints.store import take_savepoint
 from ops.spec.job import find_job
 from ops.spec.paths import JobPaths

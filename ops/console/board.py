@@ -28,15 +28,9 @@ from ops.driver.history import MinuteRates, ProgressHistory, rates_since, read_h
 from ops.driver.preview import load_preview_file, preview_path, preview_rows
 from ops.driver.telemetry import Heartbeat, read_heartbeat
 from ops.exceptions import ConfigError, StateReadError
-from ops.ledger.store import (
-    DecisionRecord,
-    JobRecord,
-    Ledger,
-    SavepointRecord,
-    alerts_table,
-    runs_table,
-    savepoints_table,
-)
+from ops.ledger.records import DecisionRecord, JobRecord, SavepointRecord
+from ops.ledger.schema import alerts_table, runs_table, savepoints_table
+from ops.ledger.store import Ledger
 from ops.spec.job import JobSpec, job_file, job_files, load_job
 from ops.spec.paths import HEARTBEAT_FILE, JobPaths
 from ops.spec.platform import PlatformConfig

@@ -10,7 +10,7 @@ from dataclasses import replace
 from ops.control.context import Control
 from ops.control.sink_cleanup import clean_sink
 from ops.exceptions import LaunchError, LedgerError
-from ops.ledger.store import RunRecord
+from ops.ledger.records import RunRecord
 from ops.spec.job import JobSpec
 from ops.states import FAILURE
 

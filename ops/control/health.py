@@ -20,7 +20,8 @@ from ops.control.launcher import LaunchBackend
 from ops.driver.checkpoint import landing_backlog
 from ops.driver.liveness import Liveness, read_liveness
 from ops.driver.telemetry import Heartbeat, read_heartbeat
-from ops.ledger.store import Ledger, RunRecord
+from ops.ledger.records import RunRecord
+from ops.ledger.store import Ledger
 from ops.ports import port_is_free
 from ops.spec.job import HealthThresholds, JobSpec, Operations
 from ops.spec.paths import JobPaths

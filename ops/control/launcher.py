@@ -33,7 +33,7 @@ from typing import Protocol
 import psutil
 
 from ops.exceptions import LaunchError
-from ops.ledger.store import RunRecord
+from ops.ledger.records import RunRecord
 from ops.spec.job import JobSpec
 from ops.spec.paths import JobPaths
 from ops.spec.platform import CONF_DIR_ENV, PlatformConfig, load_platform

@@ -13,7 +13,7 @@ from ops.control.policy import JobView, RecoveryProgress, StandbyView, TakeSavep
 from ops.control.scaling import observe_scaling
 from ops.driver.checkpoint import log_entries
 from ops.driver.takeover import read_standby_status
-from ops.ledger.store import OperationRecord, RunRecord
+from ops.ledger.records import OperationRecord, RunRecord
 from ops.spec.job import JobSpec
 from ops.spec.paths import JobPaths
 from ops.states import Desired, Lifecycle, OperationKind

@@ -14,7 +14,7 @@ from ops.control.context import Control
 from ops.control.scaling import desired_scale
 from ops.exceptions import ConfigError, OperationInProgressError, WardenError
 from ops.ledger.locks import job_lock
-from ops.ledger.store import JobRecord, OperationRecord
+from ops.ledger.records import JobRecord, OperationRecord
 from ops.spec.job import JobSpec, find_job, job_file
 from ops.states import Desired, Lifecycle, OperationKind, Step
 

@@ -8,7 +8,7 @@ from ops.control.context import Control
 from ops.control.policy import JobView, Rescale
 from ops.control.scaling import RESCALED, Scale
 from ops.control.standbys import retire
-from ops.ledger.store import OperationRecord
+from ops.ledger.records import OperationRecord
 from ops.states import OperationKind, Step
 
 

@@ -21,7 +21,7 @@ from ops.control.context import Control
 from ops.control.policy import TakeSavepoint
 from ops.exceptions import JobBusyError, SavepointError
 from ops.ledger.locks import job_lock
-from ops.ledger.store import SavepointRecord
+from ops.ledger.records import SavepointRecord
 from ops.pushgateway import BatchTask, push_savepoint, push_task_outcome
 from ops.spec.job import JobSpec, find_job, load_jobs
 

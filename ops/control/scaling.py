@@ -24,7 +24,8 @@ from pathlib import Path
 
 from ops.control.autoscaler import LastRescale, LoadWindow
 from ops.driver.telemetry import Heartbeat
-from ops.ledger.store import DecisionRecord, JobRecord, Ledger, OperationRecord, RunRecord
+from ops.ledger.records import DecisionRecord, JobRecord, OperationRecord, RunRecord
+from ops.ledger.store import Ledger
 from ops.spec.job import JobSpec
 from ops.states import OperationKind
 

@@ -16,7 +16,7 @@ from ops.control.policy import JobView
 from ops.control.sink_cleanup import clean_sink
 from ops.driver.takeover import Grant, checkpoint_lock_holder, write_grant
 from ops.exceptions import TakeOverRefused
-from ops.ledger.store import StandbyRecord
+from ops.ledger.records import StandbyRecord
 from ops.spec.job import JobSpec
 from ops.spec.paths import JobPaths
 

@@ -24,7 +24,7 @@ from ops.control.rescale import rescale_outcome
 from ops.control.savepointing import find_savepoint
 from ops.control.scaling import run_scale
 from ops.exceptions import ConfigError, LaunchError, SavepointError, UpgradeError
-from ops.ledger.store import OperationRecord
+from ops.ledger.records import OperationRecord
 from ops.spec.job import find_job
 from ops.states import Desired, Lifecycle, OperationKind, Result
 

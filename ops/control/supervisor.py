@@ -81,7 +81,8 @@ from ops.control.steps import (
 )
 from ops.exceptions import ConfigError, WardenError
 from ops.ledger.locks import job_lock
-from ops.ledger.store import Ledger, OperationRecord
+from ops.ledger.records import OperationRecord
+from ops.ledger.store import Ledger
 from ops.spec.analysis import find_valid_job
 from ops.spec.job import JobSpec, find_job, load_jobs
 from ops.spec.platform import PlatformConfig

@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from ops.ledger.store import Ledger, OperationRecord, RunRecord
+from ops.ledger.records import OperationRecord, RunRecord
+from ops.ledger.store import Ledger
 from ops.spec.platform import PlatformConfig
 
 

@@ -55,7 +55,8 @@ from ops.driver.checkpoint import (
 )
 from ops.exceptions import ArchiveError, OperationInProgressError, RewindError, SavepointError
 from ops.ledger.locks import job_lock, table_lock
-from ops.ledger.store import Ledger, OperationRecord, SavepointRecord
+from ops.ledger.records import OperationRecord, SavepointRecord
+from ops.ledger.store import Ledger
 from ops.recovery.loop import ControlLoop, LoopServices
 from ops.recovery.refusals import Cause, Refusal, RewindRefused, record_refusal, refusal_text
 from ops.savepoints.store import STATUS_COMPLETE, STATUS_SUPERSEDED, fetch_savepoint

@@ -38,7 +38,7 @@ from ops.atomic import write_atomically
 from ops.driver.checkpoint import write_log_entry
 from ops.driver.telemetry import read_heartbeat
 from ops.exceptions import ConfigError, OperationInProgressError, UpgradeError
-from ops.ledger.store import SavepointRecord
+from ops.ledger.records import SavepointRecord
 from ops.ports import free_loopback_port
 from ops.recovery.loop import ControlLoop
 from ops.recovery.refusals import Cause, Refusal, record_refusal

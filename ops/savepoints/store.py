@@ -37,7 +37,8 @@ from botocore.client import BaseClient
 from ops import progress
 from ops.driver.checkpoint import log_entries, read_offsets, source_log_offset
 from ops.exceptions import SavepointError
-from ops.ledger.store import Ledger, SavepointRecord
+from ops.ledger.records import SavepointRecord
+from ops.ledger.store import Ledger
 from ops.s3 import file_digest, list_objects, platform_client, s3_errors
 from ops.spec.job import JobSpec
 from ops.spec.paths import JobPaths

@@ -39,7 +39,8 @@ from typing import TYPE_CHECKING, Any
 
 from ops.clock import utcnow
 from ops.exceptions import WarehouseError
-from ops.ledger.store import Ledger, PartitionVersionRecord
+from ops.ledger.records import PartitionVersionRecord
+from ops.ledger.store import Ledger
 from ops.spec.platform import PlatformConfig
 
 if TYPE_CHECKING:

@@ -20,7 +20,8 @@ from ops.backfill.submit import application_file
 from ops.clock import utcnow
 from ops.control.supervisor import Supervisor
 from ops.exceptions import ConfigError, LedgerError
-from ops.ledger.store import SCHEMA_REVISION, Ledger, schema_revision
+from ops.ledger.schema import SCHEMA_REVISION, schema_revision
+from ops.ledger.store import Ledger
 from ops.prometheus_targets import refresh_scrape_targets
 from ops.spec.analysis import with_verdicts
 from ops.spec.job import CompactionPolicy, JobLoadResult, RestatementSchedule, load_jobs

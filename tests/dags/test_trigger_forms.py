@@ -11,7 +11,8 @@ import pytest
 from airflow.dag_processing.dagbag import DagBag
 from airflow.sdk.exceptions import ParamValidationError
 
-from ops.ledger.store import Ledger, SavepointRecord
+from ops.ledger.records import SavepointRecord
+from ops.ledger.store import Ledger
 from ops.spec.job import load_jobs
 from ops.spec.platform import PlatformConfig
 

@@ -23,7 +23,7 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from ops.ledger.store import SCHEMA_REVISION, schema_revision
+from ops.ledger.schema import SCHEMA_REVISION, schema_revision
 from ops.spec.platform import load_platform
 from tests.deploy.test_compose import EXAMPLE_ENV, REPO, run_compose
 

@@ -17,7 +17,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from jobs.compaction.main import warehouse_table
-from ops.ledger.store import Ledger, PartitionVersionRecord
+from ops.ledger.records import PartitionVersionRecord
+from ops.ledger.store import Ledger
 from ops.spec.job import find_job
 from ops.spec.platform import CONF_DIR_ENV, PlatformConfig
 from ops.warehouse.sinklog import sink_partitions

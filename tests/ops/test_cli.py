@@ -12,7 +12,8 @@ import pytest
 import sqlalchemy as sa
 
 from ops.cli import main
-from ops.ledger.store import SCHEMA_REVISION, Ledger, schema_revision
+from ops.ledger.schema import SCHEMA_REVISION, schema_revision
+from ops.ledger.store import Ledger
 from ops.spec.job import find_job, job_file
 from ops.spec.platform import PlatformConfig
 from tests.support.drivers import wait_for

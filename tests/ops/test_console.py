@@ -17,7 +17,8 @@ from ops.console.board import Console, as_json
 from ops.console.diagnosis import diagnose, master_cores
 from ops.driver.history import HISTORY_BATCHES, ProgressHistory, read_history, read_rates, write_history
 from ops.driver.telemetry import BatchSample, Heartbeat, write_heartbeat
-from ops.ledger.store import Ledger, RunRecord, SavepointRecord
+from ops.ledger.records import RunRecord, SavepointRecord
+from ops.ledger.store import Ledger
 from ops.spec.job import JobSpec, find_job
 from ops.spec.platform import PlatformConfig
 from tests.support.platform import job_paths

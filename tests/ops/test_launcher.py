@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ops.control.launcher import LocalProcessBackend, _process_start_ticks
-from ops.ledger.store import RunRecord
+from ops.ledger.records import RunRecord
 from ops.spec.platform import PlatformConfig
 
 

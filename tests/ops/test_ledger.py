@@ -17,14 +17,9 @@ from alembic.script import ScriptDirectory
 
 from ops.embedded.services import EmbeddedPostgres
 from ops.exceptions import ConfigError, LedgerError
-from ops.ledger.store import (
-    MIGRATIONS_DIR,
-    SCHEMA_REVISION,
-    Ledger,
-    RunRecord,
-    SavepointRecord,
-    schema_revision,
-)
+from ops.ledger.records import RunRecord, SavepointRecord
+from ops.ledger.schema import MIGRATIONS_DIR, SCHEMA_REVISION, schema_revision
+from ops.ledger.store import Ledger
 from ops.spec.platform import LEDGER_URL_ENV, PlatformConfig, load_platform
 from tests.support.platform import on_both_ledgers
 from tests.support.ports import free_test_port

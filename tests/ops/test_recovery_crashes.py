@@ -28,7 +28,8 @@ from jobs.router.transform import read_route
 from ops.control.supervisor import Supervisor, stop_all_jobs
 from ops.driver.checkpoint import sink_files
 from ops.driver.replay import pending_replay
-from ops.ledger.store import Ledger, OperationRecord, SavepointRecord
+from ops.ledger.records import OperationRecord, SavepointRecord
+from ops.ledger.store import Ledger
 from ops.recovery import rewind as rewind_module
 from ops.recovery.upgrade import dry_runs_dir
 from ops.savepoints.store import take_savepoint

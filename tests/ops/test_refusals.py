@@ -25,7 +25,8 @@ import ops.ledger.store as ledger_module
 from ops.alerts import AlertCenter
 from ops.control.supervisor import Supervisor
 from ops.exceptions import RewindError, WardenError
-from ops.ledger.store import Ledger, SavepointRecord
+from ops.ledger.records import SavepointRecord
+from ops.ledger.store import Ledger
 from ops.recovery.restate import restate
 from ops.recovery.rewind import rewind
 from ops.s3 import s3_client

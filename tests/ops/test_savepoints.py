@@ -28,7 +28,8 @@ from pyspark.sql import functions as F
 from jobs.runtime import ROCKSDB_PROVIDER
 from ops.control.supervisor import Supervisor, stop_all_jobs
 from ops.exceptions import SavepointError
-from ops.ledger.store import Ledger, SavepointRecord
+from ops.ledger.records import SavepointRecord
+from ops.ledger.store import Ledger
 from ops.savepoints.store import apply_retention, read_manifest, take_savepoint
 from ops.spec.job import find_job
 from ops.spec.platform import CONF_DIR_ENV, PlatformConfig

@@ -41,7 +41,8 @@ from ops.driver.takeover import (
 )
 from ops.driver.telemetry import read_heartbeat
 from ops.exceptions import ConfigError
-from ops.ledger.store import Ledger, StandbyRecord
+from ops.ledger.records import StandbyRecord
+from ops.ledger.store import Ledger
 from ops.spec.job import find_job, load_job
 from ops.spec.platform import PlatformConfig, load_platform
 from synthetic.generator import write_batch

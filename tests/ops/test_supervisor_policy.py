@@ -35,7 +35,7 @@ from ops.control.policy import (
 )
 from ops.driver.liveness import Liveness, Phase
 from ops.driver.telemetry import BatchSample, Heartbeat
-from ops.ledger.store import JobRecord, OperationRecord, RunRecord
+from ops.ledger.records import JobRecord, OperationRecord, RunRecord
 from ops.spec.job import JobSpec, SavepointPolicy, find_job
 from ops.spec.platform import DEFAULT_CONF_DIR
 from ops.states import CONFIG_FAILURE, FAILURE, Lifecycle, Result, Step

@@ -25,7 +25,8 @@ from ops.control.launcher import LaunchedDriver, _process_start_ticks
 from ops.control.supervisor import Supervisor
 from ops.embedded.services import EmbeddedPostgres
 from ops.exceptions import LedgerError
-from ops.ledger.store import Ledger, RunRecord
+from ops.ledger.records import RunRecord
+from ops.ledger.store import Ledger
 from ops.spec.job import JobSpec
 from ops.spec.platform import CONF_DIR_ENV, DEFAULT_CONF_DIR, LEDGER_URL_ENV, PlatformConfig, load_platform
 from tests.support.platform import write_conf

@@ -35,7 +35,7 @@ from ops.driver.telemetry import (
     write_heartbeat,
 )
 from ops.exceptions import LaunchError
-from ops.ledger.store import RunRecord
+from ops.ledger.records import RunRecord
 from ops.spec.job import JobSpec
 from ops.spec.paths import JobPaths
 from ops.spec.platform import PlatformConfig, load_platform

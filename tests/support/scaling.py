@@ -14,7 +14,8 @@ from pyspark.testing import assertDataFrameEqual
 
 from jobs.batch import batch_rows
 from ops.control.supervisor import Supervisor
-from ops.ledger.store import DecisionRecord, Ledger, OperationRecord
+from ops.ledger.records import DecisionRecord, OperationRecord
+from ops.ledger.store import Ledger
 from ops.spec.job import find_job
 from ops.spec.platform import PlatformConfig
 from synthetic.generator import FileLoad

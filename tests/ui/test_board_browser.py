@@ -16,7 +16,8 @@ import pytest
 
 from ops.clock import utcnow
 from ops.console.board import Console, as_json
-from ops.ledger.store import Ledger, SavepointRecord
+from ops.ledger.records import SavepointRecord
+from ops.ledger.store import Ledger
 from ops.spec.platform import PlatformConfig
 from tests.support.browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS
 

@@ -97,7 +97,7 @@ from ops.control.policy.rescaling import rescaling, standby_ready_bound, with_sc
 from ops.control.policy.restart import backoff_seconds, restart_streak, savepoint_due, supervising
 from ops.control.policy.standby import STANDBY_GONE, with_standby
 from ops.control.policy.view import JobView, Plan, RecoveryProgress, StandbyView
-from ops.ledger.store import OperationRecord
+from ops.ledger.records import OperationRecord
 from ops.states import OperationKind
 
 __all__ = [

@@ -22,7 +22,7 @@ from ops.control.policy.actions import (
 )
 from ops.control.policy.restart import supervising
 from ops.control.policy.view import JobView, Plan, stop_for_operation, without_savepoints
-from ops.ledger.store import OperationRecord
+from ops.ledger.records import OperationRecord
 from ops.states import Lifecycle, OperationKind, Result, Step
 
 # A dry run replays one batch; a driver still at it after this long is stopped and refused.

@@ -21,7 +21,7 @@ from ops.control.policy.view import (
     without_savepoints,
 )
 from ops.control.scaling import Scale, ScalingView, desired_scale, rescale_applied, run_scale
-from ops.ledger.store import OperationRecord
+from ops.ledger.records import OperationRecord
 from ops.states import Desired, Lifecycle, Result, Step
 
 

@@ -20,7 +20,7 @@ from ops.control.policy.actions import (
     TakeSavepoint,
 )
 from ops.control.policy.view import JobView, Plan, standby_usable
-from ops.ledger.store import RunRecord
+from ops.ledger.records import RunRecord
 from ops.spec.job import METRICS_PORT_IN_USE, RestartPolicy, metrics_port_in_use
 from ops.states import CONFIG_FAILURE, FAILURE, Desired, Lifecycle
 

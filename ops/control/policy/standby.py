@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from ops.control.policy.actions import Launch, LaunchStandby, RetireStandby, TakeOver
 from ops.control.policy.restart import backoff_seconds
 from ops.control.policy.view import JobView, Plan, rescale_needs_standby, rescale_open, standby_usable
-from ops.ledger.store import StandbyRecord
+from ops.ledger.records import StandbyRecord
 from ops.states import FAILURE, Desired, Lifecycle
 
 # Lifecycle states in which the active driver is past its start: a standby may start beside it.

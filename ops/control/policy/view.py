@@ -12,7 +12,7 @@ from ops.control.autoscaler import ScalingDecision
 from ops.control.health import Assessment, Observation
 from ops.control.policy.actions import Action, CloseRun, StopDriver, TakeSavepoint
 from ops.control.scaling import Scale, ScalingView, run_scale
-from ops.ledger.store import JobRecord, OperationRecord, RunRecord, StandbyRecord
+from ops.ledger.records import JobRecord, OperationRecord, RunRecord, StandbyRecord
 from ops.spec.job import JobSpec
 from ops.states import Lifecycle, OperationKind, Step
 
