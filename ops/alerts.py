@@ -329,6 +329,12 @@ class DeliveryReport:
         return f"{len(self.sent)} sent, {len(self.logged)} logged, {len(self.failed)} failed{waiting}"
 
 
+def is_open_incident(newest: AlertRecord) -> bool:
+    """Whether the newest outbox row of a dedup key leaves its incident open: not a resolution,
+    and not an info notice (those open none)."""
+    return newest.kind != RESOLVED_KIND and not newest.dedup_key.startswith(NOTICE_KEY_PREFIX)
+
+
 def slack_message(record: AlertRecord) -> dict[str, Any]:
     """The webhook body of an outbox row, an alert or a resolution, naming its incident and sequence
     (a notice belongs to no incident)."""
@@ -387,7 +393,7 @@ class AlertCenter:
         """The job's open incidents, oldest first."""
         incidents = []
         for record in self.ledger.newest_alerts(job):
-            if record.kind == RESOLVED_KIND or record.dedup_key.startswith(NOTICE_KEY_PREFIX):
+            if not is_open_incident(record):
                 continue
             ref = MessageRef.of(record)
             incidents.append(

@@ -4,7 +4,8 @@ warden validate [--no-analysis] check platform.yaml (the metastore's JDBC driver
                                 job file, their Spark SQL through Spark's analyzer (exit 1 if any
                                 is invalid)
 warden status                   one row per job: state, last batch, rates, backlog, cores, the
-                                autoscaler's recommendation, restarts, standby, last alert
+                                autoscaler's recommendation, restarts, open alerts, standby, last
+                                alert (state, restarts and open alerts as the job board shows them)
 warden migrate                  create or upgrade the ledger's schema (the team stack runs it first)
 warden decisions JOB [--limit N | --all]
                                 the supervisor's decisions for a job, newest first: the newest 30
@@ -68,11 +69,12 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ops.clock import utcnow
+from ops.console.status import job_statuses
 from ops.control.health import observe
 from ops.control.launcher import LocalProcessBackend, driver_job
 from ops.control.scaling import cores_label, run_scale
@@ -86,7 +88,6 @@ from ops.ports import port_holder
 from ops.spec.analysis import read_verdict, run_analysis, with_verdicts
 from ops.spec.job import METRICS_PORT_FIELD, JobSpec, find_job, job_file, load_jobs, metrics_port_in_use
 from ops.spec.platform import PlatformConfig, load_platform
-from ops.states import FAILURE
 from ops.warehouse.metastore import jdbc_driver_jar
 
 # `warden status` reads the ledger, heartbeats and landing directories only. The supervisor (Slack
@@ -208,31 +209,24 @@ def cmd_status(_: argparse.Namespace) -> int:
     backend = LocalProcessBackend(platform)
     loaded = with_verdicts(platform, load_jobs(platform.conf_dir))
     now = utcnow()
-    since = now - timedelta(hours=24)
+    specs: dict[str, JobSpec | ConfigError] = {**loaded.specs}
+    specs.update({path.stem: error for path, error in loaded.errors.items()})
     records = {job.name: job for job in ledger.jobs()}
     rows = []
-    for name in sorted(set(loaded.specs) | set(records)):
-        job = records.get(name)
-        observation = (
-            observe(platform, ledger, backend, loaded.specs[name], now) if name in loaded.specs else None
-        )
+    for name, status in job_statuses(ledger, specs, now).items():
+        job, spec = records.get(name), loaded.specs.get(name)
+        observation = observe(platform, ledger, backend, spec, now) if spec is not None else None
         heartbeat = observation.heartbeat if observation else None
         sample = heartbeat.last_sample if heartbeat else None
-        restarts = sum(
-            1
-            for run in ledger.runs(name, limit=200)
-            if run.started_at >= since and (run.exit_reason or "").startswith(FAILURE)
-        )
         alerts = ledger.alerts(name, limit=1)
         last_alert = (
             f"{alerts[0].kind} {alerts[0].status} {alerts[0].created_at:%m-%d %H:%M}" if alerts else "-"
         )
-        state = "INVALID" if name not in loaded.specs else (job.state if job else "NEW")
         rows.append(
             [
                 name,
-                state,
-                job.desired_state if job else "-",
+                status.state,
+                status.desired_state,
                 heartbeat.batch_id
                 if heartbeat and heartbeat.batch_id is not None
                 else (job.last_batch_id if job else None) or "-",
@@ -241,9 +235,10 @@ def cmd_status(_: argparse.Namespace) -> int:
                 "-"
                 if observation is None or observation.backlog_files is None
                 else observation.backlog_files,
-                _cores_cell(job, observation.run if observation else None, loaded.specs.get(name)),
+                _cores_cell(job, observation.run if observation else None, spec),
                 job.recommended_cores if job and job.recommended_cores is not None else "-",
-                restarts,
+                status.restarts_24h,
+                ",".join(status.open_alerts) or "-",
                 _standby_cell(platform, ledger, backend, name),
                 last_alert,
             ]
@@ -259,6 +254,7 @@ def cmd_status(_: argparse.Namespace) -> int:
         "cores",
         "recommended",
         "restarts 24h",
+        "open alerts",
         "standby",
         "last alert",
     ]

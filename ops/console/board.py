@@ -6,43 +6,40 @@ driver: the ledger (desired and observed state, runs, decisions, alerts, savepoi
 heartbeat (`ops.driver.telemetry`), its progress history (`ops.driver.history`: an hour of rates
 and the recent batches' time breakdown) and its preview taps (`ops.driver.preview`).
 
-The board is read on every refresh of the page, for every job, so it costs a fixed handful of
-ledger queries whatever the number of jobs (restarts, alerts and savepoints are read for all jobs
-at once) and reads job files only when they changed (`SpecCache`).
+Each row starts from the job's status as `warden status` shows it (`ops.console.status`: state,
+restarts, open incidents, computed once for both). The board is read on every refresh of the page,
+for every job, so it costs a fixed handful of ledger queries whatever the number of jobs
+(restarts, alerts and savepoints are read for all jobs at once, through the ledger's API) and reads
+job files only when they changed (`SpecCache`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import sqlalchemy as sa
-
 from ops.console.diagnosis import Diagnosis, diagnose, master_cores
 from ops.console.state_lookup import StateLookup, StateLookupForm, StateRows, lookup_form
+from ops.console.status import INVALID, JobStatus, job_statuses
 from ops.control.scaling import cores_label, desired_scale
 from ops.driver.history import MinuteRates, ProgressHistory, rates_since, read_history, read_rates
 from ops.driver.preview import load_preview_file, preview_path, preview_rows
 from ops.driver.telemetry import Heartbeat, read_heartbeat
 from ops.exceptions import ConfigError, StateReadError
 from ops.ledger.records import DecisionRecord, JobRecord, SavepointRecord
-from ops.ledger.schema import alerts_table, runs_table, savepoints_table
 from ops.ledger.store import Ledger
+from ops.spec.analysis import analysis_error
 from ops.spec.job import JobSpec, job_file, job_files, load_job
 from ops.spec.paths import HEARTBEAT_FILE, JobPaths
 from ops.spec.platform import PlatformConfig
-from ops.states import FAILURE, Lifecycle
+from ops.states import Lifecycle
 
 # A job in one of these states has no working driver: its row is shown red.
-DOWN_STATES = frozenset({Lifecycle.RESTARTING.name, Lifecycle.FAILED.name})
-# The alert kinds and dedup keys that close or never open an incident (`ops.alerts`).
-RESOLVED_KIND = "resolved"
-NOTICE_KEY_PREFIX = "notice/"
+DOWN_STATES = frozenset({Lifecycle.RESTARTING.name, Lifecycle.FAILED.name, INVALID})
 SAVEPOINT_COMPLETE = "complete"
-RESTARTS_WINDOW = timedelta(hours=24)
 SPARKLINE_WINDOW = timedelta(hours=1)
 
 
@@ -52,25 +49,31 @@ class SpecCache:
     Validating a job file costs tens of milliseconds; the board is refreshed every few seconds.
     """
 
-    def __init__(self, conf_dir: Path) -> None:
-        self.conf_dir = conf_dir
+    def __init__(self, platform: PlatformConfig) -> None:
+        self.platform = platform
         self._loaded: dict[Path, tuple[tuple[int, int], JobSpec | ConfigError]] = {}
 
     def specs(self) -> dict[str, JobSpec | ConfigError]:
-        """Every job file's spec, or the error that says why it does not load."""
+        """Every job file's spec, or the error that says why it does not load or why Spark's
+        analyzer rejected it (read each time: a verdict comes after the file)."""
         found: dict[str, JobSpec | ConfigError] = {}
-        paths = list(job_files(self.conf_dir))
+        paths = list(job_files(self.platform.conf_dir))
         for path in paths:
-            found[path.stem] = self._load(path)
+            found[path.stem] = self._judged(self._load(path))
         for stale in set(self._loaded) - set(paths):
             del self._loaded[stale]
         return found
 
     def spec(self, name: str) -> JobSpec | ConfigError:
-        path = job_file(name, self.conf_dir)
+        path = job_file(name, self.platform.conf_dir)
         if not path.exists():
             return ConfigError(path, f"no job named {name!r}")
-        return self._load(path)
+        return self._judged(self._load(path))
+
+    def _judged(self, loaded: JobSpec | ConfigError) -> JobSpec | ConfigError:
+        if isinstance(loaded, ConfigError):
+            return loaded
+        return analysis_error(self.platform, loaded) or loaded
 
     def _load(self, path: Path) -> JobSpec | ConfigError:
         stat = path.stat()
@@ -118,16 +121,12 @@ class Sparkline:
 
 
 @dataclass(frozen=True)
-class BoardRow:
-    """One job on the board. `down` is what makes its row red."""
+class BoardRow(JobStatus):
+    """One job on the board: its status as `warden status` shows it (`ops.console.status`), and
+    what the board adds. `down` is what makes its row red."""
 
-    job: str
-    state: str
     state_description: str
-    state_reason: str
-    desired_state: str
     down: bool
-    config_error: str | None
     # The cores the driver is given (the master's when the job names none), for the diagnosis;
     # `cores_label` is what the board shows, as `warden status` does.
     cores: int | None
@@ -144,8 +143,6 @@ class BoardRow:
     watermark_lag_seconds: float | None
     state_rows: int | None
     state_bytes: int | None
-    restarts_24h: int
-    open_alerts: list[str]
     newest_savepoint: SavepointSummary | None
 
 
@@ -200,43 +197,29 @@ class Console:
     def __init__(self, platform: PlatformConfig, ledger: Ledger) -> None:
         self.platform = platform
         self.ledger = ledger
-        self.specs = SpecCache(platform.conf_dir)
+        self.specs = SpecCache(platform)
         self.state = StateLookup(platform)
 
     def board(self, now: datetime) -> list[BoardRow]:
         """Every job with a file or a ledger record, by name."""
         specs = self.specs.specs()
         records = {record.name: record for record in self.ledger.jobs()}
-        names = sorted(set(specs) | set(records))
-        restarts = self._restarts(now - RESTARTS_WINDOW)
-        alerts = self._open_alerts()
-        savepoints = self._newest_savepoints()
+        savepoints = self.ledger.newest_savepoints(SAVEPOINT_COMPLETE)
         return [
-            self._row(
-                name,
-                specs.get(name),
-                records.get(name),
-                now,
-                restarts=restarts.get(name, 0),
-                open_alerts=alerts.get(name, []),
-                newest_savepoint=savepoints.get(name),
-            )
-            for name in names
+            self._row(status, specs.get(name), records.get(name), now, savepoints.get(name))
+            for name, status in job_statuses(self.ledger, specs, now).items()
         ]
 
     def job_page(self, job: str, now: datetime, decision_limit: int = 500) -> JobPage | None:
         """The page of `job`, or None when it has neither a file nor a ledger record."""
         spec = self.specs.spec(job)
         record = self.ledger.job(job)
-        if record is None and isinstance(spec, ConfigError):
+        if record is None and isinstance(spec, ConfigError) and not spec.path.exists():
             return None
         savepoints = self.ledger.savepoints(job)
-        alerts = self._open_alerts(job).get(job, [])
-        restarts = self._restarts(now - RESTARTS_WINDOW, job).get(job, 0)
         newest = next((sp for sp in savepoints if sp.status == SAVEPOINT_COMPLETE), None)
-        row = self._row(
-            job, spec, record, now, restarts=restarts, open_alerts=alerts, newest_savepoint=newest
-        )
+        [status] = job_statuses(self.ledger, {job: spec}, now, job).values()
+        row = self._row(status, spec, record, now, newest)
         decisions = [DecisionEntry.of(decision) for decision in self.ledger.decisions(job, decision_limit)]
         history = read_history(self._runtime(job) / HEARTBEAT_FILE)
         previews, missing = _previews(self.platform, spec) if isinstance(spec, JobSpec) else ([], [])
@@ -266,37 +249,26 @@ class Console:
 
     def _row(
         self,
-        name: str,
+        status: JobStatus,
         spec: JobSpec | ConfigError | None,
         record: JobRecord | None,
         now: datetime,
-        *,
-        restarts: int,
-        open_alerts: list[str],
         newest_savepoint: SavepointRecord | None,
     ) -> BoardRow:
-        heartbeat_file = self._runtime(name) / HEARTBEAT_FILE
+        heartbeat_file = self._runtime(status.job) / HEARTBEAT_FILE
         heartbeat = read_heartbeat(heartbeat_file)
         history = read_rates(heartbeat_file)
         if isinstance(spec, ConfigError) or spec is None:
-            state = "INVALID" if isinstance(spec, ConfigError) else (record.state if record else "NEW")
-            config_error = str(spec) if isinstance(spec, ConfigError) else None
             master, scaled_cores, label = None, None, "-"
         else:
-            state = record.state if record else "NEW"
-            config_error = None
             master = spec.operations.resources.master or self.platform.spark.master
             scaled_cores = desired_scale(spec, record).cores
             label = cores_label(scaled_cores, bool(record and record.scale_pinned))
         sample = heartbeat.last_sample if heartbeat else None
         return BoardRow(
-            job=name,
-            state=state,
-            state_description=_describe(state),
-            state_reason=record.state_reason if record else "",
-            desired_state=record.desired_state if record else "-",
-            down=state in DOWN_STATES or state == "INVALID",
-            config_error=config_error,
+            **asdict(status),
+            state_description=_describe(status.state),
+            down=status.state in DOWN_STATES,
             cores=scaled_cores or (master_cores(master) if master else None),
             cores_label=label,
             cores_pinned=bool(record and record.scale_pinned),
@@ -313,72 +285,8 @@ class Console:
             watermark_lag_seconds=_watermark_lag(heartbeat, now),
             state_rows=heartbeat.state_rows if heartbeat else None,
             state_bytes=heartbeat.state_memory_bytes if heartbeat else None,
-            restarts_24h=restarts,
-            open_alerts=open_alerts,
             newest_savepoint=SavepointSummary.of(newest_savepoint, now) if newest_savepoint else None,
         )
-
-    # --- the ledger, for all jobs at once -------------------------------------------------------
-
-    def _restarts(self, since: datetime, job: str | None = None) -> dict[str, int]:
-        """Runs that ended in a failure and started since `since`, by job (the restarts they caused)."""
-        query = (
-            sa.select(runs_table.c.job, sa.func.count())
-            .where(runs_table.c.started_at >= since, runs_table.c.exit_reason.like(f"{FAILURE}%"))
-            .group_by(runs_table.c.job)
-        )
-        if job is not None:
-            query = query.where(runs_table.c.job == job)
-        with self.ledger.engine.connect() as connection:
-            return {name: int(count) for name, count in connection.execute(query).all()}
-
-    def _open_alerts(self, job: str | None = None) -> dict[str, list[str]]:
-        """The kinds of each job's open incidents: the newest row of a dedup key is not a resolution."""
-        newest_ids = sa.select(sa.func.max(alerts_table.c.id)).group_by(alerts_table.c.dedup_key)
-        if job is not None:
-            newest_ids = newest_ids.where(alerts_table.c.job == job)
-        query = (
-            sa.select(alerts_table.c.job, alerts_table.c.kind)
-            .where(
-                alerts_table.c.id.in_(newest_ids),
-                alerts_table.c.kind != RESOLVED_KIND,
-                sa.not_(alerts_table.c.dedup_key.startswith(NOTICE_KEY_PREFIX)),
-            )
-            .order_by(alerts_table.c.id)
-        )
-        found: dict[str, list[str]] = {}
-        with self.ledger.engine.connect() as connection:
-            for name, kind in connection.execute(query).all():
-                found.setdefault(name, []).append(kind)
-        return found
-
-    def _newest_savepoints(self) -> dict[str, SavepointRecord]:
-        """Each job's newest complete savepoint."""
-        newest = (
-            sa.select(
-                savepoints_table,
-                sa.func.row_number()
-                .over(
-                    partition_by=savepoints_table.c.job,
-                    order_by=(savepoints_table.c.created_at.desc(), savepoints_table.c.id.desc()),
-                )
-                .label("rank"),
-            )
-            .where(savepoints_table.c.status == SAVEPOINT_COMPLETE)
-            .subquery()
-        )
-        columns = [newest.c[column.name] for column in savepoints_table.columns]
-        with self.ledger.engine.connect() as connection:
-            rows = connection.execute(sa.select(*columns).where(newest.c.rank == 1)).all()
-        return {row.job: SavepointRecord(**_utc(row._asdict())) for row in rows}
-
-
-def _utc(values: dict[str, Any]) -> dict[str, Any]:
-    # SQLite drops the zone on the way back; every stored time is UTC.
-    return {
-        key: value.replace(tzinfo=UTC) if isinstance(value, datetime) and value.tzinfo is None else value
-        for key, value in values.items()
-    }
 
 
 def _describe(state: str) -> str:

@@ -74,6 +74,7 @@ from ops.ledger.schema import (
     schema_revision,
     standbys_table,
 )
+from ops.states import FAILURE
 
 # Fail a pass within seconds when a PostgreSQL ledger does not answer, rather than hanging on TCP.
 CONNECT_TIMEOUT_SECONDS = 10
@@ -233,6 +234,19 @@ class Ledger:
     def runs(self, job: str, limit: int = 20) -> list[RunRecord]:
         """The job's newest runs, newest first."""
         return self._newest(runs_table, RunRecord, job, limit)
+
+    def failed_runs_since(self, since: datetime, job: str | None = None) -> dict[str, int]:
+        """How many runs that started since `since` ended in a failure (the restarts they caused),
+        by job; only `job`'s when given. One query for every job."""
+        query = (
+            sa.select(runs_table.c.job, sa.func.count())
+            .where(runs_table.c.started_at >= since, runs_table.c.exit_reason.like(f"{FAILURE}%"))
+            .group_by(runs_table.c.job)
+        )
+        if job is not None:
+            query = query.where(runs_table.c.job == job)
+        with self._tx() as tx:
+            return {name: int(count) for name, count in tx.execute(query).all()}
 
     def _newest(
         self, table: sa.Table, record: type[RecordT], job: str, limit: int, *, open_only: bool = False
@@ -396,13 +410,12 @@ class Ledger:
             )
         return result.rowcount == 1
 
-    def newest_alerts(self, job: str) -> list[AlertRecord]:
-        """The newest outbox row of each of the job's dedup keys, oldest first."""
-        newest_ids = (
-            sa.select(sa.func.max(alerts_table.c.id))
-            .where(alerts_table.c.job == job)
-            .group_by(alerts_table.c.dedup_key)
-        )
+    def newest_alerts(self, job: str | None = None) -> list[AlertRecord]:
+        """The newest outbox row of each of the job's dedup keys (every job's, without `job`),
+        oldest first."""
+        newest_ids = sa.select(sa.func.max(alerts_table.c.id)).group_by(alerts_table.c.dedup_key)
+        if job is not None:
+            newest_ids = newest_ids.where(alerts_table.c.job == job)
         with self._tx() as tx:
             rows = tx.execute(
                 sa.select(alerts_table).where(alerts_table.c.id.in_(newest_ids)).order_by(alerts_table.c.id)
@@ -435,6 +448,26 @@ class Ledger:
         with self._tx() as tx:
             row = tx.execute(sa.select(savepoints_table).where(savepoints_table.c.id == savepoint_id)).first()
         return None if row is None else from_row(SavepointRecord, row)
+
+    def newest_savepoints(self, status: str) -> dict[str, SavepointRecord]:
+        """Each job's newest savepoint of `status`, by job: one query for every job."""
+        ranked = (
+            sa.select(
+                savepoints_table,
+                sa.func.row_number()
+                .over(
+                    partition_by=savepoints_table.c.job,
+                    order_by=(savepoints_table.c.created_at.desc(), savepoints_table.c.id.desc()),
+                )
+                .label("rank"),
+            )
+            .where(savepoints_table.c.status == status)
+            .subquery()
+        )
+        columns = [ranked.c[column.name] for column in savepoints_table.columns]
+        with self._tx() as tx:
+            rows = tx.execute(sa.select(*columns).where(ranked.c.rank == 1)).all()
+        return {row.job: from_row(SavepointRecord, row) for row in rows}
 
     def all_savepoints(self, status: str | None = None) -> list[SavepointRecord]:
         """Every job's catalogued savepoints (of one status), newest first: the job board's one query."""

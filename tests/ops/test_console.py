@@ -5,6 +5,7 @@ the bottleneck diagnosis on progress records recorded from real Spark runs
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 import yaml
 
 from ops.cli import main
+from ops.clock import utcnow
 from ops.console.board import Console, as_json
 from ops.console.diagnosis import diagnose, master_cores
 from ops.driver.history import HISTORY_BATCHES, ProgressHistory, read_history, read_rates, write_history
@@ -266,6 +268,73 @@ def test_the_board_shows_a_job_s_cores_as_warden_status_does(
     board_cores = {row.job: row for row in Console(platform_conf, ledger).board(NOW)}["router"].cores_label
 
     assert header.split()[9] == "cores" and status_cores == board_cores == "default"
+
+
+def status_table(out: str) -> dict[str, dict[str, str]]:
+    """`warden status`'s table by job and column, cut at the header's column starts (a cell may
+    hold spaces: `3 pinned`, a standby's pid)."""
+    header, *rows = out.splitlines()
+    names = re.findall(r"\S+(?: \S+)*", header)
+    starts = [header.index(name) for name in names]
+    table = {}
+    for row in rows:
+        if row.startswith("INVALID  "):
+            continue
+        cells = [row[start:end].strip() for start, end in zip(starts, [*starts[1:], None], strict=True)]
+        table[cells[0]] = dict(zip(names, cells, strict=True))
+    return table
+
+
+def test_warden_status_and_the_board_give_each_job_the_same_state_restarts_and_open_alerts(
+    platform_conf: PlatformConfig, ledger: Ledger, capsys: pytest.CaptureFixture[str]
+) -> None:
+    now = utcnow()
+    seed_job(platform_conf, ledger, "router", "RUNNING")
+    ledger.ensure_job("sessionizer", desired_state="running", state="RESTARTING", config_version="v1")
+    ledger.ensure_job("enricher", desired_state="suspended", state="SUSPENDED", config_version="v1")
+    # Failed and clean runs inside the window, a failure outside it, a failure of another job.
+    for run_id, job, hours_ago, reason in (
+        ("s1", "sessionizer", 1, "failed: dead"),
+        ("s2", "sessionizer", 2, "failed: stuck"),
+        ("s3", "sessionizer", 3, "stopped: suspended"),
+        ("s4", "sessionizer", 30, "failed: long ago"),
+        ("e1", "enricher", 5, "failed: config error"),
+    ):
+        ledger.start_run(
+            RunRecord(
+                run_id, job, "local", 1, None, None, None, "v1", now - timedelta(hours=hours_ago), None, None
+            )
+        )
+        ledger.finish_run(run_id, reason)
+    # Open incidents, one resolved, and an info notice (opens none).
+    ledger.enqueue_alert("sessionizer", "down", "sessionizer/down", "critical", {})
+    ledger.enqueue_alert("sessionizer", "restart_storm", "sessionizer/restart_storm", "critical", {})
+    ledger.enqueue_alert("router", "falling_behind", "router/falling_behind", "warning", {})
+    ledger.enqueue_alert("router", "resolved", "router/falling_behind", "info", {})
+    ledger.enqueue_alert("enricher", "rescaled", "notice/enricher/rescaled/1", "info", {})
+    # A job file that does not validate, with a ledger record from when it did.
+    ledger.ensure_job("device_health", desired_state="running", state="RUNNING", config_version="v1")
+    (platform_conf.conf_dir / "jobs" / "device_health.yaml").write_text("name: device_health\nbad: 1\n")
+
+    assert main(["status"]) == 0
+    cli = status_table(capsys.readouterr().out)
+    board = {row.job: row for row in Console(platform_conf, ledger).board(now)}
+
+    assert set(cli) == set(board) == {path.stem for path in (platform_conf.conf_dir / "jobs").glob("*.yaml")}
+    for job, row in board.items():
+        shown = cli[job]
+        assert shown["state"] == row.state, job
+        assert int(shown["restarts 24h"]) == row.restarts_24h, job
+        assert shown["open alerts"] == (",".join(row.open_alerts) or "-"), job
+    assert (
+        board["sessionizer"].restarts_24h,
+        board["enricher"].restarts_24h,
+        board["router"].restarts_24h,
+    ) == (2, 1, 0)
+    assert board["sessionizer"].open_alerts == ["down", "restart_storm"] and board["router"].open_alerts == []
+    assert board["enricher"].open_alerts == [] and board["enricher"].state == "SUSPENDED"
+    assert (board["device_health"].state, board["device_health"].down) == ("INVALID", True)
+    assert board["campaign_uniques"].state == cli["campaign_uniques"]["state"] == "NEW"
 
 
 def test_a_job_file_that_does_not_validate_is_a_red_row(
