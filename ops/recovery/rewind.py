@@ -28,6 +28,10 @@ same checkpoint from the same files.
 supervisor's loop (`ops.control.policy`); `restate` is one of a running job, whose driver the loop
 stops only once the check has passed. `rewind_job` is the rewind for a caller that holds no lock,
 and what a dry run uses.
+
+One module of about 680 lines on purpose: the check, the plan, the queue and the swap are one
+protocol whose crash safety depends on their order, read top to bottom; the refusals it can meet
+are in `ops.recovery.refusals`, the restatement and upgrade requests in their own modules.
 """
 
 from __future__ import annotations
