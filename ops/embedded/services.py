@@ -332,6 +332,13 @@ def seaweed_argv(
     ]
 
 
+# A stopped server's connections close on the kernel's schedule (an orphaned FIN_WAIT2 up to
+# tcp_fin_timeout, 60 s by default, then TIME_WAIT, 60 s) and hold their ports meanwhile, owned by
+# no process: a restart waits this long for them before it refuses the ports as taken.
+CLOSING_SOCKET_WAIT_SECONDS = 130.0
+CLOSING_SOCKET_POLL_SECONDS = 0.5
+
+
 @dataclass(frozen=True)
 class SeaweedS3:
     """The embedded S3 server: `weed mini` on 127.0.0.1, data under `<runtime_root>/seaweedfs`."""
@@ -385,14 +392,26 @@ class SeaweedS3:
         self.ensure_bucket()
         return pid
 
-    def refuse_taken_ports(self) -> None:
-        """ServiceError naming every port of the server's block another process holds, and who."""
-        taken = [
-            f"{role} port {holder.port} is held by {holder.describe()}"
-            for role, port in self.ports.by_role().items()
-            if (holder := port_holder(port)) is not None
-        ]
-        if taken:
+    def refuse_taken_ports(self, closing_wait: float = CLOSING_SOCKET_WAIT_SECONDS) -> None:
+        """ServiceError naming every port of the server's block another process holds, and who.
+
+        A port held only by sockets no process owns (the connections of a server just stopped,
+        closing on the kernel's schedule: FIN_WAIT and TIME_WAIT, up to a minute each) is waited
+        for, up to `closing_wait` seconds: a restart right after a stop is slow, not refused.
+        """
+        deadline = time.monotonic() + closing_wait
+        while True:
+            holders = [
+                (role, holder)
+                for role, port in self.ports.by_role().items()
+                if (holder := port_holder(port)) is not None
+            ]
+            closing = holders and all(holder.pid is None for _, holder in holders)
+            if not holders or not closing or time.monotonic() >= deadline:
+                break
+            time.sleep(CLOSING_SOCKET_POLL_SECONDS)
+        if holders:
+            taken = [f"{role} port {holder.port} is held by {holder.describe()}" for role, holder in holders]
             raise ServiceError(
                 f"cannot start SeaweedFS on 127.0.0.1: {'; '.join(taken)} (the server uses the port "
                 "of s3.endpoint_url in platform.yaml, the 8 after it and the admin port "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ import pytest
 
 from ops.embedded.services import ManagedProcess, SeaweedS3, free_seaweed_ports
 from ops.exceptions import ServiceError
+from ops.ports import port_holder
 from tests.support.s3 import S3Server, s3_platform
 
 
@@ -82,6 +84,63 @@ def test_a_taken_port_of_the_block_is_refused_naming_its_holder(tmp_path: Path, 
             server.start(timeout=20)
     assert f"{role} port {port} is held by pid {os.getpid()} (" in str(refused.value)
     assert not server.process.is_running() and not server.process.log_path.exists(), "nothing started"
+
+
+def closing_socket_on(port: int) -> None:
+    """Leave `port` held by a socket no process owns, as a stopped server's connections do: a
+    listener without SO_REUSEADDR in a child process accepts a connection and is killed; the
+    connection, closed from this side, waits out TIME_WAIT on the port (a minute)."""
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import socket, sys, time\n"
+            "listener = socket.socket()\n"
+            "listener.bind(('127.0.0.1', int(sys.argv[1])))\n"
+            "listener.listen()\n"
+            "print('ready', flush=True)\n"
+            "connection, _ = listener.accept()\n"
+            "time.sleep(600)\n",
+            str(port),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None
+    try:
+        with child.stdout:
+            assert child.stdout.readline().strip() == "ready"
+        with socket.create_connection(("127.0.0.1", port)):
+            time.sleep(0.3)
+            child.kill()
+            child.wait()
+            time.sleep(0.3)
+    finally:
+        child.kill()
+        child.wait()
+
+
+@pytest.mark.slow
+def test_a_restart_waits_for_the_closing_sockets_of_the_stopped_server_instead_of_refusing(
+    tmp_path: Path,
+) -> None:
+    ports = free_seaweed_ports()
+    server = SeaweedS3(s3_platform(tmp_path, ports), ports)
+    closing_socket_on(ports.s3)
+    holder = port_holder(ports.s3)
+    assert holder is not None and holder.pid is None, "held by a socket no process owns"
+    waited = time.monotonic()
+    server.start(timeout=60)
+    try:
+        assert server.process.is_running() and time.monotonic() - waited > 1
+    finally:
+        server.stop()
+    # A port some process holds is still refused at once (the test above), and a closing socket
+    # that outlasts the wait is refused naming what is known of it.
+    other = free_seaweed_ports()
+    closing_socket_on(other.s3)
+    with pytest.raises(ServiceError, match=f"s3 port {other.s3} is held by a process this user cannot see"):
+        SeaweedS3(s3_platform(tmp_path / "other", other), other).refuse_taken_ports(closing_wait=1)
 
 
 @dataclass(frozen=True)
