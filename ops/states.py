@@ -9,6 +9,9 @@ import enum
 # Exit reasons that start with this count against the restart budget.
 FAILURE = "failed: "
 CONFIG_FAILURE = FAILURE + "config: "
+# The state shown for a job whose file does not validate (or Spark's analyzer rejected): not a
+# lifecycle state, since nothing runs from such a file.
+INVALID = "INVALID"
 
 
 class Lifecycle(enum.Enum):

@@ -23,7 +23,7 @@ from typing import Any
 
 from ops.console.diagnosis import Diagnosis, diagnose, master_cores
 from ops.console.state_lookup import StateLookup, StateLookupForm, StateRows, lookup_form
-from ops.console.status import INVALID, JobStatus, job_statuses
+from ops.console.status import JobStatus, job_statuses
 from ops.control.scaling import cores_label, desired_scale
 from ops.driver.history import MinuteRates, ProgressHistory, rates_since, read_history, read_rates
 from ops.driver.preview import load_preview_file, preview_path, preview_rows
@@ -35,7 +35,7 @@ from ops.spec.analysis import analysis_error
 from ops.spec.job import JobSpec, job_file, job_files, load_job
 from ops.spec.paths import HEARTBEAT_FILE, JobPaths
 from ops.spec.platform import PlatformConfig
-from ops.states import Lifecycle
+from ops.states import INVALID, Lifecycle
 
 # A job in one of these states has no working driver: its row is shown red.
 DOWN_STATES = frozenset({Lifecycle.RESTARTING.name, Lifecycle.FAILED.name, INVALID})
@@ -290,7 +290,7 @@ class Console:
 
 
 def _describe(state: str) -> str:
-    if state == "INVALID":
+    if state == INVALID:
         return "the job file does not validate: nothing is launched from it"
     if state == "NEW":
         return "no supervisor pass has recorded this job yet"

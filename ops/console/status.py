@@ -16,9 +16,9 @@ from ops.exceptions import ConfigError
 from ops.ledger.records import JobRecord
 from ops.ledger.store import Ledger
 from ops.spec.job import JobSpec
+from ops.states import INVALID
 
 RESTARTS_WINDOW = timedelta(hours=24)
-INVALID = "INVALID"
 NEW = "NEW"
 
 

@@ -19,9 +19,11 @@ from datetime import datetime
 from ops.alerts import AlertCenter
 from ops.control.launcher import LaunchBackend
 from ops.control.scaling import Scale, desired_scale
+from ops.ledger.records import JobRecord
 from ops.ledger.store import Ledger
 from ops.spec.job import JobSpec
 from ops.spec.platform import PlatformConfig
+from ops.states import Desired, Lifecycle
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,15 @@ class Control:
     def run_id(self, spec: JobSpec) -> str:
         """A new run's id: the job, the time and a random suffix."""
         return f"{spec.name}-{self.clock():%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
+
+    def known_job(self, spec: JobSpec) -> JobRecord:
+        """The job's record, created (suspended, to run) if the ledger has none yet."""
+        return self.ledger.ensure_job(
+            spec.name,
+            desired_state=Desired.RUNNING,
+            state=Lifecycle.SUSPENDED.name,
+            config_version=spec.config_version,
+        )
 
     def scale_of(self, spec: JobSpec) -> Scale:
         """The scale the job's next driver is launched at (`ops.control.scaling.desired_scale`)."""

@@ -9,6 +9,7 @@ from ops.alerts import Alert
 from ops.control.context import Control
 from ops.spec.analysis import run_analysis, unanalysed, with_verdicts
 from ops.spec.job import load_jobs
+from ops.states import INVALID
 
 
 def config_invalid(job: str, reason: str, run_url: str | None) -> Alert:
@@ -17,7 +18,7 @@ def config_invalid(job: str, reason: str, run_url: str | None) -> Alert:
         job=job,
         kind="config_invalid",
         severity="critical",
-        state="INVALID",
+        state=INVALID,
         reason=reason,
         last_batch=None,
         run_url=run_url,

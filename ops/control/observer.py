@@ -16,7 +16,7 @@ from ops.driver.takeover import read_standby_status
 from ops.ledger.records import OperationRecord, RunRecord
 from ops.spec.job import JobSpec
 from ops.spec.paths import JobPaths
-from ops.states import Desired, Lifecycle, OperationKind
+from ops.states import OperationKind
 
 # How many of a job's newest operations the view looks through for its last finished rescale.
 LOOKED_BACK_OPERATIONS = 10
@@ -43,12 +43,7 @@ def observe_job(control: Control, spec: JobSpec) -> Observation:
 def job_view(control: Control, spec: JobSpec) -> JobView:
     """Everything `decide` needs to know of the job, read now."""
     ledger = control.ledger
-    job = ledger.ensure_job(
-        spec.name,
-        desired_state=Desired.RUNNING,
-        state=Lifecycle.SUSPENDED.name,
-        config_version=spec.config_version,
-    )
+    job = control.known_job(spec)
     observation = observe_job(control, spec)
     closed = tuple(
         r

@@ -14,26 +14,16 @@ from ops.control.context import Control
 from ops.control.scaling import desired_scale
 from ops.exceptions import ConfigError, OperationInProgressError, WardenError
 from ops.ledger.locks import job_lock
-from ops.ledger.records import JobRecord, OperationRecord
-from ops.spec.job import JobSpec, find_job, job_file
-from ops.states import Desired, Lifecycle, OperationKind, Step
+from ops.ledger.records import OperationRecord
+from ops.spec.job import find_job, job_file
+from ops.states import Desired, OperationKind, Step
 
 log = structlog.get_logger("streamwarden.supervisor")
 
 
-def _known(control: Control, spec: JobSpec) -> JobRecord:
-    """The job's record, created (suspended, to run) if the ledger has none yet."""
-    return control.ledger.ensure_job(
-        spec.name,
-        desired_state=Desired.RUNNING,
-        state=Lifecycle.SUSPENDED.name,
-        config_version=spec.config_version,
-    )
-
-
 def request(control: Control, job: str, action: str, reason: str) -> str:
     """Record an operator request (suspend, resume, restart); the next pass carries it out."""
-    _known(control, find_job(job, control.platform.conf_dir))
+    control.known_job(find_job(job, control.platform.conf_dir))
     now = control.clock()
     changes: dict[str, Any]
     match action:
@@ -65,7 +55,7 @@ def scale(control: Control, job: str, cores: int | None, reason: str) -> str:
             f"resources.shuffle_partitions ({partitions}) cores, which the checkpoint fixes",
         )
     with job_lock(platform, job, "scale request"):
-        record = _known(control, spec)
+        record = control.known_job(spec)
         current = desired_scale(spec, record)
         changes: dict[str, Any]
         if cores is None:
@@ -106,7 +96,7 @@ def start_operation(
     """
     spec = find_job(job, control.platform.conf_dir)
     with job_lock(control.platform, job, f"{kind} request"):
-        _known(control, spec)
+        control.known_job(spec)
         ensure_no_operation(control, job)
         decision = control.ledger.record_decision(job, str(kind), reason, inputs)
         operation = control.ledger.start_operation(job, str(kind), reason, decision, Step.REQUESTED, **facts)

@@ -86,7 +86,7 @@ from ops.ledger.store import Ledger
 from ops.spec.analysis import find_valid_job
 from ops.spec.job import JobSpec, find_job, load_jobs
 from ops.spec.platform import PlatformConfig
-from ops.states import Desired, OperationKind
+from ops.states import INVALID, Desired, OperationKind
 
 log = structlog.get_logger("streamwarden.supervisor")
 
@@ -169,7 +169,7 @@ class Supervisor:
         if "config_invalid" not in {a.kind for a in self.alerts.open_incidents(job)}:
             self.alerts.raise_alert(housekeeping.config_invalid(job, str(error), run_url))
         self.alerts.deliver_due()
-        return PassSummary(job, "INVALID", str(error), ())
+        return PassSummary(job, INVALID, str(error), ())
 
     def _act(self, view: JobView, plan: Plan, action: Action, run_url: str | None) -> str:
         """One action as a decision row: written before acting, its outcome after."""
