@@ -19,10 +19,9 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.json as pj
 
-from jobs.parsing import EVENT_DATE, EVENT_HOUR
-from jobs.router.transform import PARTITION_COLUMNS, ROUTE
+from jobs.router.transform import ROUTE
 from ops.spec.job import JobSpec
-from ops.spec.pipelines import RouterPipeline
+from ops.spec.pipelines import EVENT_DATE, EVENT_HOUR, RouterPipeline
 
 ARROW_TYPES = {
     "string": pa.string(),
@@ -75,7 +74,7 @@ def route_files(spec: JobSpec, landing: Path, out: Path) -> int:
         table,
         out,
         format="parquet",
-        partitioning=list(PARTITION_COLUMNS),
+        partitioning=list(RouterPipeline.partition_columns),
         partitioning_flavor="hive",
         existing_data_behavior="overwrite_or_ignore",
     )

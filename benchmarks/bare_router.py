@@ -21,7 +21,7 @@ from pyspark.sql import types as T
 from pyspark.sql.streaming import DataStreamWriter
 
 from jobs.parsing import DEAD_LETTER_REASON, LANDING_GLOB, RAW, SPARK_TYPES, with_event_partitions
-from jobs.router.transform import PARTITION_COLUMNS, route_events
+from jobs.router.transform import route_events
 from ops.spec.job import JobSpec, find_job
 from ops.spec.pipelines import RouterPipeline
 
@@ -44,7 +44,7 @@ def bare_writer(
     routed = route_events(with_event_partitions(events, source), pipeline.routes)
     return (
         routed.writeStream.format("parquet")
-        .partitionBy(*PARTITION_COLUMNS)
+        .partitionBy(*RouterPipeline.partition_columns)
         .option("checkpointLocation", str(checkpoint))
         .option("path", str(out))
         .trigger(availableNow=True)

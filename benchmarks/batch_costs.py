@@ -115,7 +115,7 @@ def benchmark(
     batches: int, events_per_file: int, rounds: int, echo: Callable[[str], None]
 ) -> dict[str, dict[str, float]]:
     """Echo each run and the table of medians; return the medians per variant and figure."""
-    from jobs.runtime import build_session
+    from ops.driver.session import build_session
 
     shutil.rmtree(WORKDIR, ignore_errors=True)
     landing_root = WORKDIR / "landing"

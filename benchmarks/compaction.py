@@ -7,7 +7,7 @@ as a streaming sink leaves them. Each round, in the same Spark session (local[2]
 
 - baseline: `spark.read.parquet(files).repartition(n).write.parquet(dir)`, the same number of
   output files compaction writes;
-- compaction: `jobs.compaction.compact.compact_partition`, the real write-audit-publish (ledger
+- compaction: `ops.warehouse.compact.compact_partition`, the real write-audit-publish (ledger
   on SQLite, catalog in a Hive metastore on an embedded PostgreSQL), with its step times.
 
 It prints rows/s of each, the ratio with the gate (audit) excluded (target >= 0.8), and the
@@ -76,16 +76,15 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())
     from pyspark.sql import SparkSession
 
-    from jobs.catalog import kind_of
-    from jobs.compaction.compact import compact_partition
-    from jobs.compaction.rewrite import read_partition
     from ops.alerts import AlertCenter
     from ops.embedded.services import EmbeddedPostgres
     from ops.ledger.store import Ledger
     from ops.ports import free_loopback_port
     from ops.spec.job import find_job
     from ops.spec.platform import PlatformConfig
+    from ops.warehouse.compact import compact_partition
     from ops.warehouse.metastore import metastore_conf
+    from ops.warehouse.rewrite import read_partition
     from ops.warehouse.sinklog import sink_partitions
     from ops.warehouse.table import WarehouseTable, ensure_table
 
@@ -118,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         sink = root / "lake" / "router"
         write_sink(spark, sink, args.rows, args.files)
         ledger = Ledger.open(platform.resolved_ledger_url)
-        table = WarehouseTable.of(platform, "router", kind_of(spec).partition_columns)
+        table = WarehouseTable.of(platform, "router", spec.pipeline.partition_columns)
         [partition] = sink_partitions(sink, table)
         ensure_table(spark, table, read_partition(spark, sink, list(partition.files)).schema)
         target_bytes = int(

@@ -518,9 +518,9 @@ def spark_child(name: str, workdir: Path, rounds: int) -> None:
     session; print progress, where the batches' time went, and RESULT."""
     from pyspark.sql import functions as F
 
-    from jobs.catalog import kind_of
     from jobs.runner import plan_job
-    from jobs.runtime import build_session, with_trigger
+    from jobs.runtime import with_trigger
+    from ops.driver.session import build_session
 
     comparison = COMPARISONS[name]
     spec = find_job(comparison.job)
@@ -545,7 +545,7 @@ def spark_child(name: str, workdir: Path, rounds: int) -> None:
             f"({breakdown(progress)})",
             flush=True,
         )
-    columns = kind_of(spec).partition_columns
+    columns = spec.pipeline.partition_columns
     sink = spark.read.parquet(str(rooted(platform, runs[-1]).lake_root / spec.pipeline.sink.path))
     counts = [
         [*("null" if row[c] is None else str(row[c]) for c in columns), row["count"]]

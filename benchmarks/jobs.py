@@ -70,7 +70,8 @@ def table(rows: list[tuple[str, ...]]) -> str:
 def child(job: str, workdir: Path, rounds: int) -> None:
     """The real job over the warm-up input, then `rounds` timed runs; print RESULT."""
     from jobs.runner import plan_job
-    from jobs.runtime import build_session, with_trigger
+    from jobs.runtime import with_trigger
+    from ops.driver.session import build_session
 
     spec = find_job(job)
     platform = load_platform()

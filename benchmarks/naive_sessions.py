@@ -14,11 +14,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import DataStreamWriter
 
-from jobs.parsing import DEAD_LETTER_REASON, EVENT_DATE, parse_events
+from jobs.parsing import DEAD_LETTER_REASON, parse_events
 from jobs.runtime import QueryPlan, read_landing
 from ops.spec.job import JobSpec
 from ops.spec.paths import JobPaths
-from ops.spec.pipelines import SessionizerPipeline
+from ops.spec.pipelines import EVENT_DATE, SessionizerPipeline
 from ops.spec.platform import PlatformConfig
 
 

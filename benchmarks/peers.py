@@ -272,8 +272,8 @@ def spark_child(contender: str, workdir: Path, out: Path) -> None:
     """The router or bare PySpark: warm-up, then the timed run, in one session; print RESULT."""
     from pyspark.sql import functions as F
 
-    from jobs.router.transform import PARTITION_COLUMNS
-    from jobs.runtime import build_session
+    from ops.driver.session import build_session
+    from ops.spec.pipelines import RouterPipeline
 
     platform, spec = load_platform(), find_job("router")
     spark = build_session(platform, spec)
@@ -289,8 +289,10 @@ def spark_child(contender: str, workdir: Path, out: Path) -> None:
         print(f"  {contender} {name}: {wall:.1f}s wall, {len(query.recentProgress)} batches", flush=True)
     sink = spark.read.parquet(str(out / "timed" / "lake" / spec.pipeline.sink.path))
     counts = [
-        [*("null" if row[c] is None else str(row[c]) for c in PARTITION_COLUMNS), row["count"]]
-        for row in sink.groupBy(*PARTITION_COLUMNS).agg(F.count(F.lit(1)).alias("count")).collect()
+        [*("null" if row[c] is None else str(row[c]) for c in RouterPipeline.partition_columns), row["count"]]
+        for row in sink.groupBy(*RouterPipeline.partition_columns)
+        .agg(F.count(F.lit(1)).alias("count"))
+        .collect()
     ]
     spark.stop()
     print(RESULT_PREFIX + json.dumps({"wall_seconds": wall, "counts": counts}), flush=True)

@@ -31,7 +31,7 @@ import yaml
 from pyspark.sql import SparkSession
 
 from benchmarks.throughput import rooted_platform
-from jobs.runtime import ROCKSDB_PROVIDER
+from ops.driver.session import ROCKSDB_PROVIDER
 from ops.embedded.services import SeaweedS3, free_seaweed_ports
 from ops.ledger.store import Ledger
 from ops.recovery.rewind import execute_rewind, prepare_rewind

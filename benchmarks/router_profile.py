@@ -24,10 +24,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from benchmarks.flink_compare import WORKDIR
-from jobs.catalog import kind_of, sink_rows
+from jobs.catalog import sink_rows
 from jobs.parsing import SPARK_TYPES, parse_events, with_event_partitions
 from jobs.router.transform import route_events
-from jobs.runtime import build_session, read_landing_files
+from jobs.runtime import read_landing_files
+from ops.driver.session import build_session
 from ops.spec.job import JobSpec, find_job
 from ops.spec.pipelines import RouterPipeline
 from ops.spec.platform import load_platform
@@ -86,7 +87,7 @@ def stages(spec: JobSpec) -> dict[str, Stage]:
 def run_stage(spark: SparkSession, stage: Stage, root: Path, spec: JobSpec, out: Path) -> float:
     """Seconds to compute every row of the stage over `root` into its sink."""
     shutil.rmtree(out, ignore_errors=True)
-    partitions = kind_of(spec).partition_columns
+    partitions = spec.pipeline.partition_columns
     for key, value in stage.conf.items():
         spark.conf.set(key, value)
     try:

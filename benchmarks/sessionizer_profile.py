@@ -24,8 +24,9 @@ from pyspark.sql import functions as F
 from benchmarks.flink_compare import WORKDIR
 from benchmarks.router_profile import OUT, Stage, run_stage
 from jobs.parsing import parse_events
-from jobs.runtime import build_session, read_landing_files
+from jobs.runtime import read_landing_files
 from jobs.sessionizer.transform import _BUCKET, session_rows, unified_events
+from ops.driver.session import build_session
 from ops.spec.job import find_job
 from ops.spec.pipelines import SessionizerPipeline
 from ops.spec.platform import load_platform

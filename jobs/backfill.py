@@ -40,17 +40,17 @@ from pyspark.sql.streaming import StreamingQuery
 from jobs.archive_source import count_lines, read_archive
 from jobs.archive_source import register as register_archive_source
 from jobs.runner import plan_job
-from jobs.runtime import (
+from jobs.runtime import with_trigger
+from ops.atomic import write_atomically
+from ops.driver.backfill import BackfillPlan, BackfillRun, PartitionDone, PlannedPartition
+from ops.driver.checkpoint import log_entries, sink_files
+from ops.driver.session import (
     EXIT_CONFIG_ERROR,
     EXIT_QUERY_FAILED,
     EXIT_STOPPED,
     build_session,
     configure_logging,
-    with_trigger,
 )
-from ops.atomic import write_atomically
-from ops.driver.backfill import BackfillPlan, BackfillRun, PartitionDone, PlannedPartition
-from ops.driver.checkpoint import log_entries, sink_files
 from ops.exceptions import BackfillError, ConfigError
 from ops.pushgateway import BatchTask, push_task_outcome
 from ops.spec.job import JobSpec, load_job

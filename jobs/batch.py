@@ -15,8 +15,9 @@ from pathlib import Path
 import structlog
 from pyspark.sql import DataFrame, SparkSession
 
-from jobs.catalog import kind_of, sink_rows
-from jobs.runtime import EXIT_CONFIG_ERROR, EXIT_STOPPED, build_session, configure_logging, read_landing_files
+from jobs.catalog import sink_rows
+from jobs.runtime import read_landing_files
+from ops.driver.session import EXIT_CONFIG_ERROR, EXIT_STOPPED, build_session, configure_logging
 from ops.exceptions import ConfigError
 from ops.spec.job import JobSpec, find_job
 from ops.spec.platform import PlatformConfig, load_platform
@@ -35,7 +36,7 @@ def batch_rows(spark: SparkSession, platform: PlatformConfig, spec: JobSpec, lan
 
 def write_batch_output(rows: DataFrame, spec: JobSpec, output: Path) -> None:
     """Write rows in the job's sink layout, replacing whatever `output` held."""
-    rows.write.mode("overwrite").partitionBy(*kind_of(spec).partition_columns).parquet(str(output))
+    rows.write.mode("overwrite").partitionBy(*spec.pipeline.partition_columns).parquet(str(output))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

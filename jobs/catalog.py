@@ -13,10 +13,10 @@ A kind may also read side inputs (`JobKind.side_inputs`): DataFrames that are no
 streams, such as the enricher's lookup table and mapping. They are added to `inputs` under their
 own names before the transform runs.
 
-Every job writes one query with one Parquet file sink (`pipeline.sink`), partitioned by the kind's
-`partition_columns`. A job with several outputs (sessions and late events, say) tells them apart
-by a partition column, as the router does with `route`. One checkpoint and one sink log per job is
-what savepoints and rewinds anchor on.
+Every job writes one query with one Parquet file sink (`pipeline.sink`), partitioned by its
+pipeline's `partition_columns` (`ops.spec.pipelines`). A job with several outputs (sessions and
+late events, say) tells them apart by a partition column, as the router does with `route`. One
+checkpoint and one sink log per job is what savepoints and rewinds anchor on.
 """
 
 from __future__ import annotations
@@ -27,28 +27,20 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from jobs.attack_chains.transform import PARTITION_COLUMNS as ATTACK_CHAINS_PARTITIONS
 from jobs.attack_chains.transform import (
     RULE_EXPRESSION_FIELDS,
     attack_chains,
     invalid_rule_expressions,
     rule_expressions,
 )
-from jobs.campaign_uniques.transform import PARTITION_COLUMNS as CAMPAIGN_UNIQUES_PARTITIONS
 from jobs.campaign_uniques.transform import campaign_uniques
-from jobs.device_health.transform import PARTITION_COLUMNS as DEVICE_HEALTH_PARTITIONS
 from jobs.device_health.transform import device_health, invalid_rules
 from jobs.enricher.side_inputs import mapping_frame, read_mapping, reference_frame
-from jobs.enricher.transform import PARTITION_COLUMNS as ENRICHER_PARTITIONS
 from jobs.enricher.transform import enrich
-from jobs.impressions_plays.transform import PARTITION_COLUMNS as IMPRESSIONS_PLAYS_PARTITIONS
 from jobs.impressions_plays.transform import impressions_plays
 from jobs.parsing import invalid_time_formats, parse_events, with_event_partitions
-from jobs.router.transform import PARTITION_COLUMNS as ROUTER_PARTITIONS
 from jobs.router.transform import invalid_route_filters, route_events
-from jobs.sessionizer.transform import PARTITION_COLUMNS as SESSIONIZER_PARTITIONS
 from jobs.sessionizer.transform import sessionize
-from jobs.warehouse_writer.transform import PARTITION_COLUMNS as WAREHOUSE_PARTITIONS
 from jobs.warehouse_writer.transform import warehouse_rows
 from ops.driver.listener import parse_observation
 from ops.exceptions import ConfigError
@@ -78,7 +70,6 @@ class JobKind:
     """What one pipeline kind contributes to the runners."""
 
     transform: Transform
-    partition_columns: tuple[str, ...]
     check: Check | None = None
     side_inputs: SideInputs | None = None
 
@@ -180,22 +171,14 @@ def _enricher_side_inputs(
 
 
 KINDS: dict[str, JobKind] = {
-    "router": JobKind(transform=_route, partition_columns=ROUTER_PARTITIONS, check=_check_routes),
-    "impressions_plays": JobKind(
-        transform=_join_impressions_plays, partition_columns=IMPRESSIONS_PLAYS_PARTITIONS
-    ),
-    "sessionizer": JobKind(transform=sessionize, partition_columns=SESSIONIZER_PARTITIONS),
-    "warehouse_writer": JobKind(transform=_write_warehouse, partition_columns=WAREHOUSE_PARTITIONS),
-    "enricher": JobKind(
-        transform=_enrich, partition_columns=ENRICHER_PARTITIONS, side_inputs=_enricher_side_inputs
-    ),
-    "campaign_uniques": JobKind(transform=_campaign_uniques, partition_columns=CAMPAIGN_UNIQUES_PARTITIONS),
-    "attack_chains": JobKind(
-        transform=_attack_chains, partition_columns=ATTACK_CHAINS_PARTITIONS, check=_check_attack_rules
-    ),
-    "device_health": JobKind(
-        transform=_device_health, partition_columns=DEVICE_HEALTH_PARTITIONS, check=_check_device_rules
-    ),
+    "router": JobKind(transform=_route, check=_check_routes),
+    "impressions_plays": JobKind(transform=_join_impressions_plays),
+    "sessionizer": JobKind(transform=sessionize),
+    "warehouse_writer": JobKind(transform=_write_warehouse),
+    "enricher": JobKind(transform=_enrich, side_inputs=_enricher_side_inputs),
+    "campaign_uniques": JobKind(transform=_campaign_uniques),
+    "attack_chains": JobKind(transform=_attack_chains, check=_check_attack_rules),
+    "device_health": JobKind(transform=_device_health, check=_check_device_rules),
 }
 
 

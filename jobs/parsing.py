@@ -47,12 +47,10 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from ops.driver.listener import BLANK_LINES, DUPLICATE_KEY_LINES
-from ops.spec.pipelines import FieldType, FileSource, SourceField
+from ops.spec.pipelines import EVENT_DATE, EVENT_HOUR, FieldType, FileSource, SourceField
 
 DEAD_LETTER_REASON = "dead_letter_reason"
 RAW = "raw"
-EVENT_DATE = "event_date"
-EVENT_HOUR = "event_hour"
 # Landing files appear under a temporary name and are renamed to *.json once complete.
 LANDING_GLOB = "*.json"
 

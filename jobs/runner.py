@@ -20,21 +20,20 @@ from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
-from jobs.catalog import kind_of, sink_rows
+from jobs.catalog import sink_rows
 from jobs.parsing import LANDING_GLOB
 from jobs.preview import check_stages, start_taps
 from jobs.runtime import (
-    EXIT_CONFIG_ERROR,
     QueryPlan,
     RawInput,
     ShutdownRequest,
     WarmUp,
-    configure_logging,
     read_job_landing,
     run_streaming_job,
     with_trigger,
 )
 from ops.driver.listener import TelemetryListener
+from ops.driver.session import EXIT_CONFIG_ERROR, configure_logging
 from ops.driver.takeover import StandbyStatus, write_standby_status
 from ops.exceptions import ConfigError
 from ops.spec.job import JOB_NAME_PATTERN, JobSpec, find_job, job_file
@@ -61,7 +60,7 @@ def plan_job(platform: PlatformConfig, spec: JobSpec, read_input: RawInput = rea
             .writeStream.queryName(spec.name)
             .format("parquet")
             .outputMode("append")
-            .partitionBy(*kind_of(spec).partition_columns)
+            .partitionBy(*spec.pipeline.partition_columns)
             .option("checkpointLocation", str(paths.checkpoint))
             .option("path", str(paths.sink))
         )

@@ -24,9 +24,7 @@ Landing lines are parsed by `jobs.parsing`.
 from __future__ import annotations
 
 import errno
-import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -44,6 +42,7 @@ from jobs.parsing import LANDING_GLOB
 from ops.driver.checkpoint import landing_backlog
 from ops.driver.listener import TelemetryListener, describe_failure, serve_metrics
 from ops.driver.replay import finish_replay_batch, pending_replay, stage_replay_batch
+from ops.driver.session import EXIT_CONFIG_ERROR, EXIT_QUERY_FAILED, EXIT_STOPPED, build_session
 from ops.driver.takeover import (
     CheckpointLock,
     StandbyState,
@@ -56,14 +55,8 @@ from ops.spec.job import JobSpec, job_file, metrics_port_in_use
 from ops.spec.paths import JobPaths
 from ops.spec.platform import PlatformConfig
 
-EXIT_STOPPED = 0
-EXIT_QUERY_FAILED = 1
-EXIT_CONFIG_ERROR = 2
-
 # What a driver logs once a signal asked it to stop, before the running batch has committed.
 STOPPING = "stopping after current batch"
-
-ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 
 QueryPlan = Callable[[SparkSession], DataStreamWriter]
@@ -78,85 +71,6 @@ TapStarter = Callable[[SparkSession, bool], list[StreamingQuery]]
 RunMode = Literal["continuous", "available_now", "replay_only"]
 
 log = structlog.get_logger("streamwarden.job")
-
-
-def configure_logging(**context: str) -> None:
-    """Configure structlog once for a driver process: JSON off a TTY, `context` bound to every line."""
-    renderer = structlog.dev.ConsoleRenderer() if sys.stderr.isatty() else structlog.processors.JSONRenderer()
-    structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            renderer,
-        ],
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-        cache_logger_on_first_use=True,
-    )
-    structlog.contextvars.bind_contextvars(**context)
-
-
-def build_session(platform: PlatformConfig, spec: JobSpec) -> SparkSession:
-    """The job's SparkSession, configured from the platform defaults and the job's resources."""
-    # Python workers otherwise start the system python, which lacks the venv's packages
-    # (docs/architecture.md §7).
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    # The JVM starts in getOrCreate below and inherits this process's environment.
-    os.environ.update(platform.spark.network_env())
-    resources = spec.operations.resources
-    master, sizing = resources.spark_master(platform.spark)
-    builder = (
-        SparkSession.builder.appName(f"streamwarden-{spec.name}")
-        .master(master)
-        .config("spark.driver.memory", resources.driver_memory)
-        .config("spark.sql.shuffle.partitions", str(resources.shuffle_partitions))
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.ui.enabled", str(platform.spark.ui_enabled).lower())
-        # Stage progress bars would interleave with the JSON log lines on stderr.
-        .config("spark.ui.showConsoleProgress", "false")
-    )
-    for key, value in {**platform.spark.network_conf(), **sizing, **query_conf(platform, spec)}.items():
-        builder = builder.config(key, value)
-    return builder.getOrCreate()
-
-
-def query_conf(platform: PlatformConfig, spec: JobSpec) -> dict[str, str]:
-    """The job's state and listing confs with the platform's extra confs over them: the ones a
-    query reads when it starts, so a test's running session can take them too."""
-    return {**state_conf(spec), **listing_conf(spec), **platform.spark.extra_conf}
-
-
-# Spark's default: more paths than this are listed by a distributed job.
-PARALLEL_LISTING_THRESHOLD = 32
-
-
-def listing_conf(spec: JobSpec) -> dict[str, str]:
-    """Keep the listing of a micro-batch's files in the driver.
-
-    The file source builds each batch's DataFrame from its file paths and lists them again; above
-    `spark.sql.sources.parallelPartitionDiscovery.threshold` paths (32) Spark runs a Spark job to do
-    it. For a batch of 50 landing files that job cost 0.6 s of every micro-batch (`getBatch`, load
-    average 10, `python -m benchmarks.batch_costs`) against 0.07 s listed in the driver.
-    """
-    max_files = spec.operations.trigger.max_files_per_trigger
-    if max_files is None or max_files <= PARALLEL_LISTING_THRESHOLD:
-        return {}
-    return {"spark.sql.sources.parallelPartitionDiscovery.threshold": str(max_files)}
-
-
-def state_conf(spec: JobSpec) -> dict[str, str]:
-    """SQL confs for a stateful job's state: RocksDB, and the spec's checkpoint format version.
-
-    They are read when a query starts, so they can also be set on a running session (tests do).
-    Readers of the state (`spark.read.format("statestore")`) need the same format version.
-    """
-    if not spec.operations.stateful:
-        return {}
-    return {
-        "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
-        "spark.sql.streaming.stateStore.checkpointFormatVersion": str(spec.operations.checkpoint_format),
-    }
 
 
 def read_landing(spark: SparkSession, landing_dir: Path, max_files_per_trigger: int | None) -> DataFrame:

@@ -2,9 +2,9 @@
 
 A streaming driver is scraped while it runs; a batch task ends before any scrape would see it, so
 it pushes its outcome instead, when `monitoring.pushgateway_url` is set in platform.yaml (off in
-the embedded default): a savepoint (the supervisor), a compaction (`jobs.compaction.main`) and a
+the embedded default): a savepoint (the supervisor), a compaction (`ops.warehouse.compaction`) and a
 backfill (its application, `jobs.backfill`, when it fails or finishes, and its publish,
-`jobs.compaction.backfill`). This module imports nothing of the control plane at run time, so a
+`ops.warehouse.publish`). This module imports nothing of the control plane at run time, so a
 backfill's Spark driver may push too.
 
 Each push goes to the group `job="streamwarden_batch_tasks", job_name=<job>, task=<task>`, so the

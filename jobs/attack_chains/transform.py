@@ -64,7 +64,6 @@ from ops.spec.pipelines import (
 
 OUTPUT = "output"
 EVENT_DATE = "event_date"
-PARTITION_COLUMNS = (OUTPUT, EVENT_DATE)
 MATCH = "match"
 LATE = "late"
 SINK_COLUMNS = (

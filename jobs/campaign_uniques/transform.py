@@ -91,7 +91,6 @@ from ops.spec.pipelines import DEAD_LETTER_ROUTE, CampaignUniquesPipeline
 
 OUTPUT = "output"
 EVENT_DATE = "event_date"
-PARTITION_COLUMNS = (OUTPUT, EVENT_DATE)
 HOURLY_EXACT = "hourly_exact"
 HOURLY_APPROX = "hourly_approx"
 ENRICHED = "enriched"

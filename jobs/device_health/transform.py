@@ -82,7 +82,7 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 
 from jobs.expressions import invalid_boolean_expressions
-from jobs.parsing import DEAD_LETTER_REASON, EVENT_DATE, EVENT_HOUR, RAW, with_event_partitions
+from jobs.parsing import DEAD_LETTER_REASON, RAW, with_event_partitions
 from ops.spec.pipelines import DEAD_LETTER_ROUTE, DataPointRule, DeviceHealthPipeline
 
 OUTPUT = "output"
@@ -90,7 +90,6 @@ DIAGNOSIS = "diagnosis"
 RECOVERY = "recovery"
 STALE = "stale"
 LATE = "late"
-PARTITION_COLUMNS = (OUTPUT, EVENT_DATE, EVENT_HOUR)
 KEY_COLUMNS = ("device_id", "data_point")
 RED = "RED"
 GREEN = "GREEN"

@@ -84,8 +84,8 @@ from jobs.bucketed_state import (
     timeout_reaching,
     write_state,
 )
-from jobs.parsing import DEAD_LETTER_REASON, EVENT_DATE, EVENT_HOUR, RAW
-from ops.spec.pipelines import DEAD_LETTER_ROUTE, FileSource, ImpressionsPlaysPipeline
+from jobs.parsing import DEAD_LETTER_REASON, RAW
+from ops.spec.pipelines import DEAD_LETTER_ROUTE, EVENT_DATE, EVENT_HOUR, FileSource, ImpressionsPlaysPipeline
 
 OUTCOME = "outcome"
 CONVERSION = "conversion"
@@ -96,7 +96,6 @@ IMPRESSIONS = "impressions"
 PLAYS = "plays"
 IMPRESSION_TIME = "impression_time"
 PLAY_TIME = "play_time"
-PARTITION_COLUMNS = (OUTCOME, EVENT_DATE, EVENT_HOUR)
 OUTPUT_SCHEMA = (
     "outcome string, impression_id string, profile_id string, title_id string, "
     "impression_time timestamp, play_id string, play_time timestamp, source string, "

@@ -33,11 +33,10 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.expressions import invalid_boolean_expressions
-from jobs.parsing import DEAD_LETTER_REASON, EVENT_DATE, EVENT_HOUR, RAW
-from ops.spec.pipelines import DEAD_LETTER_ROUTE, Route
+from jobs.parsing import DEAD_LETTER_REASON, RAW
+from ops.spec.pipelines import DEAD_LETTER_ROUTE, EVENT_DATE, EVENT_HOUR, Route
 
 ROUTE = "route"
-PARTITION_COLUMNS = (ROUTE, EVENT_DATE, EVENT_HOUR)
 DEAD_LETTER_COLUMNS = (DEAD_LETTER_REASON, RAW)
 _ROUTED = "_routed"
 

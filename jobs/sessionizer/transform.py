@@ -81,13 +81,12 @@ from jobs.bucketed_state import (
     timeout_reaching,
     write_state,
 )
-from jobs.parsing import DEAD_LETTER_REASON, EVENT_DATE, RAW
-from ops.spec.pipelines import DEAD_LETTER_ROUTE, FileSource, SessionizerPipeline
+from jobs.parsing import DEAD_LETTER_REASON, RAW
+from ops.spec.pipelines import DEAD_LETTER_ROUTE, EVENT_DATE, FileSource, SessionizerPipeline
 
 OUTPUT = "output"
 SESSIONS = "sessions"
 LATE = "late"
-PARTITION_COLUMNS = (OUTPUT, EVENT_DATE)
 CLOSED_BY_GAP = "gap"
 CLOSED_BY_CAP = "max_duration"
 

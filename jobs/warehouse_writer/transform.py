@@ -26,12 +26,11 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from jobs.parsing import DEAD_LETTER_REASON, EVENT_DATE, EVENT_HOUR, RAW
-from ops.spec.pipelines import DEAD_LETTER_ROUTE
+from jobs.parsing import DEAD_LETTER_REASON, RAW
+from ops.spec.pipelines import DEAD_LETTER_ROUTE, EVENT_DATE, EVENT_HOUR, WarehouseWriterPipeline
 
 ROUTE = "route"
 EVENTS_ROUTE = "events"
-PARTITION_COLUMNS = (ROUTE, EVENT_DATE, EVENT_HOUR)
 _SALT = "_salt"
 
 
@@ -55,4 +54,4 @@ def warehouse_rows(events: DataFrame, max_files_per_partition: int) -> DataFrame
         EVENT_HOUR,
         F.pmod(F.xxhash64(RAW), F.lit(max_files_per_partition)).alias(_SALT),
     )
-    return rows.repartition(*PARTITION_COLUMNS, _SALT).drop(_SALT)
+    return rows.repartition(*WarehouseWriterPipeline.partition_columns, _SALT).drop(_SALT)

@@ -2,7 +2,7 @@
 
 `plan` chooses the archive partitions of a range and stages them, `run` feeds them to the Spark
 application (`jobs.backfill`), checks its staged output and runs the publish into the warehouse
-table through the quality gate (`jobs.compaction.backfill`: or, for a candidate version, its diff
+table through the quality gate (`ops.warehouse.publish`: or, for a candidate version, its diff
 against the table), `bootstrap` turns a finished backfill into a savepoint a live job starts from.
 The run directory both sides share is described in `ops.driver.backfill`.
 """

@@ -5,7 +5,7 @@ progress from the run directory (a bar over the partitions, with rows/s and the 
 `warden_backfill` DAG submits the same application with the Spark provider's
 `SparkSubmitOperator` (`submit_arguments`). Either way the run is checked by `verify_output`: every
 file the staged sink's log lists is there and the rows per partition add up; then `publish_output`
-runs the publish application (`jobs.compaction.backfill`), which takes the staged output through
+runs the publish application (`ops.warehouse.publish`), which takes the staged output through
 the quality gate into the warehouse table, or diffs a candidate's against it.
 """
 

@@ -1,6 +1,6 @@
 """How the backfill application is submitted, light enough for a DAG file's parse (no boto3,
 pyarrow or pyspark): the `warden_backfill` DAG's SparkSubmitOperators and `warden backfill` both
-start `jobs/backfill.py`, then `jobs/compaction/backfill.py` (the publish), with these arguments
+start `jobs/backfill.py`, then `ops/warehouse/publish.py` (the publish), with these arguments
 and this environment."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from ops.spec.platform import CONF_DIR_ENV
 
 APPLICATION_MODULE = "jobs.backfill"
 # The application that publishes a finished run into the warehouse table (or diffs a candidate).
-PUBLISH_MODULE = "jobs.compaction.backfill"
+PUBLISH_MODULE = "ops.warehouse.publish"
 # The repository the application is imported from (a platform's conf dir may live elsewhere).
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,8 +24,8 @@ def application_file() -> Path:
 
 
 def publish_application_file() -> Path:
-    """The publish application file spark-submit runs (`jobs/compaction/backfill.py`)."""
-    return REPO_ROOT / "jobs" / "compaction" / "backfill.py"
+    """The publish application file spark-submit runs (`ops/warehouse/publish.py`)."""
+    return REPO_ROOT / "ops" / "warehouse" / "publish.py"
 
 
 def submit_arguments(run: BackfillRun) -> list[str]:

@@ -18,7 +18,7 @@ a time. Both sides share only this directory, so the application needs no S3 cli
     <root>/gate.json                 the partitions the driver released to the query's sources
     <root>/complete.json             written once every partition is done
     <root>/published.json            the publish into the warehouse table: each target partition's
-                                     version, published or blocked (`jobs.compaction.backfill`)
+                                     version, published or blocked (`ops.warehouse.publish`)
     <root>/diff.json                 a candidate's run instead: its output against the table's
 
 A completed partition is recorded after its batches commit, so a killed run resumes from the

@@ -32,7 +32,7 @@ from ops.spec.platform import CONF_DIR_ENV, PlatformConfig
 from ops.warehouse.sinklog import changed_since_published
 
 # The compaction entry point a restatement runs (as a process: ops never imports jobs).
-COMPACTION_MODULE = "jobs.compaction.main"
+COMPACTION_MODULE = "ops.warehouse.compaction"
 REPUBLISH_ACTION = "republish"
 
 

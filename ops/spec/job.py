@@ -201,7 +201,7 @@ class Expectation(Model):
 
 
 class QualitySuite(Model):
-    """The audit a compacted partition passes before it is published (`jobs.compaction.audit`).
+    """The audit a compacted partition passes before it is published (`ops.warehouse.audit`).
 
     Every job also gets the built-in checks: the row count equals the partition's committed rows,
     `keys` are never null, `unique` columns have no duplicates.

@@ -1,8 +1,9 @@
 """The `pipeline` section of a job file: one frozen model per job kind.
 
-Every pipeline kind has `kind` (the discriminator), `sink: FileSink` and an `inputs` property
-(the name its transform knows each source by -> `FileSource`); `jobs/catalog.py` maps each kind to
-its transform. A new kind adds its model here and to the `Pipeline` union at the bottom.
+Every pipeline kind has `kind` (the discriminator), `sink: FileSink`, an `inputs` property
+(the name its transform knows each source by -> `FileSource`) and the `partition_columns` of its
+sink, which the warehouse table of its output shares; `jobs/catalog.py` maps each kind to its
+transform. A new kind adds its model here and to the `Pipeline` union at the bottom.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from ops.spec.model import Model
 
 # Malformed events land in the job's sink under this route, beside the real routes.
 DEAD_LETTER_ROUTE = "dead_letter"
+# The event-time columns every kind's sink is partitioned by last (`jobs.parsing` derives them).
+EVENT_DATE = "event_date"
+EVENT_HOUR = "event_hour"
 
 FieldType = Literal["string", "long", "double", "boolean", "timestamp"]
 
@@ -132,17 +136,23 @@ class FileSink(Model):
 
 
 class PipelineModel(Model):
-    """What every pipeline kind tells a backfill about its output's event time.
+    """What every pipeline kind tells the warehouse and a backfill about its output.
 
-    `event_partition_hours`: the event-time span of one partition of its sink and table (1 for
-    `event_date`/`event_hour`, 24 for `event_date` alone). `backfill_reach`: how far from an
+    `partition_columns`: the sink's and the warehouse table's partition columns, in order: the
+    column that tells the kind's outputs apart (a route, an outcome), then `event_date` and, for
+    hourly partitions, `event_hour`. `event_partition_hours`: the event-time span of one partition
+    (1 with `event_hour`, 24 with `event_date` alone). `backfill_reach`: how far from an
     event's time the rows it can change may lie (0 for a stateless kind, a session's length for
     the sessionizer), or None when the kind's state bounds it by nothing a backfill can know; then
     every arrival hour may feed every partition, and only a backfill of the whole archive
     recomputes a partition whole (`ops.backfill.coverage`).
     """
 
-    event_partition_hours: ClassVar[int] = 1
+    partition_columns: ClassVar[tuple[str, ...]]
+
+    @property
+    def event_partition_hours(self) -> int:
+        return 1 if EVENT_HOUR in self.partition_columns else 24
 
     def backfill_reach(self) -> timedelta | None:
         return None
@@ -163,6 +173,7 @@ class Route(Model):
 
 class RouterPipeline(StatelessPipeline):
     kind: Literal["router"]
+    partition_columns: ClassVar[tuple[str, ...]] = ("route", EVENT_DATE, EVENT_HOUR)
     source: FileSource
     sink: FileSink
     routes: tuple[Route, ...] = Field(min_length=1)
@@ -191,6 +202,7 @@ class ImpressionsPlaysPipeline(PipelineModel):
     """Joins each title impression to the plays of the same profile and title within the window after it."""
 
     kind: Literal["impressions_plays"]
+    partition_columns: ClassVar[tuple[str, ...]] = ("outcome", EVENT_DATE, EVENT_HOUR)
     impressions: FileSource
     plays: FileSource
     sink: FileSink
@@ -235,6 +247,7 @@ class SessionizerPipeline(PipelineModel):
     """
 
     kind: Literal["sessionizer"]
+    partition_columns: ClassVar[tuple[str, ...]] = ("output", EVENT_DATE)
     sources: dict[str, FileSource] = Field(min_length=1)
     sink: FileSink
     key_fields: tuple[str, ...] = Field(("user_id",), min_length=1)
@@ -252,8 +265,6 @@ class SessionizerPipeline(PipelineModel):
         "events are never late, but an idle source stops the watermark).",
     )
     state_buckets: int = Field(64, ge=1, le=65536, description="Keys are hashed into this many state rows.")
-
-    event_partition_hours: ClassVar[int] = 24
 
     @property
     def inputs(self) -> dict[str, FileSource]:
@@ -296,6 +307,7 @@ class WarehouseWriterPipeline(StatelessPipeline):
     """Product events into a Parquet warehouse partitioned by event-time date and hour."""
 
     kind: Literal["warehouse_writer"]
+    partition_columns: ClassVar[tuple[str, ...]] = ("route", EVENT_DATE, EVENT_HOUR)
     source: FileSource
     sink: FileSink
     # Each micro-batch writes at most this many files into each date/hour partition.
@@ -322,8 +334,8 @@ class CampaignUniquesPipeline(PipelineModel):
     with the number of distinct campaigns its user engaged with in the sliding window ending
     at/after it."""
 
-    event_partition_hours: ClassVar[int] = 24
     kind: Literal["campaign_uniques"]
+    partition_columns: ClassVar[tuple[str, ...]] = ("output", EVENT_DATE)
     source: FileSource
     sink: FileSink
     # Bounded out-of-orderness: the watermark trails the newest event time by this.
@@ -392,8 +404,8 @@ PatternRule = Annotated[SequenceRule | ThresholdThenRule | DistinctCountRule, Fi
 class AttackChainsPipeline(PipelineModel):
     """Complex event patterns over security events, one stateful matcher per rule and key."""
 
-    event_partition_hours: ClassVar[int] = 24
     kind: Literal["attack_chains"]
+    partition_columns: ClassVar[tuple[str, ...]] = ("output", EVENT_DATE)
     source: FileSource
     sink: FileSink
     allowed_lateness_seconds: int = Field(300, ge=0)
@@ -458,6 +470,7 @@ class DeviceHealthPipeline(PipelineModel):
     """Per device and data point a RED/GREEN state from declarative rules; triggers on GREEN -> RED."""
 
     kind: Literal["device_health"]
+    partition_columns: ClassVar[tuple[str, ...]] = ("output", EVENT_DATE, EVENT_HOUR)
     source: FileSource
     sink: FileSink
     data_points: tuple[DataPointRule, ...] = Field(min_length=1)
@@ -512,6 +525,7 @@ class EnricherPipeline(StatelessPipeline):
     """
 
     kind: Literal["enricher"]
+    partition_columns: ClassVar[tuple[str, ...]] = ("route", EVENT_DATE, EVENT_HOUR)
     source: FileSource
     sink: FileSink
     reference: ReferenceTable

@@ -13,7 +13,7 @@ of the job runs):
 
 1. `_expired.json` is written into its sink directory: which version holds its rows now. A
    directory-listing reader skips `_` files; files that land in such a partition late are
-   compacted together with the rows of its published version (`jobs.compaction.compact`), and
+   compacted together with the rows of its published version (`ops.warehouse.compact`), and
    expire in their turn, rewriting the marker.
 2. Every entry of the log up to its newest compact file that lists its files is rewritten without
    those lines, in one rename each, as Spark writes a compact file with `retention` (the other

@@ -15,7 +15,7 @@ The publish API, shared by compaction and backfill (write-audit-publish):
 
     staged = stage(spark, ledger, table, partition, source="backfill", input_rows=...)
     ... write the partition's Parquet files (no partition columns) into staged.location ...
-    ... audit them (jobs.compaction.audit) ...
+    ... audit them (ops.warehouse.audit) ...
     publish(spark, ledger, table, staged, output_files=..., output_rows=..., audit=result.to_dict())
     # or, when a blocking expectation failed:
     block(ledger, staged, audit=result.to_dict())
@@ -63,7 +63,7 @@ class WarehouseTable:
 
     @classmethod
     def of(cls, platform: PlatformConfig, job: str, partition_columns: tuple[str, ...]) -> WarehouseTable:
-        """The table of `job`, partitioned like its sink (`jobs.catalog.kind_of(spec).partition_columns`)."""
+        """The table of `job`, partitioned like its sink (`spec.pipeline.partition_columns`)."""
         if not partition_columns:
             raise WarehouseError(f"the warehouse table of {job!r} needs its sink's partition columns")
         return cls(job, platform.warehouse.database, partition_columns, platform.warehouse_root / job)

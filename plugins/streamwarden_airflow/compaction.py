@@ -27,7 +27,7 @@ from ops.spec.platform import CONF_DIR_ENV, PlatformConfig, load_platform
 from ops.warehouse.metastore import metastore_conf
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-COMPACTION_APPLICATION = REPO_ROOT / "jobs" / "compaction" / "main.py"
+COMPACTION_APPLICATION = REPO_ROOT / "ops" / "warehouse" / "compaction.py"
 COMPACTION_FAILED_KIND = "compaction_failed"
 
 
@@ -75,7 +75,7 @@ class PlatformSparkSubmitOperator(SparkSubmitOperator):
 
 
 class CompactOperator(PlatformSparkSubmitOperator):
-    """spark-submit `jobs/compaction/main.py --job JOB --now <the run's interval end>` (plus the
+    """spark-submit `ops/warehouse/compaction.py --job JOB --now <the run's interval end>` (plus the
     `partitions` the trigger form names, templated) on the platform's Spark master."""
 
     def __init__(self, *, job: str, partitions: str = "", **kwargs: Any) -> None:
@@ -99,7 +99,7 @@ class CompactOperator(PlatformSparkSubmitOperator):
 
 
 class RepublishOperator(PlatformSparkSubmitOperator):
-    """spark-submit `jobs/compaction/main.py` for exactly the warehouse partitions a finished
+    """spark-submit `ops/warehouse/compaction.py` for exactly the warehouse partitions a finished
     restatement of `job` changed (`ops.recovery.restate.plan_republish`), as the restatement's
     versions; the `republish` decision row gets a line per partition, or the failure. Nothing
     to submit after a dry run, for a job without compaction, or when nothing published changed."""
@@ -141,7 +141,7 @@ class RepublishOperator(PlatformSparkSubmitOperator):
 
 
 class BackfillPublishOperator(PlatformSparkSubmitOperator):
-    """spark-submit `jobs/compaction/backfill.py --run-dir DIR` (templated) with the metastore confs:
+    """spark-submit `ops/warehouse/publish.py --run-dir DIR` (templated) with the metastore confs:
     a finished backfill's staged output into the warehouse table through the quality gate, or a
     candidate's diff against it. A job without a warehouse table has nothing to publish."""
 

@@ -12,11 +12,11 @@ import pytest
 from airflow.dag_processing.dagbag import DagBag
 from pyspark.sql import SparkSession
 
-from jobs.compaction.main import warehouse_table
-from jobs.compaction.rewrite import read_partition
 from ops.ledger.store import Ledger
 from ops.spec.job import find_job
 from ops.spec.platform import PlatformConfig
+from ops.warehouse.compaction import warehouse_table
+from ops.warehouse.rewrite import read_partition
 from ops.warehouse.sinklog import NULL_PARTITION, sink_partitions
 from synthetic.scenarios import router_scenario, sessionizer_scenario
 from tests.support.drivers import edit_job

@@ -14,11 +14,11 @@ import pytest
 from airflow.dag_processing.dagbag import DagBag
 from pyspark.sql import SparkSession
 
-from jobs.compaction.main import warehouse_table
 from ops.ledger.store import Ledger
 from ops.recovery.restate import REPUBLISH_ACTION
 from ops.spec.job import find_job
 from ops.spec.platform import PlatformConfig
+from ops.warehouse.compaction import warehouse_table
 from ops.warehouse.sinklog import NULL_PARTITION, sink_partitions
 from synthetic.scenarios import router_scenario
 from tests.support.drivers import edit_job

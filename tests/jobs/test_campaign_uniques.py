@@ -17,8 +17,9 @@ from pyspark.testing import assertDataFrameEqual
 from jobs.campaign_uniques.transform import SINK_COLUMNS, campaign_uniques, distinct_campaigns
 from jobs.parsing import parse_events
 from jobs.runner import plan_job
-from jobs.runtime import state_conf, with_trigger
+from jobs.runtime import with_trigger
 from ops.driver.listener import state_rows
+from ops.driver.session import state_conf
 from ops.spec.job import JobSpec, find_job
 from ops.spec.pipelines import CampaignUniquesPipeline
 from ops.spec.platform import PlatformConfig

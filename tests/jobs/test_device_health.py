@@ -19,8 +19,8 @@ from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from jobs.catalog import sink_rows
-from jobs.runtime import state_conf
 from ops.driver.listener import state_rows
+from ops.driver.session import state_conf
 from ops.spec.job import find_job
 from ops.spec.platform import PlatformConfig
 from tests.support.drivers import edit_job

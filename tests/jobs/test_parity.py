@@ -26,8 +26,7 @@ from pyspark.sql import types as T
 from pyspark.testing import assertDataFrameEqual
 
 from jobs.batch import batch_rows
-from jobs.catalog import kind_of
-from jobs.runtime import state_conf
+from ops.driver.session import state_conf
 from ops.spec.job import JobSpec, find_job, load_jobs
 from ops.spec.platform import PlatformConfig
 from synthetic.scenarios import SCENARIOS, Scenario
@@ -87,7 +86,7 @@ def test_late_events_are_the_only_difference(
         run_available_now(spark, platform_conf, spec)
     streamed = spark.read.parquet(str(platform_conf.lake_root / spec.pipeline.sink.path))
     # The first partition column tells a job's outputs apart (`output`, `outcome`).
-    is_late = F.col(kind_of(spec).partition_columns[0]) == "late"
+    is_late = F.col(spec.pipeline.partition_columns[0]) == "late"
     late = streamed.where(is_late).select(F.expr(scenario.late_id_column).alias("id"))
     if isinstance(late.schema["id"].dataType, T.ArrayType):
         late = late.select(F.explode("id"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.runtime import PARALLEL_LISTING_THRESHOLD, listing_conf
+from ops.driver.session import PARALLEL_LISTING_THRESHOLD, listing_conf
 from ops.spec.job import JobSpec, find_job
 
 

@@ -33,7 +33,7 @@ from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from jobs.runner import plan_job
-from jobs.runtime import state_conf, with_trigger
+from jobs.runtime import with_trigger
 from ops import archive
 from ops.backfill import run as backfill_run
 from ops.backfill.bootstrap import bootstrap_savepoint
@@ -43,6 +43,7 @@ from ops.backfill.submit import application_env, submit_arguments
 from ops.cli import main
 from ops.control.supervisor import Supervisor
 from ops.driver.backfill import BackfillRun
+from ops.driver.session import state_conf
 from ops.event_times import stored_span, time_key
 from ops.exceptions import BackfillError
 from ops.ledger.store import Ledger

@@ -21,9 +21,10 @@ from pyspark.sql import SparkSession
 from pyspark.testing import assertDataFrameEqual
 
 from jobs.runner import plan_job
-from jobs.runtime import ShutdownRequest, replay_pending, state_conf, with_trigger
+from jobs.runtime import ShutdownRequest, replay_pending, with_trigger
 from ops.control.supervisor import Supervisor
 from ops.driver.listener import TelemetryListener
+from ops.driver.session import state_conf
 from ops.exceptions import RewindError
 from ops.ledger.store import Ledger
 from ops.recovery.rewind import rewind_job

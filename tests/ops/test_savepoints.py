@@ -25,8 +25,8 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from jobs.runtime import ROCKSDB_PROVIDER
 from ops.control.supervisor import Supervisor, stop_all_jobs
+from ops.driver.session import ROCKSDB_PROVIDER
 from ops.exceptions import SavepointError
 from ops.ledger.records import SavepointRecord
 from ops.ledger.store import Ledger

@@ -2,7 +2,7 @@
 compact file a driver was writing when the expiry renamed the one it read is waited for and
 filtered too; the horizon cannot be shorter than a partition takes to close.
 
-`tests/jobs/test_compaction_sinklog.py` runs the whole thing with Spark over three days."""
+`tests/ops/test_compaction_sinklog.py` runs the whole thing with Spark over three days."""
 
 from __future__ import annotations
 

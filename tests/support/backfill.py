@@ -2,7 +2,7 @@
 subject.
 
 `warden backfill` runs the backfill application (`jobs.backfill`) and then its publish
-(`jobs.compaction.backfill`) as processes of their own (`ops.backfill.run`): two JVM starts per
+(`ops.warehouse.publish`) as processes of their own (`ops.backfill.run`): two JVM starts per
 backfill, the publish's a Hive-enabled one. Under `backfill_in_session` the same code runs in the
 worker's SparkSession (the application's `run_partitions`, under its job's query confs) and in the
 test's warehouse process (the publish's `main`, which needs the Hive catalog), and everything
@@ -16,10 +16,10 @@ import pytest
 from pyspark.sql import SparkSession
 
 from jobs.backfill import backfill_spec, run_partitions
-from jobs.runtime import query_conf
 from ops.backfill import run as backfill_run
 from ops.backfill.submit import PUBLISH_MODULE, submit_arguments
 from ops.driver.backfill import BackfillPlan, BackfillRun, PartitionDone
+from ops.driver.session import query_conf
 from ops.exceptions import BackfillError
 from ops.spec.platform import PlatformConfig
 from tests.support.spark import session_confs

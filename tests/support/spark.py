@@ -29,7 +29,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from jobs.runner import plan_job
-from jobs.runtime import query_conf, state_conf, with_trigger
+from jobs.runtime import with_trigger
+from ops.driver.session import query_conf, state_conf
 from ops.spec.job import JobSpec
 from ops.spec.platform import PlatformConfig
 

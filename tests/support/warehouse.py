@@ -47,7 +47,7 @@ ERROR_PREFIX = "error "
 EXITED_PREFIX = "exited "
 # The applications the warehouse process runs by their `main`: the compaction and the backfill's
 # publish, each building its own Hive-enabled session as in a process of its own.
-APPLICATIONS = ("jobs.compaction.main", "jobs.compaction.backfill")
+APPLICATIONS = ("ops.warehouse.compaction", "ops.warehouse.publish")
 # The worker's warehouse process, once a test has used it; `warehouse_server` stops it.
 _PROCESS: list[WarehouseProcess] = []
 
@@ -103,9 +103,9 @@ def run_module(
 
 
 def compact_job(platform: PlatformConfig, job: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """`jobs.compaction.main --job JOB ...` in the test's warehouse process; asserts it exited 0.
+    """`ops.warehouse.compaction --job JOB ...` in the test's warehouse process; asserts it exited 0.
     Its log (and Spark's) is the result's stderr."""
-    result = warehouse_process().run_application(platform, "jobs.compaction.main", ["--job", job, *args])
+    result = warehouse_process().run_application(platform, "ops.warehouse.compaction", ["--job", job, *args])
     assert result.returncode == 0, result.stderr[-6000:]
     return result
 

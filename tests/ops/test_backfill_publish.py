@@ -15,8 +15,6 @@ import pytest
 import yaml
 from pyspark.sql import SparkSession
 
-from jobs.compaction.compact import needs_compaction
-from jobs.compaction.main import warehouse_table
 from ops import archive
 from ops.alerts import AlertCenter
 from ops.backfill import run as backfill_run
@@ -27,6 +25,8 @@ from ops.ledger.store import Ledger
 from ops.spec.job import find_job
 from ops.spec.paths import JobPaths
 from ops.spec.platform import PlatformConfig, load_platform
+from ops.warehouse.compact import needs_compaction
+from ops.warehouse.compaction import warehouse_table
 from ops.warehouse.sinklog import partition_end, sink_partitions
 from tests.ops.test_backfill import FIRST_ARRIVAL, HOURS, NOW, live_reference, write_input
 from tests.support.drivers import edit_job

@@ -29,13 +29,13 @@ from pathlib import Path
 import pyspark.sql.functions as F
 from pyspark.sql import DataFrame, SparkSession
 
-from jobs.compaction.audit import AuditResult, audit
-from jobs.compaction.rewrite import Rewrite, read_partition, read_staged, rewrite_partition
 from ops.alerts import Alert, AlertCenter
 from ops.exceptions import WarehouseError
 from ops.ledger.records import PartitionVersionRecord
 from ops.ledger.store import Ledger
 from ops.spec.job import CompactionPolicy, JobSpec
+from ops.warehouse.audit import AuditResult, audit
+from ops.warehouse.rewrite import Rewrite, read_partition, read_staged, rewrite_partition
 from ops.warehouse.sinklog import SinkPartition, is_expired, partition_end, sink_partitions
 from ops.warehouse.table import (
     BLOCKED,

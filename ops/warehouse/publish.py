@@ -1,8 +1,8 @@
-"""`python -m jobs.compaction.backfill --run-dir DIR`: a finished backfill into the warehouse table.
+"""`python -m ops.warehouse.publish --run-dir DIR`: a finished backfill into the warehouse table.
 
 A backfill (`jobs.backfill`, `ops.backfill`) ends with its output in the run's staging sink, a
 file sink with its own log. This application takes it through the compaction's write-audit-publish
-(`jobs.compaction.compact`: the same rewrite, the same Great Expectations suite and severities,
+(`ops.warehouse.compact`: the same rewrite, the same Great Expectations suite and severities,
 the same versions in the ledger), with one difference: the backfill is one change of the table, so
 every target partition is written and audited first, and only if no blocking check failed in any
 of them are they all published, one after the other with nothing else in between. A failed gate
@@ -39,26 +39,26 @@ import structlog
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.compaction.compact import BLOCKED_ALERT_KIND, AuditedVersion, settle, write_and_audit
-from jobs.compaction.main import (
-    EXIT_JOB_BUSY,
-    LOCK_TIMEOUT_SECONDS,
-    RECOVERY_WAIT_SECONDS,
-    warehouse_session,
-    warehouse_table,
-)
-from jobs.compaction.rewrite import read_partition
-from jobs.runtime import EXIT_CONFIG_ERROR, EXIT_STOPPED, configure_logging
 from ops.alerts import Alert, AlertCenter
 from ops.atomic import write_atomically
 from ops.driver.backfill import BackfillRun
 from ops.driver.event_windows import ANY_WINDOW, Coverage
+from ops.driver.session import EXIT_CONFIG_ERROR, EXIT_STOPPED, configure_logging
 from ops.exceptions import BackfillError, ConfigError, JobBusyError, RecoveryOpenError, WarehouseError
 from ops.ledger.store import Ledger
 from ops.pushgateway import BatchTask, push_task_outcome
 from ops.spec.job import JobSpec, find_job, load_job
 from ops.spec.paths import JobPaths
 from ops.spec.platform import PlatformConfig, load_platform
+from ops.warehouse.compact import BLOCKED_ALERT_KIND, AuditedVersion, settle, write_and_audit
+from ops.warehouse.compaction import (
+    EXIT_JOB_BUSY,
+    LOCK_TIMEOUT_SECONDS,
+    RECOVERY_WAIT_SECONDS,
+    warehouse_session,
+    warehouse_table,
+)
+from ops.warehouse.rewrite import read_partition
 from ops.warehouse.sinklog import SinkPartition, partition_end, sink_partitions
 from ops.warehouse.table import BLOCKED, PUBLISHED, WarehouseTable, block, ensure_table
 from ops.warehouse.writers import table_writer
@@ -283,7 +283,7 @@ def finish_run(platform: PlatformConfig, run: BackfillRun) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m jobs.compaction.backfill", description=__doc__.splitlines()[0]
+        prog="python -m ops.warehouse.publish", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--run-dir", required=True, type=Path, help="the finished backfill's run directory")
     args = parser.parse_args(argv)

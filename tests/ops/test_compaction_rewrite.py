@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
-from jobs.compaction.rewrite import committed_files, partition_dir, rewrite_partition
+from ops.warehouse.rewrite import committed_files, partition_dir, rewrite_partition
 
 PARTITION = {"route": "a", "event_hour": 10}
 

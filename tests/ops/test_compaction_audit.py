@@ -6,9 +6,9 @@ import great_expectations as gx
 import pytest
 from pyspark.sql import SparkSession
 
-from jobs.compaction import audit as audit_module
-from jobs.compaction.audit import _gx_expectation, _is_counted, _run, audit, suite_expectations
 from ops.spec.job import QualitySuite
+from ops.warehouse import audit as audit_module
+from ops.warehouse.audit import _gx_expectation, _is_counted, _run, audit, suite_expectations
 
 ROWS = [
     ("e1", "u1", 10.0, "2026-11-24", 10),

@@ -17,8 +17,6 @@ import pytest
 import yaml
 from pyspark.sql import SparkSession
 
-from jobs.compaction.main import warehouse_table
-from jobs.compaction.rewrite import read_partition
 from ops.alerts import AlertCenter
 from ops.control.supervisor import Supervisor
 from ops.driver.checkpoint import sink_files
@@ -28,6 +26,8 @@ from ops.recovery.rewind import rewind_job
 from ops.savepoints.store import take_savepoint
 from ops.spec.job import find_job
 from ops.spec.platform import PlatformConfig, load_platform
+from ops.warehouse.compaction import warehouse_table
+from ops.warehouse.rewrite import read_partition
 from ops.warehouse.sinklog import EXPIRE_ACTION, EXPIRED_MARKER, SINK_LOG, log_size, sink_partitions
 from synthetic.generator import write_batch
 from tests.support.drivers import edit_job

@@ -1,8 +1,8 @@
-"""`python -m jobs.compaction.main --job NAME`: compact a job's sink into its warehouse table.
+"""`python -m ops.warehouse.compaction --job NAME`: compact a job's sink into its warehouse table.
 
 The entry point the nightly DAG runs through `spark-submit` (SparkSubmitOperator), and `warden
 table compact` locally. Without `--partition` it compacts every closed partition whose committed
-input changed since it was published (`jobs.compaction.compact`); with `--partition KEY` (any
+input changed since it was published (`ops.warehouse.compact`); with `--partition KEY` (any
 number), exactly those. `--now` is the time partitions are judged closed at: a catch-up run for a
 missed night passes that night's time. Then, with `operations.compaction.sink_retention_hours`, the
 raw files and sink-log entries of published partitions past that horizon expire
@@ -35,11 +35,9 @@ from datetime import UTC, datetime, timedelta
 import structlog
 from pyspark.sql import SparkSession
 
-from jobs.catalog import kind_of
-from jobs.compaction.compact import PartitionOutcome, compact
-from jobs.runtime import EXIT_CONFIG_ERROR, EXIT_STOPPED, build_session, configure_logging
 from ops.alerts import AlertCenter
 from ops.clock import utcnow
+from ops.driver.session import EXIT_CONFIG_ERROR, EXIT_STOPPED, build_session, configure_logging
 from ops.exceptions import ConfigError, JobBusyError, RecoveryOpenError, WarehouseError
 from ops.ledger.locks import job_lock
 from ops.ledger.store import Ledger
@@ -47,6 +45,7 @@ from ops.pushgateway import BatchTask, push_task_outcome
 from ops.spec.job import CompactionPolicy, JobSpec, find_job
 from ops.spec.paths import JobPaths
 from ops.spec.platform import PlatformConfig, load_platform
+from ops.warehouse.compact import PartitionOutcome, compact
 from ops.warehouse.metastore import metastore_conf
 from ops.warehouse.sinklog import expire_sink_log
 from ops.warehouse.table import WarehouseTable, expire_versions
@@ -72,7 +71,7 @@ def warehouse_session(platform: PlatformConfig, spec: JobSpec) -> SparkSession:
 
 
 def warehouse_table(platform: PlatformConfig, spec: JobSpec) -> WarehouseTable:
-    return WarehouseTable.of(platform, spec.name, kind_of(spec).partition_columns)
+    return WarehouseTable.of(platform, spec.name, spec.pipeline.partition_columns)
 
 
 def run_compaction(
@@ -141,7 +140,7 @@ def _parse_now(text: str) -> datetime:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m jobs.compaction.main", description=__doc__.splitlines()[0]
+        prog="python -m ops.warehouse.compaction", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--job", required=True, help="job name (conf/jobs/<name>.yaml)")
     parser.add_argument(

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from jobs.compaction.main import warehouse_table
 from ops.ledger.records import PartitionVersionRecord
 from ops.ledger.store import Ledger
 from ops.spec.job import find_job
 from ops.spec.platform import CONF_DIR_ENV, PlatformConfig
+from ops.warehouse.compaction import warehouse_table
 from ops.warehouse.sinklog import sink_partitions
 from synthetic.scenarios import router_scenario
 from tests.support.drivers import edit_job
@@ -60,7 +60,7 @@ def kill_when(platform: PlatformConfig, key: str, ledger: Ledger, ready: str) ->
     """Start a compaction of `key` and SIGKILL it once its staged version exists and its
     directory is (`ready="written"`) or is not yet (`ready="staged"`) written."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "jobs.compaction.main", "--job", "router", "--partition", key],
+        [sys.executable, "-m", "ops.warehouse.compaction", "--job", "router", "--partition", key],
         cwd=REPO_ROOT,
         env={**os.environ, CONF_DIR_ENV: str(platform.conf_dir)},
         stdout=subprocess.DEVNULL,

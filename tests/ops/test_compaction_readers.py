@@ -20,7 +20,7 @@ from ops.ledger.store import Ledger
 from ops.spec.job import find_job
 from ops.spec.platform import CONF_DIR_ENV, PlatformConfig
 from synthetic.scenarios import router_scenario
-from tests.jobs.test_compaction_publish import LATER, add_late_rows, small_batches
+from tests.ops.test_compaction_publish import LATER, add_late_rows, small_batches
 from tests.support.drivers import edit_job
 from tests.support.spark import run_available_now
 from tests.support.warehouse import (

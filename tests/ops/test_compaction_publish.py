@@ -14,11 +14,11 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from jobs.compaction.rewrite import read_partition
 from ops.ledger.store import Ledger
 from ops.pushgateway import LAST_DURATION, LAST_FAILURE, LAST_SUCCESS, BatchTask
 from ops.spec.job import find_job
 from ops.spec.platform import PlatformConfig
+from ops.warehouse.rewrite import read_partition
 from synthetic.scenarios import router_scenario
 from tests.monitoring.servers import pushed, pushgateway
 from tests.support.drivers import edit_job
@@ -56,7 +56,7 @@ def add_late_rows(platform: PlatformConfig, key: str, count: int) -> None:
 
 def committed_rows(spark: SparkSession, platform: PlatformConfig) -> Counter[tuple[str, ...]]:
     """(event_id, route, event_date, event_hour) of every row the sink log lists as committed."""
-    from jobs.compaction.main import warehouse_table
+    from ops.warehouse.compaction import warehouse_table
     from ops.warehouse.sinklog import NULL_PARTITION, sink_partitions
 
     spec = find_job("router", platform.conf_dir)
@@ -91,7 +91,7 @@ def test_nightly_compaction_publishes_the_committed_rows_in_target_size_files(
         assert succeeded.keys() == {LAST_SUCCESS, LAST_DURATION}
         assert before <= succeeded[LAST_SUCCESS] <= time.time() and succeeded[LAST_DURATION] > 0
         failed = warehouse_process().run_application(
-            platform, "jobs.compaction.main", ["--job", "router", "--partition", "route=none"]
+            platform, "ops.warehouse.compaction", ["--job", "router", "--partition", "route=none"]
         )
         assert failed.returncode == 2 and "lists no committed file" in failed.stderr
         assert pushed(gateway, "router", BatchTask.COMPACTION)[LAST_FAILURE] > succeeded[LAST_SUCCESS]

@@ -1,2 +1,0 @@
-"""Nightly compaction of a job's sink into its warehouse table: write, audit, publish
-(docs/architecture.md §6)."""
