@@ -14,6 +14,9 @@ Layout in the bucket, under `<savepoint_prefix>/<job>/`:
 - `<savepoint_id>/manifest.json`: the savepoint itself, listing every file by relative path, size
   and sha256. It is written last and only after every listed object is verified in the store: no
   manifest, no savepoint. The ledger row is written after the manifest.
+
+One module, over 500 lines, because taking, reading, fetching and expiring a savepoint share
+its layout and its manifest: splitting them would spread one file format over four modules.
 """
 
 from __future__ import annotations
