@@ -74,7 +74,7 @@ def route_files(spec: JobSpec, landing: Path, out: Path) -> int:
         table,
         out,
         format="parquet",
-        partitioning=list(RouterPipeline.partition_columns),
+        partitioning=list(RouterPipeline.fixed_partition_columns),
         partitioning_flavor="hive",
         existing_data_behavior="overwrite_or_ignore",
     )

@@ -44,7 +44,7 @@ def bare_writer(
     routed = route_events(with_event_partitions(events, source), pipeline.routes)
     return (
         routed.writeStream.format("parquet")
-        .partitionBy(*RouterPipeline.partition_columns)
+        .partitionBy(*RouterPipeline.fixed_partition_columns)
         .option("checkpointLocation", str(checkpoint))
         .option("path", str(out))
         .trigger(availableNow=True)

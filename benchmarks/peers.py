@@ -289,8 +289,11 @@ def spark_child(contender: str, workdir: Path, out: Path) -> None:
         print(f"  {contender} {name}: {wall:.1f}s wall, {len(query.recentProgress)} batches", flush=True)
     sink = spark.read.parquet(str(out / "timed" / "lake" / spec.pipeline.sink.path))
     counts = [
-        [*("null" if row[c] is None else str(row[c]) for c in RouterPipeline.partition_columns), row["count"]]
-        for row in sink.groupBy(*RouterPipeline.partition_columns)
+        [
+            *("null" if row[c] is None else str(row[c]) for c in RouterPipeline.fixed_partition_columns),
+            row["count"],
+        ]
+        for row in sink.groupBy(*RouterPipeline.fixed_partition_columns)
         .agg(F.count(F.lit(1)).alias("count"))
         .collect()
     ]

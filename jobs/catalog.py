@@ -41,6 +41,7 @@ from jobs.impressions_plays.transform import impressions_plays
 from jobs.parsing import invalid_time_formats, parse_events, with_event_partitions
 from jobs.router.transform import invalid_route_filters, route_events
 from jobs.sessionizer.transform import sessionize
+from jobs.user_code import UserCodeError, user_rows
 from jobs.warehouse_writer.transform import warehouse_rows
 from ops.driver.listener import parse_observation
 from ops.exceptions import ConfigError
@@ -53,6 +54,7 @@ from ops.spec.pipelines import (
     EnricherPipeline,
     FileSource,
     ImpressionsPlaysPipeline,
+    PythonPipeline,
     RouterPipeline,
     WarehouseWriterPipeline,
 )
@@ -183,8 +185,25 @@ KINDS: dict[str, JobKind] = {
 
 
 def kind_of(spec: JobSpec) -> JobKind:
-    """The catalog entry of a job's pipeline kind."""
-    return KINDS[spec.pipeline.kind]
+    """The catalog entry of a job's pipeline kind; for a job of the team's own code, its
+    function (`jobs.user_code`), checked by calling it over the analyzer's empty inputs."""
+    if not isinstance(spec.pipeline, PythonPipeline):
+        return KINDS[spec.pipeline.kind]
+
+    def transform(inputs: Mapping[str, DataFrame], pipeline: PythonPipeline) -> DataFrame:
+        try:
+            return user_rows(inputs, pipeline, spec.name)
+        except UserCodeError as error:
+            raise ConfigError(job_file(spec.name), f"field '{error.field}': {error}") from error
+
+    def check(inputs: Mapping[str, DataFrame], pipeline: PythonPipeline) -> dict[str, str]:
+        try:
+            user_rows(inputs, pipeline, spec.name)
+        except UserCodeError as error:
+            return {error.field: str(error)}
+        return {}
+
+    return JobKind(transform=transform, check=check)
 
 
 PARSED_STAGE = "parsed"

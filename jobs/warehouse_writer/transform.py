@@ -54,4 +54,4 @@ def warehouse_rows(events: DataFrame, max_files_per_partition: int) -> DataFrame
         EVENT_HOUR,
         F.pmod(F.xxhash64(RAW), F.lit(max_files_per_partition)).alias(_SALT),
     )
-    return rows.repartition(*WarehouseWriterPipeline.partition_columns, _SALT).drop(_SALT)
+    return rows.repartition(*WarehouseWriterPipeline.fixed_partition_columns, _SALT).drop(_SALT)

@@ -24,8 +24,9 @@ from croniter import croniter
 from pydantic import AfterValidator, Field, StrictBool, ValidationError, field_validator, model_validator
 
 from ops.exceptions import ConfigError
+from ops.spec.code import code_digest
 from ops.spec.model import Model, describe_error, read_yaml
-from ops.spec.pipelines import STATE_LOOKUP_KEYS, Pipeline
+from ops.spec.pipelines import STATE_LOOKUP_KEYS, Pipeline, PythonPipeline
 from ops.spec.platform import SparkDefaults, conf_dir
 
 JOB_NAME_PATTERN = r"^[a-z][a-z0-9_]{1,62}$"
@@ -367,16 +368,26 @@ class JobLoadResult:
 
 
 def load_job(path: Path) -> JobSpec:
-    """Load and validate one job file; its `name` must match the file name."""
+    """Load and validate one job file; its `name` must match the file name.
+
+    Its config version is a digest of the file and, for a job of the team's own code, of that
+    code (`ops.spec.code`), whose directory the spec then names absolutely."""
     document, raw = read_yaml(path)
-    version = hashlib.sha256(raw).hexdigest()[:12]
     try:
-        spec = JobSpec.model_validate({**document, "config_version": version})
+        spec = JobSpec.model_validate(document)
     except ValidationError as exc:
         raise ConfigError(path, describe_error(exc)) from exc
     if spec.name != path.stem:
         raise ConfigError(path, f"field 'name': {spec.name!r} must match the file name {path.stem!r}")
-    return spec
+    digest = hashlib.sha256(raw)
+    pipeline = spec.pipeline
+    if isinstance(pipeline, PythonPipeline):
+        code = pipeline.code_dir(path.parent)
+        if not code.is_dir():
+            raise ConfigError(path, f"field 'pipeline.code': {code} is not a directory")
+        digest.update(code_digest(code).encode())
+        spec = spec.model_copy(update={"pipeline": pipeline.model_copy(update={"code": str(code)})})
+    return spec.model_copy(update={"config_version": digest.hexdigest()[:12]})
 
 
 def job_files(directory: Path | None = None) -> Iterator[Path]:

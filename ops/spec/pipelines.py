@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from pathlib import Path
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, JsonValue, model_validator
 
 from ops.spec.model import Model
 
@@ -151,7 +152,12 @@ class PipelineModel(Model):
     recomputes a partition whole (`ops.backfill.coverage`).
     """
 
-    partition_columns: ClassVar[tuple[str, ...]]
+    # A built-in kind's partition columns; a job of the team's own code declares its own.
+    fixed_partition_columns: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    def partition_columns(self) -> tuple[str, ...]:
+        return self.fixed_partition_columns
 
     @property
     def event_partition_hours(self) -> int:
@@ -176,7 +182,7 @@ class Route(Model):
 
 class RouterPipeline(StatelessPipeline):
     kind: Literal["router"]
-    partition_columns: ClassVar[tuple[str, ...]] = ("route", EVENT_DATE, EVENT_HOUR)
+    fixed_partition_columns: ClassVar[tuple[str, ...]] = ("route", EVENT_DATE, EVENT_HOUR)
     source: FileSource
     sink: FileSink
     routes: tuple[Route, ...] = Field(min_length=1)
@@ -205,7 +211,7 @@ class ImpressionsPlaysPipeline(PipelineModel):
     """Joins each title impression to the plays of the same profile and title within the window after it."""
 
     kind: Literal["impressions_plays"]
-    partition_columns: ClassVar[tuple[str, ...]] = ("outcome", EVENT_DATE, EVENT_HOUR)
+    fixed_partition_columns: ClassVar[tuple[str, ...]] = ("outcome", EVENT_DATE, EVENT_HOUR)
     impressions: FileSource
     plays: FileSource
     sink: FileSink
@@ -250,7 +256,7 @@ class SessionizerPipeline(PipelineModel):
     """
 
     kind: Literal["sessionizer"]
-    partition_columns: ClassVar[tuple[str, ...]] = ("output", EVENT_DATE)
+    fixed_partition_columns: ClassVar[tuple[str, ...]] = ("output", EVENT_DATE)
     sources: dict[str, FileSource] = Field(min_length=1)
     sink: FileSink
     key_fields: tuple[str, ...] = Field(("user_id",), min_length=1)
@@ -310,7 +316,7 @@ class WarehouseWriterPipeline(StatelessPipeline):
     """Product events into a Parquet warehouse partitioned by event-time date and hour."""
 
     kind: Literal["warehouse_writer"]
-    partition_columns: ClassVar[tuple[str, ...]] = ("route", EVENT_DATE, EVENT_HOUR)
+    fixed_partition_columns: ClassVar[tuple[str, ...]] = ("route", EVENT_DATE, EVENT_HOUR)
     source: FileSource
     sink: FileSink
     # Each micro-batch writes at most this many files into each date/hour partition.
@@ -338,7 +344,7 @@ class CampaignUniquesPipeline(PipelineModel):
     at/after it."""
 
     kind: Literal["campaign_uniques"]
-    partition_columns: ClassVar[tuple[str, ...]] = ("output", EVENT_DATE)
+    fixed_partition_columns: ClassVar[tuple[str, ...]] = ("output", EVENT_DATE)
     source: FileSource
     sink: FileSink
     # Bounded out-of-orderness: the watermark trails the newest event time by this.
@@ -408,7 +414,7 @@ class AttackChainsPipeline(PipelineModel):
     """Complex event patterns over security events, one stateful matcher per rule and key."""
 
     kind: Literal["attack_chains"]
-    partition_columns: ClassVar[tuple[str, ...]] = ("output", EVENT_DATE)
+    fixed_partition_columns: ClassVar[tuple[str, ...]] = ("output", EVENT_DATE)
     source: FileSource
     sink: FileSink
     allowed_lateness_seconds: int = Field(300, ge=0)
@@ -473,7 +479,7 @@ class DeviceHealthPipeline(PipelineModel):
     """Per device and data point a RED/GREEN state from declarative rules; triggers on GREEN -> RED."""
 
     kind: Literal["device_health"]
-    partition_columns: ClassVar[tuple[str, ...]] = ("output", EVENT_DATE, EVENT_HOUR)
+    fixed_partition_columns: ClassVar[tuple[str, ...]] = ("output", EVENT_DATE, EVENT_HOUR)
     source: FileSource
     sink: FileSink
     data_points: tuple[DataPointRule, ...] = Field(min_length=1)
@@ -528,7 +534,7 @@ class EnricherPipeline(StatelessPipeline):
     """
 
     kind: Literal["enricher"]
-    partition_columns: ClassVar[tuple[str, ...]] = ("route", EVENT_DATE, EVENT_HOUR)
+    fixed_partition_columns: ClassVar[tuple[str, ...]] = ("route", EVENT_DATE, EVENT_HOUR)
     source: FileSource
     sink: FileSink
     reference: ReferenceTable
@@ -562,6 +568,60 @@ class EnricherPipeline(StatelessPipeline):
         return self
 
 
+# `package.module:function`, the way Python entry points are written.
+ENTRYPOINT_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
+
+
+class PythonPipeline(PipelineModel):
+    """A job of the team's own PySpark code (`kind: python`, `jobs.user_code`).
+
+    `entrypoint` (`package.module:function`) is imported from the directory `code` (absolute, or
+    relative to the job file's directory; the loader makes it absolute), and called with the
+    parsed `sources` by name and a read-only context holding `parameters`. Its rows go to `sink`,
+    partitioned by `partition_columns`: the team's own columns, then `event_date` and, for hourly
+    partitions, `event_hour`, which the warehouse judges a partition closed by.
+    """
+
+    kind: Literal["python"]
+    code: str = Field(min_length=1, description="The directory the entrypoint is imported from.")
+    entrypoint: str = Field(pattern=ENTRYPOINT_PATTERN, description="package.module:function")
+    sources: dict[str, FileSource] = Field(min_length=1)
+    sink: FileSink
+    declared_partition_columns: tuple[str, ...] = Field(alias="partition_columns", min_length=1)
+    parameters: dict[str, JsonValue] = Field(default_factory=dict)
+
+    @property
+    def partition_columns(self) -> tuple[str, ...]:
+        return self.declared_partition_columns
+
+    @property
+    def inputs(self) -> dict[str, FileSource]:
+        """The job's sources by the name its function knows them by."""
+        return self.sources
+
+    def code_dir(self, jobs_dir: Path) -> Path:
+        """The code directory, a relative `code` taken from the job file's directory."""
+        return Path(self.code) if Path(self.code).is_absolute() else (jobs_dir / self.code).resolve()
+
+    @model_validator(mode="after")
+    def _partitions_end_in_event_time(self) -> PythonPipeline:
+        columns = self.declared_partition_columns
+        event_columns = (EVENT_DATE, EVENT_HOUR) if columns[-1:] == (EVENT_HOUR,) else (EVENT_DATE,)
+        own = columns[: -len(event_columns)]
+        if columns[-len(event_columns) :] != event_columns or {EVENT_DATE, EVENT_HOUR} & set(own):
+            raise ValueError(
+                f"partition_columns {list(columns)} must end in {EVENT_DATE!r} or {EVENT_DATE!r}, "
+                f"{EVENT_HOUR!r} (and name neither elsewhere): the warehouse closes a partition by "
+                "its event time"
+            )
+        if len(set(own)) != len(own):
+            raise ValueError(f"partition_columns {list(columns)} name a column twice")
+        for name in self.sources:
+            if not name.isidentifier():
+                raise ValueError(f"source name {name!r} must be a Python identifier")
+        return self
+
+
 # The pipeline kinds whose transform keeps its state as one transformWithState value state: the
 # state `warden state` reads (ops.recovery.state_reader) and the job board looks up by key. The
 # value is the key column a lookup matches, the first of the state's key columns (the transform's
@@ -576,6 +636,7 @@ Pipeline = Annotated[
     | CampaignUniquesPipeline
     | AttackChainsPipeline
     | DeviceHealthPipeline
-    | EnricherPipeline,
+    | EnricherPipeline
+    | PythonPipeline,
     Field(discriminator="kind"),
 ]
