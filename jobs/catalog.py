@@ -54,8 +54,8 @@ from ops.spec.pipelines import (
     EnricherPipeline,
     FileSource,
     ImpressionsPlaysPipeline,
-    PythonPipeline,
     RouterPipeline,
+    TeamPipeline,
     WarehouseWriterPipeline,
 )
 from ops.spec.platform import PlatformConfig
@@ -185,18 +185,18 @@ KINDS: dict[str, JobKind] = {
 
 
 def kind_of(spec: JobSpec) -> JobKind:
-    """The catalog entry of a job's pipeline kind; for a job of the team's own code, its
-    function (`jobs.user_code`), checked by calling it over the analyzer's empty inputs."""
-    if not isinstance(spec.pipeline, PythonPipeline):
+    """The catalog entry of a job's pipeline kind; for a team's own job, its function or its
+    query (`jobs.user_code`), checked by running it over the analyzer's empty inputs."""
+    if not isinstance(spec.pipeline, TeamPipeline):
         return KINDS[spec.pipeline.kind]
 
-    def transform(inputs: Mapping[str, DataFrame], pipeline: PythonPipeline) -> DataFrame:
+    def transform(inputs: Mapping[str, DataFrame], pipeline: TeamPipeline) -> DataFrame:
         try:
             return user_rows(inputs, pipeline, spec.name)
         except UserCodeError as error:
             raise ConfigError(job_file(spec.name), f"field '{error.field}': {error}") from error
 
-    def check(inputs: Mapping[str, DataFrame], pipeline: PythonPipeline) -> dict[str, str]:
+    def check(inputs: Mapping[str, DataFrame], pipeline: TeamPipeline) -> dict[str, str]:
         try:
             user_rows(inputs, pipeline, spec.name)
         except UserCodeError as error:

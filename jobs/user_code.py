@@ -1,4 +1,5 @@
-"""A job of the team's own PySpark code (`kind: python`): its function, found and called.
+"""A team's own job: its PySpark function (`kind: python`) or its Spark SQL query (`kind: sql`),
+run by the platform like a built-in kind's transform.
 
 The contract, for the function the job file's `entrypoint` names (`package.module:function`,
 imported from the job's `code` directory):
@@ -15,15 +16,18 @@ imported from the job's `code` directory):
   such a job says `operations.stateful: true`. It only builds the query: the analyzer calls it
   too, over empty inputs, to check the job before it runs.
 
-The dead letters join the function's rows in the sink: `dead_letter_reason` and `raw` (null on
-the function's rows), the event date and hour when the event time parsed, and `dead_letter` in
+A SQL job's query sees each source as a view under its name, holding the same valid events, with
+the watermark the job file gives it (`watermarks`, minutes behind the newest event time).
+
+The dead letters join the team's rows in the sink: `dead_letter_reason` and `raw` (null on
+the team's rows), the event date and hour when the event time parsed, and `dead_letter` in
 every other partition column of type string (null in the others).
 
 The code reaches Spark's Python workers as a zip added to the session (`addPyFile`), so UDFs of
 the team's modules run the same on the standalone cluster as in local mode. A module the code
-imports that the platform's environment lacks, a missing function, a function that raises or rows
-without a partition column are errors of the job's config, naming the field: `warden validate`
-reports them, and a driver exits with them before its query starts.
+imports that the platform's environment lacks, a missing function, a function that raises, a
+query Spark refuses or rows without a partition column are errors of the job's config, naming
+the field: `warden validate` reports them, and a driver exits with them before its query starts.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import sys
 import tempfile
 import zipfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -44,9 +48,17 @@ from pyspark.sql.types import StringType
 
 from jobs.parsing import DEAD_LETTER_REASON, RAW, with_event_partitions
 from ops.spec.code import code_digest, code_files
-from ops.spec.pipelines import DEAD_LETTER_ROUTE, EVENT_DATE, EVENT_HOUR, PythonPipeline
+from ops.spec.pipelines import (
+    DEAD_LETTER_ROUTE,
+    EVENT_DATE,
+    EVENT_HOUR,
+    PythonPipeline,
+    SqlPipeline,
+    TeamPipeline,
+)
 
 ENTRYPOINT_FIELD = "pipeline.entrypoint"
+QUERY_FIELD = "pipeline.query"
 PARTITIONS_FIELD = "pipeline.partition_columns"
 
 
@@ -81,8 +93,10 @@ def load_entrypoint(pipeline: PythonPipeline) -> Build:
         location = getattr(module, "__file__", None)
         if name.split(".")[0] == package or (location is not None and Path(location).is_relative_to(code)):
             del sys.modules[name]
-    if str(code) not in sys.path:
-        sys.path.insert(0, str(code))
+    # First on the path: the package may have been imported before from another directory.
+    if str(code) in sys.path:
+        sys.path.remove(str(code))
+    sys.path.insert(0, str(code))
     importlib.invalidate_caches()
     try:
         module = importlib.import_module(module_name)
@@ -98,7 +112,7 @@ def load_entrypoint(pipeline: PythonPipeline) -> Build:
         ) from missing
     except Exception as error:  # whatever the module raises on import is the job's error
         raise UserCodeError(
-            ENTRYPOINT_FIELD, f"importing {module_name} raised {_described(error)}"
+            ENTRYPOINT_FIELD, f"importing {module_name} raised {_described(error, pipeline.code)}"
         ) from error
     function = getattr(module, function_name, None)
     if not callable(function):
@@ -106,11 +120,49 @@ def load_entrypoint(pipeline: PythonPipeline) -> Build:
     return function  # type: ignore[no-any-return]
 
 
-def user_rows(inputs: Mapping[str, DataFrame], pipeline: PythonPipeline, job: str) -> DataFrame:
-    """The sink's rows: the team's function over the valid events, with the dead letters."""
-    build = load_entrypoint(pipeline)
+def sql_logic(pipeline: SqlPipeline) -> Build:
+    """The query as a job's logic: each input a view under its name, watermarked where the job
+    file says, and the query over them."""
+
+    def build(inputs: Mapping[str, DataFrame], context: JobContext) -> DataFrame:
+        for name, frame in inputs.items():
+            minutes = pipeline.watermarks.get(name)
+            if minutes is not None:
+                frame = frame.withWatermark(
+                    pipeline.sources[name].event_time_field, f"{minutes * 60:g} seconds"
+                )
+            frame.createOrReplaceTempView(name)
+        return context.spark.sql(pipeline.query)
+
+    return build
+
+
+@dataclass(frozen=True)
+class _Logic:
+    """A team job's logic, and how its errors are told: the job file's field and its name."""
+
+    build: Build
+    config_field: str
+    name: str
+    code: str | None = None
+    parameters: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+
+def _logic(pipeline: TeamPipeline, spark: SparkSession) -> _Logic:
+    if isinstance(pipeline, PythonPipeline):
+        build = load_entrypoint(pipeline)
+        _ship_code(spark, pipeline)
+        parameters = MappingProxyType(dict(pipeline.parameters))
+        return _Logic(build, ENTRYPOINT_FIELD, pipeline.entrypoint, pipeline.code, parameters)
+    assert isinstance(pipeline, SqlPipeline)
+    return _Logic(sql_logic(pipeline), QUERY_FIELD, "the query")
+
+
+def user_rows(inputs: Mapping[str, DataFrame], pipeline: TeamPipeline, job: str) -> DataFrame:
+    """The sink's rows: the team's logic (its function, or its query) over the valid events, with
+    the dead letters."""
     spark = next(iter(inputs.values())).sparkSession
-    _ship_code(spark, pipeline)
+    logic = _logic(pipeline, spark)
     valid = {
         name: inputs[name]
         .where(F.col(DEAD_LETTER_REASON).isNull())
@@ -118,26 +170,26 @@ def user_rows(inputs: Mapping[str, DataFrame], pipeline: PythonPipeline, job: st
         .transform(with_event_partitions, source)
         for name, source in pipeline.sources.items()
     }
-    context = JobContext(job=job, parameters=MappingProxyType(dict(pipeline.parameters)), spark=spark)
     try:
-        rows = build(valid, context)
-    except Exception as error:  # whatever the function raises is the job's error
-        raise UserCodeError(ENTRYPOINT_FIELD, f"{pipeline.entrypoint} raised {_described(error)}") from error
+        rows = logic.build(valid, JobContext(job=job, parameters=logic.parameters, spark=spark))
+    except Exception as error:  # whatever the team's logic raises is the job's error
+        raise UserCodeError(
+            logic.config_field, f"{logic.name} raised {_described(error, logic.code)}"
+        ) from error
     if not isinstance(rows, DataFrame):
         raise UserCodeError(
-            ENTRYPOINT_FIELD, f"{pipeline.entrypoint} returned {type(rows).__name__}, not a DataFrame"
+            logic.config_field, f"{logic.name} returned {type(rows).__name__}, not a DataFrame"
         )
     missing = [column for column in pipeline.partition_columns if column not in rows.columns]
     if missing:
         raise UserCodeError(
             PARTITIONS_FIELD,
-            f"the rows {pipeline.entrypoint} returns lack the partition columns {missing} "
-            f"(they have {rows.columns})",
+            f"the rows {logic.name} returns lack the partition columns {missing} (they have {rows.columns})",
         )
     return rows.unionByName(_dead_letters(inputs, pipeline, rows), allowMissingColumns=True)
 
 
-def _dead_letters(inputs: Mapping[str, DataFrame], pipeline: PythonPipeline, rows: DataFrame) -> DataFrame:
+def _dead_letters(inputs: Mapping[str, DataFrame], pipeline: TeamPipeline, rows: DataFrame) -> DataFrame:
     """Every source's dead letters, with the partition columns of the team's rows."""
     types = {field.name: field.dataType for field in rows.schema.fields}
     own = [c for c in pipeline.partition_columns if c not in (EVENT_DATE, EVENT_HOUR)]
@@ -179,14 +231,14 @@ def _ship_code(spark: SparkSession, pipeline: PythonPipeline) -> None:
     spark.sparkContext.addPyFile(str(archive))
 
 
-def _described(error: BaseException) -> str:
-    """An exception as its class, message and the innermost frame of the team's code."""
-    frame = None
+def _described(error: BaseException, code: str | None) -> str:
+    """An exception as its class and message and, when it came from the team's code directory,
+    the innermost line of it there."""
+    where = ""
     traceback = error.__traceback__
     while traceback is not None:
-        frame = traceback
+        filename = traceback.tb_frame.f_code.co_filename
+        if code is not None and Path(filename).is_relative_to(code):
+            where = f" at {Path(filename).relative_to(code)}:{traceback.tb_lineno}"
         traceback = traceback.tb_next
-    where = (
-        f" at {Path(frame.tb_frame.f_code.co_filename).name}:{frame.tb_lineno}" if frame is not None else ""
-    )
     return f"{type(error).__name__}: {error}{where}"

@@ -572,23 +572,15 @@ class EnricherPipeline(StatelessPipeline):
 ENTRYPOINT_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
 
 
-class PythonPipeline(PipelineModel):
-    """A job of the team's own PySpark code (`kind: python`, `jobs.user_code`).
+class TeamPipeline(PipelineModel):
+    """What a team's own job declares besides its logic (`kind: python` or `sql`,
+    `jobs.user_code`): its named `sources`, its `sink`, and the sink's `partition_columns`: the
+    team's own columns, then `event_date` and, for hourly partitions, `event_hour`, which the
+    warehouse judges a partition closed by."""
 
-    `entrypoint` (`package.module:function`) is imported from the directory `code` (absolute, or
-    relative to the job file's directory; the loader makes it absolute), and called with the
-    parsed `sources` by name and a read-only context holding `parameters`. Its rows go to `sink`,
-    partitioned by `partition_columns`: the team's own columns, then `event_date` and, for hourly
-    partitions, `event_hour`, which the warehouse judges a partition closed by.
-    """
-
-    kind: Literal["python"]
-    code: str = Field(min_length=1, description="The directory the entrypoint is imported from.")
-    entrypoint: str = Field(pattern=ENTRYPOINT_PATTERN, description="package.module:function")
     sources: dict[str, FileSource] = Field(min_length=1)
     sink: FileSink
     declared_partition_columns: tuple[str, ...] = Field(alias="partition_columns", min_length=1)
-    parameters: dict[str, JsonValue] = Field(default_factory=dict)
 
     @property
     def partition_columns(self) -> tuple[str, ...]:
@@ -596,15 +588,11 @@ class PythonPipeline(PipelineModel):
 
     @property
     def inputs(self) -> dict[str, FileSource]:
-        """The job's sources by the name its function knows them by."""
+        """The job's sources by the name its logic knows them by."""
         return self.sources
 
-    def code_dir(self, jobs_dir: Path) -> Path:
-        """The code directory, a relative `code` taken from the job file's directory."""
-        return Path(self.code) if Path(self.code).is_absolute() else (jobs_dir / self.code).resolve()
-
     @model_validator(mode="after")
-    def _partitions_end_in_event_time(self) -> PythonPipeline:
+    def _partitions_end_in_event_time(self) -> TeamPipeline:
         columns = self.declared_partition_columns
         event_columns = (EVENT_DATE, EVENT_HOUR) if columns[-1:] == (EVENT_HOUR,) else (EVENT_DATE,)
         own = columns[: -len(event_columns)]
@@ -618,7 +606,45 @@ class PythonPipeline(PipelineModel):
             raise ValueError(f"partition_columns {list(columns)} name a column twice")
         for name in self.sources:
             if not name.isidentifier():
-                raise ValueError(f"source name {name!r} must be a Python identifier")
+                raise ValueError(f"source name {name!r} must be an identifier")
+        return self
+
+
+class PythonPipeline(TeamPipeline):
+    """A job of the team's own PySpark code (`kind: python`): `entrypoint`
+    (`package.module:function`) is imported from the directory `code` (absolute, or relative to
+    the job file's directory; the loader makes it absolute) and called with the parsed `sources`
+    by name and a read-only context holding `parameters`."""
+
+    kind: Literal["python"]
+    code: str = Field(min_length=1, description="The directory the entrypoint is imported from.")
+    entrypoint: str = Field(pattern=ENTRYPOINT_PATTERN, description="package.module:function")
+    parameters: dict[str, JsonValue] = Field(default_factory=dict)
+
+    def code_dir(self, jobs_dir: Path) -> Path:
+        """The code directory, a relative `code` taken from the job file's directory."""
+        return Path(self.code) if Path(self.code).is_absolute() else (jobs_dir / self.code).resolve()
+
+
+class SqlPipeline(TeamPipeline):
+    """A job that is one Spark SQL query (`kind: sql`) over its `sources`, each a view under its
+    name; a source named in `watermarks` gets a watermark that trails its newest event time by
+    that many minutes (a windowed aggregation or a stream-stream join needs one)."""
+
+    kind: Literal["sql"]
+    query: str = Field(min_length=1, description="Spark SQL over the sources, each a view under its name.")
+    watermarks: dict[str, float] = Field(
+        default_factory=dict, description="source -> allowed lateness, minutes"
+    )
+
+    @model_validator(mode="after")
+    def _watermarks_name_sources(self) -> SqlPipeline:
+        unknown = sorted(set(self.watermarks) - set(self.sources))
+        if unknown:
+            raise ValueError(f"watermarks name {unknown}, which are not sources ({sorted(self.sources)})")
+        negative = sorted(name for name, minutes in self.watermarks.items() if minutes < 0)
+        if negative:
+            raise ValueError(f"watermarks of {negative} are negative")
         return self
 
 
@@ -637,6 +663,7 @@ Pipeline = Annotated[
     | AttackChainsPipeline
     | DeviceHealthPipeline
     | EnricherPipeline
-    | PythonPipeline,
+    | PythonPipeline
+    | SqlPipeline,
     Field(discriminator="kind"),
 ]

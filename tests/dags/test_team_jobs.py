@@ -21,10 +21,10 @@ from synthetic.generator import GeneratedBatch, write_batch
 from tests.support.drivers import wait_for
 from tests.support.platform import job_paths
 from tests.support.slack import SlackReceiver
-from tests.support.team_jobs import team_job_spec, write_team_code, write_team_job
+from tests.support.team_jobs import LARGE_AMOUNT, TEAM_JOB, team_job_spec, write_team_code, write_team_job
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
-JOB = "fraud_scores"
+JOB = TEAM_JOB
 
 
 def test_a_team_job_survives_kill_9_under_its_supervision_dag_and_its_sink_is_exact(
@@ -80,7 +80,9 @@ def test_a_team_job_survives_kill_9_under_its_supervision_dag_and_its_sink_is_ex
     expected = Counter(e["event_id"] for b in batches for e in b.events if e["event_type"] == "purchase")
     assert scored == expected
     assert all(
-        (row["size"] == "large") == (row["amount"] >= 50) for row in rows if row["size"] != "dead_letter"
+        (row["size"] == "large") == (row["amount"] >= LARGE_AMOUNT)
+        for row in rows
+        if row["size"] != "dead_letter"
     )
     dead = sorted(row["raw"] for row in rows if row["size"] == "dead_letter")
     assert dead == sorted(m.line for b in batches for m in b.malformed)

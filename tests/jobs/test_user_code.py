@@ -16,8 +16,18 @@ from ops.exceptions import ConfigError
 from ops.spec.job import find_job
 from ops.spec.platform import PlatformConfig
 from synthetic.generator import write_batch
+from synthetic.scenarios import impressions_plays_scenario
 from tests.support.spark import run_available_now
-from tests.support.team_jobs import team_job_spec, write_team_code, write_team_job
+from tests.support.team_jobs import (
+    BUGGY_SCORING_MODULE,
+    CONVERSIONS_QUERY,
+    LARGE_AMOUNT,
+    SQL_JOB,
+    sql_job_spec,
+    team_job_spec,
+    write_team_code,
+    write_team_job,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -40,7 +50,9 @@ def test_a_team_job_streams_the_rows_a_batch_run_gives_with_the_dead_letters_bes
     sizes = {row["size"]: row["count"] for row in streamed.groupBy("size").count().collect()}
     assert set(sizes) == {"large", "small", "dead_letter"}
     # The pandas UDF of the team's other module ran in Spark's Python workers.
-    wrong = streamed.where("size = 'large' AND amount < 50 OR size = 'small' AND amount >= 50").count()
+    wrong = streamed.where(
+        f"size = 'large' AND amount < {LARGE_AMOUNT} OR size = 'small' AND amount >= {LARGE_AMOUNT}"
+    ).count()
     assert wrong == 0
     dead = streamed.where("size = 'dead_letter'").select("dead_letter_reason", "raw", "event_id").collect()
     assert dead and all(row["dead_letter_reason"] and row["raw"] and row["event_id"] is None for row in dead)
@@ -56,7 +68,7 @@ def test_a_change_of_the_teams_code_is_a_new_config_version(
     (code / "fraud" / "__pycache__" / "rules.cpython-311.pyc").write_bytes(b"cache")
     assert find_job("fraud_scores", platform_conf.conf_dir).config_version == before
 
-    write_team_code(code, threshold=80.0)
+    write_team_code(code, BUGGY_SCORING_MODULE)
 
     assert find_job("fraud_scores", platform_conf.conf_dir).config_version != before
 
@@ -107,7 +119,7 @@ BROKEN_CODE = {
     "raises": (
         "def build(inputs, context):\n    raise ValueError('no model for ' + context.job)\n",
         "pipeline.entrypoint",
-        "fraud.scoring:build raised ValueError: no model for fraud_scores at scoring.py:2",
+        "fraud.scoring:build raised ValueError: no model for fraud_scores at fraud/scoring.py:2",
     ),
     "no_partition_column": (
         "from pyspark.sql import functions as F\n\n"
@@ -132,3 +144,30 @@ def test_the_analyzer_names_what_is_wrong_with_the_teams_code(
 
     assert list(problems) == [field]
     assert message in problems[field]
+
+
+def test_a_sql_jobs_stream_stream_join_streams_the_rows_a_batch_run_gives(
+    spark: SparkSession, platform_conf: PlatformConfig
+) -> None:
+    write_team_job(platform_conf, sql_job_spec())
+    impressions_plays_scenario(platform_conf.landing_root, 600, seed=3)
+    spec = find_job(SQL_JOB, platform_conf.conf_dir)
+
+    run_available_now(spark, platform_conf, spec)
+
+    streamed = spark.read.parquet(str(platform_conf.lake_root / SQL_JOB))
+    batch = batch_rows(spark, platform_conf, spec, platform_conf.landing_root)
+    assertDataFrameEqual(streamed.select(*batch.columns), batch)
+    outcomes = {row["outcome"]: row["count"] for row in streamed.groupBy("outcome").count().collect()}
+    assert outcomes["converted"] > 0 and outcomes["dead_letter"] > 0
+
+
+def test_the_analyzer_names_what_spark_refuses_in_a_sql_jobs_query(
+    spark: SparkSession, platform_conf: PlatformConfig
+) -> None:
+    write_team_job(platform_conf, sql_job_spec(CONVERSIONS_QUERY.replace("p.play_id", "p.play")))
+
+    problems = analyse(spark, find_job(SQL_JOB, platform_conf.conf_dir))
+
+    assert list(problems) == ["pipeline.query"]
+    assert problems["pipeline.query"].startswith("the query raised AnalysisException: [UNRESOLVED_COLUMN")

@@ -24,6 +24,7 @@ from tests.monitoring.servers import pushed, pushgateway
 from tests.support.drivers import edit_job
 from tests.support.secrets import configure_platform
 from tests.support.spark import run_available_now
+from tests.support.team_jobs import TEAM_JOB, team_job_spec, write_team_code, write_team_job
 from tests.support.warehouse import (
     append_to_sink_log,
     compact_job,
@@ -136,3 +137,31 @@ def test_nightly_compaction_publishes_the_committed_rows_in_target_size_files(
     table_rows = query_table(platform, "SELECT event_id, route, event_date, event_hour FROM warehouse.router")
     published = Counter(tuple(str(value) for value in row.values()) for row in table_rows)
     assert published == committed_rows(spark, platform)
+
+
+def test_a_team_jobs_closed_partitions_are_published_into_its_table(
+    spark: SparkSession, warehouse_platform: PlatformConfig, tmp_path: Path
+) -> None:
+    platform = warehouse_platform
+    spec = team_job_spec(write_team_code(tmp_path / "team-code"))
+    spec["operations"]["quality"] = {"unique": ["event_id"]}
+    write_team_job(platform, spec)
+    for seed in (1, 2):
+        router_scenario(platform.landing_root, 240, seed)
+    team_job = find_job(TEAM_JOB, platform.conf_dir)
+    run_available_now(spark, platform, team_job)
+
+    compact_job(platform, TEAM_JOB, "--now", LATER)
+
+    versions = Ledger.open(platform.resolved_ledger_url).partition_versions(TEAM_JOB)
+    assert versions and all(version.audit is not None and version.audit["passed"] for version in versions)
+    assert {version.partition.split("/")[0] for version in versions} >= {"size=large", "size=small"}
+    table_rows = query_table(
+        platform, f"SELECT event_id, size, event_date, event_hour FROM warehouse.{TEAM_JOB}"
+    )
+    published = Counter(tuple(str(value) for value in row.values()) for row in table_rows)
+    sink = spark.read.parquet(str(platform.lake_root / team_job.pipeline.sink.path)).where(
+        "event_date IS NOT NULL"
+    )
+    rows = sink.select("event_id", "size", "event_date", "event_hour").collect()
+    assert published == Counter(tuple(str(value) for value in row) for row in rows)

@@ -6,7 +6,8 @@ Runs in this process on the session's Spark (a stream per phase, one landing fil
 batch), so every job and checkpoint format can be covered in seconds; `test_rewind.py` does the
 same with real driver processes. The stateful case is the sessionizer (RocksDB state, checkpoint
 format v1 and v2): its wrong version has a 5-minute gap, so it closes sessions the right version
-keeps open, and the restated sink must still equal the clean run.
+keeps open, and the restated sink must still equal the clean run. A team's job (`kind: python`,
+its code outside the repository) gets a deploy of buggy code, and is restated with the fixed code.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,6 +36,7 @@ from ops.spec.platform import PlatformConfig
 from synthetic.generator import write_batch
 from tests.support.drivers import caught_up, edit_job, write_sessions_input
 from tests.support.platform import job_paths, write_conf
+from tests.support.team_jobs import BUGGY_SCORING_MODULE, TEAM_JOB, install_team_job, write_team_code
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,8 @@ class Case:
     write_input: Callable[[PlatformConfig, int], object]
     wrong_version: Callable[[dict[str, Any]], None]
     checkpoint_format: int | None = None
+    # Writes the job's file when it is not one of the platform's own (a team's job).
+    install: Callable[[PlatformConfig, Path], object] | None = None
     # The backlog the savepoints are taken in, read a file per batch: two savepoints must fall
     # before its last batch, and each rewind replays the batches after its savepoint. A router
     # batch takes a fraction of a second, a stateful sessionizer batch seconds.
@@ -62,10 +67,21 @@ def _sessions_wrong(spec: dict[str, Any]) -> None:
     spec["pipeline"]["gap_minutes"] = 5
 
 
+def _team_code_wrong(spec: dict[str, Any]) -> None:
+    """A deploy of the team's code with a bug: the job file points at it."""
+    buggy = Path(spec["pipeline"]["code"]).parent / "buggy-code"
+    spec["pipeline"]["code"] = str(write_team_code(buggy, BUGGY_SCORING_MODULE))
+
+
+def _install_team_job(platform: PlatformConfig, tmp_path: Path) -> object:
+    return install_team_job(platform, tmp_path / "team-code")
+
+
 CASES = [
     Case("router", _router_input, _router_wrong, backlog_files=8),
     Case("sessionizer", write_sessions_input, _sessions_wrong, checkpoint_format=1),
     Case("sessionizer", write_sessions_input, _sessions_wrong, checkpoint_format=2),
+    Case(TEAM_JOB, _router_input, _team_code_wrong, install=_install_team_job),
 ]
 
 
@@ -99,9 +115,11 @@ def run_available(spark: SparkSession, platform: PlatformConfig, job: str) -> No
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.job}-v{c.checkpoint_format or 'default'}")
 def test_restated_sink_equals_a_clean_run_of_the_right_version(
-    case: Case, spark: SparkSession, platform_with_s3: PlatformConfig, ledger: Ledger, tmp_path: Any
+    case: Case, spark: SparkSession, platform_with_s3: PlatformConfig, ledger: Ledger, tmp_path: Path
 ) -> None:
     platform, job = platform_with_s3, case.job
+    if case.install is not None:
+        case.install(platform, tmp_path)
     edit_job(platform, job, one_file_per_batch(case.checkpoint_format))
     right_spec = (platform.conf_dir / "jobs" / f"{job}.yaml").read_text()
     # A file per batch: three batches of the right version, three of the wrong one, one after.
@@ -148,9 +166,11 @@ def test_restated_sink_equals_a_clean_run_of_the_right_version(
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.job}-v{c.checkpoint_format or 'default'}")
 def test_savepoints_taken_during_a_backlog_each_restore_the_same_output(
-    case: Case, spark: SparkSession, platform_with_s3: PlatformConfig, ledger: Ledger
+    case: Case, spark: SparkSession, platform_with_s3: PlatformConfig, ledger: Ledger, tmp_path: Path
 ) -> None:
     platform, job = platform_with_s3, case.job
+    if case.install is not None:
+        case.install(platform, tmp_path)
     edit_job(platform, job, one_file_per_batch(case.checkpoint_format))
     for seed in range(case.backlog_files):
         case.write_input(platform, seed)
