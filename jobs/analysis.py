@@ -3,8 +3,9 @@
 For each job (all valid job files when none is named) it builds empty frames with the declared
 schema of every input, parses them like the driver does and runs the driver's own checks over
 them: `jobs.catalog.expression_problems` (route filters, attack_chains rule filters,
-device_health `red_when`) and the preview stages (`jobs.preview.stage_problems`). Nothing is read
-and no stream starts, so one local session analyses every job in seconds. Each verdict is written
+device_health `red_when`) and the preview stages (`jobs.preview.stage_problems`). Nothing is read,
+and only a team's job has its query started, once, over empty streams (`stream_problems`), so one
+local session analyses every job in seconds. Each verdict is written
 to `<runtime_root>/jobs/<job>/analysis.json` for this version of the file (see
 `ops.spec.analysis`, which reads them without Spark) and printed as one JSON line.
 
@@ -17,18 +18,23 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 
 import pyspark
+from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 
-from jobs.catalog import expression_problems, parsed_inputs
+from jobs.catalog import expression_problems, kind_of, parsed_inputs
 from jobs.preview import stage_problems
+from jobs.user_code import ENTRYPOINT_FIELD, QUERY_FIELD
 from ops.atomic import write_atomically
 from ops.clock import utcnow
 from ops.exceptions import ConfigError
 from ops.spec.analysis import AnalysisVerdict, verdict_path
 from ops.spec.job import JobSpec, load_jobs
+from ops.spec.pipelines import SqlPipeline, TeamPipeline
 from ops.spec.platform import PlatformConfig, load_platform
 
 # The raw landing lines a driver reads: one string column, as Spark's text source gives them.
@@ -56,9 +62,35 @@ def analysis_session(platform: PlatformConfig) -> SparkSession:
 
 def analyse(spark: SparkSession, spec: JobSpec) -> dict[str, str]:
     """What a driver of `spec` would refuse before starting its query, by dotted field of the job
-    file; empty when it would start. Only the analyzer runs, over empty frames."""
+    file; empty when it would start. Only the analyzer runs, over empty frames (and, for a team's
+    job, its query is started over empty streams: `stream_problems`)."""
     raw = {name: spark.createDataFrame([], RAW_SCHEMA) for name in spec.pipeline.inputs}
-    return {**expression_problems(spec, parsed_inputs(spec, raw)), **stage_problems(spec)}
+    problems = {**expression_problems(spec, parsed_inputs(spec, raw)), **stage_problems(spec)}
+    return problems or stream_problems(spark, spec)
+
+
+def stream_problems(spark: SparkSession, spec: JobSpec) -> dict[str, str]:
+    """What Spark's streaming engine refuses in a team's job that the analyzer cannot see over
+    batch frames (an aggregation without a watermark in append mode, a join that would keep its
+    state for ever): the job's query started over empty streams of its sources, then stopped. The
+    built-in kinds are checked by their own tests."""
+    pipeline = spec.pipeline
+    if not isinstance(pipeline, TeamPipeline):
+        return {}
+    with tempfile.TemporaryDirectory(prefix="streamwarden-analysis-") as scratch:
+        empty = Path(scratch) / "input"
+        empty.mkdir()
+        raw = {name: spark.readStream.format("text").load(str(empty)) for name in pipeline.inputs}
+        rows = kind_of(spec).transform(parsed_inputs(spec, raw), pipeline)
+        writer = rows.writeStream.format("noop").outputMode("append").trigger(availableNow=True)
+        try:
+            query = writer.option("checkpointLocation", str(Path(scratch) / "checkpoint")).start()
+        except AnalysisException as refused:
+            field = QUERY_FIELD if isinstance(pipeline, SqlPipeline) else ENTRYPOINT_FIELD
+            return {field: f"Spark cannot run it as a stream: {refused}".splitlines()[0]}
+        query.awaitTermination()
+        query.stop()
+    return {}
 
 
 def record_verdict(platform: PlatformConfig, spec: JobSpec, problems: dict[str, str]) -> AnalysisVerdict:

@@ -173,6 +173,21 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 1 if loaded.errors or rejected else 0
 
 
+def cmd_new_job(args: argparse.Namespace) -> int:
+    from ops.scaffold import new_job
+
+    platform = load_platform()
+    written = new_job(platform.conf_dir, args.name, args.kind, args.code)
+    for path in written:
+        print(f"wrote    {path}")
+    tests = args.code.resolve() / "tests"
+    print(
+        f"next: .venv/bin/pytest {tests}, then .venv/bin/warden validate, then "
+        f".venv/bin/warden start {args.name} (or unpause warden_supervise_{args.name})"
+    )
+    return 0
+
+
 def _metrics_port_line(platform: PlatformConfig, spec: JobSpec) -> str | None:
     """What `validate` says of a job's metrics port another process holds (None while it is free):
     a warning when the holder may be the job's own driver, which holds it while it runs, else the
@@ -698,6 +713,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="skip Spark's analyzer (no JVM); stored verdicts on the current files still count",
     )
     validate.set_defaults(run=cmd_validate)
+    new_job_command = commands.add_parser(
+        "new-job", help="write a team's job to start from: its job file, its code and its test"
+    )
+    new_job_command.add_argument("name", help="the job's name (conf/jobs/<name>.yaml)")
+    new_job_command.add_argument("--kind", choices=("python", "sql"), required=True)
+    new_job_command.add_argument(
+        "--code", type=Path, required=True, help="the team's directory for the job's code and tests"
+    )
+    new_job_command.set_defaults(run=cmd_new_job)
     commands.add_parser("status", help="a table of every job's health").set_defaults(run=cmd_status)
     commands.add_parser("migrate", help="create or upgrade the ledger's schema").set_defaults(run=cmd_migrate)
     decisions = commands.add_parser("decisions", help="the supervisor's decisions for a job, newest first")

@@ -57,6 +57,8 @@ from ops.spec.paths import LIVENESS_FILE
 
 # Long stack traces stay in the driver log; the heartbeat keeps enough to page on.
 MAX_ERROR_MESSAGE = 2000
+# How Python starts a traceback, in the text of a JVM exception that wraps a Python worker's error.
+PYTHON_TRACEBACK = "Traceback (most recent call last):"
 BACKLOG_FILES_METRIC = "numFilesOutstanding"
 # `jobs.parsing.parse_events` observes each input of a job under "parse.<input>" (Spark's observed
 # metrics, in each progress record's `observedMetrics`), counting the lines with a duplicate key
@@ -142,16 +144,33 @@ def describe_failure(exception_text: str, error_condition: str | None) -> tuple[
     Spark's error condition (e.g. `FAILED_READ_FILE`) is kept in front of the message when the
     text does not already carry it.
     """
-    first_line, _, rest = exception_text.strip().partition("\n")
+    first_line = exception_text.strip().partition("\n")[0]
     error_class, separator, message = first_line.partition(": ")
     if not separator or " " in error_class:
         error_class, message = "StreamingQueryException", first_line
     if error_condition and error_condition not in message:
         message = f"[{error_condition}] {message}"
-    # Python errors raised in workers put their traceback after the first line; keep its tail.
-    if rest and error_class.endswith("PythonException"):
-        message = f"{message}\n{rest}"
+    # An error raised in Python (a UDF, a pandas function) has its traceback after the first
+    # line, whatever JVM exception wraps it: keep where it was raised and what.
+    python_error = _innermost_python_frame(exception_text)
+    if python_error:
+        message = f"{message[: MAX_ERROR_MESSAGE - len(python_error) - 1]}\n{python_error}"
     return error_class, message[:MAX_ERROR_MESSAGE]
+
+
+def _innermost_python_frame(text: str) -> str:
+    """The innermost frame of the last Python traceback in `text` (its `File` line and source
+    line) and the error lines after it, up to the JVM's stack; empty without a traceback."""
+    lines = text[text.rfind(PYTHON_TRACEBACK) :].splitlines() if PYTHON_TRACEBACK in text else []
+    frames = [index for index, line in enumerate(lines) if line.lstrip().startswith('File "')]
+    if not frames:
+        return ""
+    tail: list[str] = []
+    for line in lines[frames[-1] :]:
+        if line.lstrip().startswith("at ") or (tail and not line.strip()):
+            break
+        tail.append(line.rstrip())
+    return "\n".join(tail)
 
 
 class _Metrics:

@@ -171,3 +171,24 @@ def test_the_analyzer_names_what_spark_refuses_in_a_sql_jobs_query(
 
     assert list(problems) == ["pipeline.query"]
     assert problems["pipeline.query"].startswith("the query raised AnalysisException: [UNRESOLVED_COLUMN")
+
+
+def test_the_analyzer_starts_a_sql_jobs_query_over_empty_streams_and_names_what_streaming_refuses(
+    spark: SparkSession, platform_conf: PlatformConfig
+) -> None:
+    write_team_job(platform_conf, sql_job_spec())
+    assert analyse(spark, find_job(SQL_JOB, platform_conf.conf_dir)) == {}
+
+    # A count per profile with no watermark could never be appended: its groups never close.
+    unbounded = sql_job_spec(
+        "SELECT profile_id, 'counted' AS outcome, event_date, event_hour, count(*) AS impressions "
+        "FROM impressions GROUP BY profile_id, event_date, event_hour"
+    )
+    unbounded["pipeline"]["watermarks"] = {}
+    write_team_job(platform_conf, unbounded)
+
+    problems = analyse(spark, find_job(SQL_JOB, platform_conf.conf_dir))
+
+    assert list(problems) == ["pipeline.query"]
+    assert problems["pipeline.query"].startswith("Spark cannot run it as a stream: ")
+    assert "watermark" in problems["pipeline.query"]

@@ -85,6 +85,32 @@ def test_describe_failure_keeps_class_condition_and_message() -> None:
     assert describe_failure("something odd", None) == ("StreamingQueryException", "something odd")
 
 
+def test_describe_failure_keeps_where_a_python_worker_raised_whatever_wraps_it() -> None:
+    text = (
+        "org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage 3.0 failed "
+        "1 times, most recent failure: Lost task 0.0: org.apache.spark.api.python.PythonException: "
+        "Traceback (most recent call last):\n"
+        '  File "/venv/pyspark/worker.py", line 2015, in main\n'
+        "    process()\n"
+        '  File "/srv/team/fraud/rules.py", line 9, in size_of\n'
+        '    raise ValueError(f"amount {value} is out of range")\n'
+        "ValueError: amount 123456.0 is out of range\n"
+        "\n"
+        "\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator.handlePythonException(X.scala:1)\n"
+        "\tat org.apache.spark.scheduler.Task.run(Task.scala:147)\n"
+    )
+
+    error_class, message = describe_failure(text, None)
+
+    assert error_class == "org.apache.spark.SparkException"
+    assert message.startswith("Job aborted due to stage failure: Task 0 in stage 3.0 failed")
+    assert message.endswith(
+        '\n  File "/srv/team/fraud/rules.py", line 9, in size_of\n'
+        '    raise ValueError(f"amount {value} is out of range")\n'
+        "ValueError: amount 123456.0 is out of range"
+    )
+
+
 @pytest.fixture
 def listener(spark: SparkSession, platform_conf: PlatformConfig) -> Iterator[TelemetryListener]:
     listener = TelemetryListener(job_paths(platform_conf, "router").heartbeat, "router", "run-7")

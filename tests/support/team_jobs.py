@@ -14,18 +14,9 @@ from typing import Any
 
 import yaml
 
+from ops.scaffold import EVENTS_SOURCE
 from ops.spec.platform import DEFAULT_CONF_DIR, PlatformConfig
 from tests.support.ports import free_test_port
-
-# The router's events: the synthetic generator writes them (`synthetic.generator.write_batch`).
-EVENT_FIELDS = [
-    {"name": "event_id", "type": "string", "required": True},
-    {"name": "event_time", "type": "timestamp", "required": True},
-    {"name": "user_id", "type": "string", "required": True},
-    {"name": "event_type", "type": "string", "required": True},
-    {"name": "country", "type": "string"},
-    {"name": "amount", "type": "double"},
-]
 
 TEAM_JOB = "fraud_scores"
 # Events of at least this amount are "large".
@@ -58,12 +49,22 @@ def build(inputs, context):
 BUGGY_SCORING_MODULE = SCORING_MODULE.replace('F.col("event_type") ==', 'F.col("event_type") !=')
 
 
-def write_team_code(directory: Path, scoring: str = SCORING_MODULE) -> Path:
-    """The team's package `fraud` in `directory` (outside the repository), with `scoring`."""
+# A UDF that raises on one row: an amount the team's rules never expected.
+STRICT_RULES_MODULE = RULES_MODULE.replace(
+    "    return amount.fillna",
+    "    if (amount > 10000).any():\n"
+    '        raise ValueError(f"amount {amount.max()} is out of range")\n'
+    "    return amount.fillna",
+)
+
+
+def write_team_code(directory: Path, scoring: str = SCORING_MODULE, rules: str = RULES_MODULE) -> Path:
+    """The team's package `fraud` in `directory` (outside the repository), with `scoring` and
+    `rules`."""
     package = directory / "fraud"
     package.mkdir(parents=True, exist_ok=True)
     (package / "__init__.py").write_text("")
-    (package / "rules.py").write_text(RULES_MODULE)
+    (package / "rules.py").write_text(rules)
     (package / "scoring.py").write_text(scoring)
     return directory
 
@@ -77,9 +78,7 @@ def team_job_spec(code_dir: Path, **pipeline: Any) -> dict[str, Any]:
             "kind": "python",
             "code": str(code_dir),
             "entrypoint": "fraud.scoring:build",
-            "sources": {
-                "events": {"path": "events", "event_time_field": "event_time", "fields": EVENT_FIELDS}
-            },
+            "sources": {"events": EVENTS_SOURCE},
             "sink": {"path": "fraud_scores"},
             "partition_columns": ["size", "event_date", "event_hour"],
             "parameters": {"event_type": "purchase"},
