@@ -81,17 +81,27 @@ class UserCodeError(Exception):
 
 Build = Callable[[Mapping[str, DataFrame], JobContext], DataFrame]
 
+# The code directories this process has imported a team's modules from (a driver: one; a test
+# session or the analyzer: several).
+_CODE_DIRS: set[Path] = set()
+
 
 def load_entrypoint(pipeline: PythonPipeline) -> Build:
-    """The function `entrypoint` names, freshly imported from the code directory: a module
-    imported before from it (an older version of the code) or under the entrypoint's package name
-    (from another job's code directory) is imported again."""
+    """The function `entrypoint` names, freshly imported from the code directory: every module
+    imported before from a team's code directory (an older version of this code, or another job's
+    package of the same name) is imported again; the platform's own modules never are."""
     module_name, function_name = pipeline.entrypoint.split(":")
     code = Path(pipeline.code)
-    package = module_name.split(".")[0]
+    _CODE_DIRS.add(code)
     for name, module in list(sys.modules.items()):
-        location = getattr(module, "__file__", None)
-        if name.split(".")[0] == package or (location is not None and Path(location).is_relative_to(code)):
+        # A namespace package (no __init__.py) has no file, only its directories.
+        locations = [getattr(module, "__file__", None), *(getattr(module, "__path__", None) or ())]
+        if any(
+            Path(location).is_relative_to(loaded)
+            for location in locations
+            if location
+            for loaded in _CODE_DIRS
+        ):
             del sys.modules[name]
     # First on the path: the package may have been imported before from another directory.
     if str(code) in sys.path:
