@@ -26,9 +26,9 @@ import pyspark
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 
-from jobs.catalog import expression_problems, kind_of, parsed_inputs
+from jobs.catalog import expression_problems, parsed_inputs
 from jobs.preview import stage_problems
-from jobs.user_code import ENTRYPOINT_FIELD, QUERY_FIELD
+from jobs.user_code import ENTRYPOINT_FIELD, QUERY_FIELD, UserCodeError, user_rows
 from ops.atomic import write_atomically
 from ops.clock import utcnow
 from ops.exceptions import ConfigError
@@ -70,10 +70,11 @@ def analyse(spark: SparkSession, spec: JobSpec) -> dict[str, str]:
 
 
 def stream_problems(spark: SparkSession, spec: JobSpec) -> dict[str, str]:
-    """What Spark's streaming engine refuses in a team's job that the analyzer cannot see over
-    batch frames (an aggregation without a watermark in append mode, a join that would keep its
-    state for ever): the job's query started over empty streams of its sources, then stopped. The
-    built-in kinds are checked by their own tests."""
+    """What is wrong with a team job's logic (`jobs.user_code`: its code or query, the rows it
+    returns) and what Spark's streaming engine refuses in it (an aggregation without a watermark
+    in append mode, a join that would keep its state for ever): the logic run over empty streams
+    of the job's sources and its query started, then stopped. The built-in kinds are checked by
+    their own tests."""
     pipeline = spec.pipeline
     if not isinstance(pipeline, TeamPipeline):
         return {}
@@ -81,7 +82,10 @@ def stream_problems(spark: SparkSession, spec: JobSpec) -> dict[str, str]:
         empty = Path(scratch) / "input"
         empty.mkdir()
         raw = {name: spark.readStream.format("text").load(str(empty)) for name in pipeline.inputs}
-        rows = kind_of(spec).transform(parsed_inputs(spec, raw), pipeline)
+        try:
+            rows = user_rows(parsed_inputs(spec, raw), pipeline, spec.name)
+        except UserCodeError as error:
+            return {error.field: str(error)}
         writer = rows.writeStream.format("noop").outputMode("append").trigger(availableNow=True)
         try:
             query = writer.option("checkpointLocation", str(Path(scratch) / "checkpoint")).start()

@@ -186,7 +186,8 @@ KINDS: dict[str, JobKind] = {
 
 def kind_of(spec: JobSpec) -> JobKind:
     """The catalog entry of a job's pipeline kind; for a team's own job, its function or its
-    query (`jobs.user_code`), checked by running it over the analyzer's empty inputs."""
+    query (`jobs.user_code`), whose errors name the job file's field. The analyzer checks a
+    team's logic by running it over empty streams (`jobs.analysis.stream_problems`)."""
     if not isinstance(spec.pipeline, TeamPipeline):
         return KINDS[spec.pipeline.kind]
 
@@ -196,14 +197,7 @@ def kind_of(spec: JobSpec) -> JobKind:
         except UserCodeError as error:
             raise ConfigError(job_file(spec.name), f"field '{error.field}': {error}") from error
 
-    def check(inputs: Mapping[str, DataFrame], pipeline: TeamPipeline) -> dict[str, str]:
-        try:
-            user_rows(inputs, pipeline, spec.name)
-        except UserCodeError as error:
-            return {error.field: str(error)}
-        return {}
-
-    return JobKind(transform=transform, check=check)
+    return JobKind(transform=transform)
 
 
 PARSED_STAGE = "parsed"
