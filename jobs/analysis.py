@@ -28,13 +28,15 @@ from pyspark.sql import SparkSession
 
 from jobs.catalog import expression_problems, parsed_inputs
 from jobs.preview import stage_problems
+from jobs.script_udfs import register_script_udfs
 from jobs.user_code import ENTRYPOINT_FIELD, QUERY_FIELD, UserCodeError, user_rows
 from ops.atomic import write_atomically
 from ops.clock import utcnow
 from ops.exceptions import ConfigError
 from ops.spec.analysis import AnalysisVerdict, verdict_path
 from ops.spec.job import JobSpec, load_jobs
-from ops.spec.pipelines import SqlPipeline, TeamPipeline
+from ops.spec.paths import JobPaths
+from ops.spec.pipelines import ScriptUdfs, SqlPipeline, TeamPipeline
 from ops.spec.platform import PlatformConfig, load_platform
 
 # The raw landing lines a driver reads: one string column, as Spark's text source gives them.
@@ -60,10 +62,16 @@ def analysis_session(platform: PlatformConfig) -> SparkSession:
     return builder.getOrCreate()
 
 
-def analyse(spark: SparkSession, spec: JobSpec) -> dict[str, str]:
+def analyse(spark: SparkSession, platform: PlatformConfig, spec: JobSpec) -> dict[str, str]:
     """What a driver of `spec` would refuse before starting its query, by dotted field of the job
     file; empty when it would start. Only the analyzer runs, over empty frames (and, for a team's
-    job, its query is started over empty streams: `stream_problems`)."""
+    job, its query is started over empty streams: `stream_problems`), after the job's script UDFs
+    are loaded and registered as a driver registers them."""
+    if isinstance(spec.pipeline, ScriptUdfs):
+        try:
+            register_script_udfs(spark, spec.pipeline, JobPaths.of(platform, spec).udf_versions)
+        except UserCodeError as error:
+            return {error.field: str(error)}
     raw = {name: spark.createDataFrame([], RAW_SCHEMA) for name in spec.pipeline.inputs}
     problems = {**expression_problems(spec, parsed_inputs(spec, raw)), **stage_problems(spec)}
     return problems or stream_problems(spark, spec)
@@ -132,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         for name in names:
             spec = loaded.specs[name]
-            verdict = record_verdict(platform, spec, analyse(spark, spec))
+            verdict = record_verdict(platform, spec, analyse(spark, platform, spec))
             print(verdict.model_dump_json(), flush=True)
     finally:
         spark.stop()

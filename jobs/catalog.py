@@ -40,6 +40,7 @@ from jobs.enricher.transform import enrich
 from jobs.impressions_plays.transform import impressions_plays
 from jobs.parsing import invalid_time_formats, parse_events, with_event_partitions
 from jobs.router.transform import invalid_route_filters, route_events
+from jobs.script_udfs import register_script_udfs
 from jobs.sessionizer.transform import sessionize
 from jobs.user_code import UserCodeError, user_rows
 from jobs.warehouse_writer.transform import warehouse_rows
@@ -55,6 +56,7 @@ from ops.spec.pipelines import (
     FileSource,
     ImpressionsPlaysPipeline,
     RouterPipeline,
+    ScriptUdfs,
     TeamPipeline,
     WarehouseWriterPipeline,
 )
@@ -238,12 +240,21 @@ def pipeline_stages(
     platform: PlatformConfig, spec: JobSpec, raw: Mapping[str, DataFrame]
 ) -> dict[str, DataFrame]:
     """Every stage of the job's transform by name (see `stage_names`); `output` is the sink's rows.
+    The pipeline's script UDFs are registered first (`jobs.script_udfs`).
 
-    Raises `ConfigError` naming the job file's field when the analyzer rejects an expression of
-    the pipeline, before anything is read.
+    Raises `ConfigError` naming the job file's field when a UDF file does not load or the
+    analyzer rejects an expression of the pipeline, before anything is read.
     """
     kind = kind_of(spec)
     inputs = parsed_inputs(spec, raw)
+    if isinstance(spec.pipeline, ScriptUdfs):
+        spark = next(iter(raw.values())).sparkSession
+        try:
+            register_script_udfs(spark, spec.pipeline, JobPaths.of(platform, spec).udf_versions)
+        except UserCodeError as error:
+            raise ConfigError(
+                job_file(spec.name, platform.conf_dir), f"field '{error.field}': {error}"
+            ) from error
     problems = expression_problems(spec, inputs)
     if problems:
         field, why = next(iter(problems.items()))

@@ -122,7 +122,7 @@ def load_entrypoint(pipeline: PythonPipeline) -> Build:
         ) from missing
     except Exception as error:  # whatever the module raises on import is the job's error
         raise UserCodeError(
-            ENTRYPOINT_FIELD, f"importing {module_name} raised {_described(error, pipeline.code)}"
+            ENTRYPOINT_FIELD, f"importing {module_name} raised {described_error(error, pipeline.code)}"
         ) from error
     function = getattr(module, function_name, None)
     if not callable(function):
@@ -184,7 +184,7 @@ def user_rows(inputs: Mapping[str, DataFrame], pipeline: TeamPipeline, job: str)
         rows = logic.build(valid, JobContext(job=job, parameters=logic.parameters, spark=spark))
     except Exception as error:  # whatever the team's logic raises is the job's error
         raise UserCodeError(
-            logic.config_field, f"{logic.name} raised {_described(error, logic.code)}"
+            logic.config_field, f"{logic.name} raised {described_error(error, logic.code)}"
         ) from error
     if not isinstance(rows, DataFrame):
         raise UserCodeError(
@@ -241,7 +241,7 @@ def _ship_code(spark: SparkSession, pipeline: PythonPipeline) -> None:
     spark.sparkContext.addPyFile(str(archive))
 
 
-def _described(error: BaseException, code: str | None) -> str:
+def described_error(error: BaseException, code: str | None) -> str:
     """An exception as its class and message and, when it came from the team's code directory,
     the innermost line of it there."""
     where = ""

@@ -41,6 +41,7 @@ class Signal(enum.Enum):
     FALLING_BEHIND = "batches fill their triggers and the backlog does not shrink over the recent window"
     STATE_PRESSURE = "state memory above operations.health.max_state_memory_mb"
     WATERMARK_LAG = "watermark further behind the wall clock than operations.health.max_watermark_lag_seconds"
+    UDF_REFUSED = "a script UDF file changed to a version that does not load; batches run the one before"
 
 
 # How `assess` words a stuck driver's detail (no commit and no move of any kind for the grace),
@@ -65,6 +66,7 @@ DEGRADING = {
     Signal.FALLING_BEHIND: "falling_behind",
     Signal.STATE_PRESSURE: "state_pressure",
     Signal.WATERMARK_LAG: "watermark_lag",
+    Signal.UDF_REFUSED: "udf_refused",
 }
 
 
@@ -259,6 +261,7 @@ def assess(observation: Observation, operations: Operations) -> Assessment:
         Signal.FALLING_BEHIND: _falling_behind(heartbeat, operations),
         Signal.STATE_PRESSURE: _state_pressure(heartbeat, operations.health),
         Signal.WATERMARK_LAG: _watermark_lag(heartbeat, observation.at, operations.health),
+        Signal.UDF_REFUSED: "; ".join(heartbeat.udf_refused.values()) or None,
     }
     reasons = {signal: reason for signal, reason in checks.items() if reason is not None}
     if reasons:

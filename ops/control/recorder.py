@@ -1,8 +1,8 @@
 """Recording: what a reconcile pass writes to the ledger before it acts, so a crash mid-action
 leaves a trail the next pass reads. The job's newest figures from its heartbeat, the run's
-measured speeds and batches, the decided state, an open operation's step with the facts it
-established, and the autoscaler's recommendation; and what the Airflow watcher saw, noted before
-the pass that reacts to it."""
+measured speeds and batches, the script UDF versions its batches ran, the decided state, an open
+operation's step with the facts it established, and the autoscaler's recommendation; and what
+the Airflow watcher saw, noted before the pass that reacts to it."""
 
 from __future__ import annotations
 
@@ -13,6 +13,10 @@ from ops.control.context import Control
 from ops.control.health import measured_speed
 from ops.control.policy import JobView, Plan
 from ops.control.scaling import low_since
+from ops.driver.telemetry import Heartbeat
+
+# The decisions that name the script UDF versions a job's batches ran.
+UDF_VERSIONS_ACTION = "udf_versions"
 
 
 def record_observation(control: Control, view: JobView) -> None:
@@ -34,6 +38,32 @@ def record_observation(control: Control, view: JobView) -> None:
         columns.update(first_batch_id=run.first_batch_id, last_batch_id=run.last_batch_id)
     if columns:
         control.ledger.update_run(run.run_id, **columns)
+    _record_udf_versions(control, view.spec.name, heartbeat)
+
+
+def _record_udf_versions(control: Control, job: str, heartbeat: Heartbeat) -> None:
+    """A decision each time the job's batches run other script UDF versions than the ledger's
+    newest `udf_versions` decision names: from which batch of which run, and the versions.
+
+    The heartbeat's window of recent batches covers the batches between two passes; the run's
+    batches a decision already covers are not looked at again.
+    """
+    newest = next(iter(control.ledger.decisions(job, limit=1, action=UDF_VERSIONS_ACTION)), None)
+    known = newest.inputs["versions"] if newest else None
+    after = newest.inputs["from_batch"] if newest and newest.run_id == heartbeat.run_id else -1
+    for sample in heartbeat.recent:
+        versions = sample.udf_versions
+        if versions is None or versions == known or sample.batch_id <= after:
+            continue
+        named = ", ".join(f"{name} {version}" for name, version in sorted(versions.items()))
+        control.ledger.record_decision(
+            job,
+            UDF_VERSIONS_ACTION,
+            f"script UDFs from batch {sample.batch_id}: {named}",
+            {"from_batch": sample.batch_id, "versions": versions, "before": known},
+            heartbeat.run_id,
+        )
+        known = versions
 
 
 def record_plan(control: Control, view: JobView, plan: Plan) -> None:

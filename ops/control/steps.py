@@ -208,8 +208,9 @@ def finish(control: Control, view: JobView, result: Result, reason: str, run_url
 
 
 def _restatement_summary(control: Control, view: JobView, operation: OperationRecord) -> str:
-    """The restatement's summary: its savepoint, the batches replayed and the rows before and after."""
-    from ops.recovery.restate import Restatement, rows_written
+    """The restatement's summary: its savepoint, the batches replayed, the rows before and after
+    and the script UDF versions the replay ran."""
+    from ops.recovery.restate import Restatement, replayed_udf_versions, rows_written
 
     assert operation.savepoint_id is not None and operation.savepoint_batch is not None
     assert operation.replay_to is not None
@@ -222,6 +223,7 @@ def _restatement_summary(control: Control, view: JobView, operation: OperationRe
         rows_after=rows_written(
             control.platform, view.spec.name, operation.savepoint_batch, operation.replay_to
         ),
+        udf_versions=replayed_udf_versions(control.platform, view.spec.name, operation.replay_to),
     ).summary()
 
 

@@ -96,6 +96,14 @@ def landing_backlog(landing_dirs: Iterable[Path], sources_dir: Path) -> int | No
     return sum(1 for landing in landing_dirs for path in landing.glob("*.json") if path not in read)
 
 
+def query_id(checkpoint: Path) -> str | None:
+    """The id of the query a checkpoint belongs to (kept across restarts), None before its start."""
+    try:
+        return str(json.loads((checkpoint / "metadata").read_text())["id"])
+    except FileNotFoundError:
+        return None
+
+
 def read_offsets(content: bytes) -> tuple[dict[str, Any], list[Any]]:
     """An `offsets/<N>` entry's content: (batch metadata, one offset per source; "-" for none yet)."""
     lines = content.decode().splitlines()

@@ -5,9 +5,10 @@ Spark has no REST endpoint for Structured Streaming, so every driver installs a
 rewrites the job's heartbeat (`ops.driver.telemetry`), keeping the last `RECENT_BATCHES` batches;
 after each batch it also rewrites the job's progress history for the job board
 (`ops.driver.history`); and it updates gauges on a registry of its own that `serve_metrics`
-exposes on 127.0.0.1. It holds the driver's `LivenessReporter` (`ops.driver.reporter`), which the
-driver runs from before its JVM starts: the query's start moves it to `running`, and every event
-counts as a move.
+exposes on 127.0.0.1. Each batch's sample names the versions of the job's script UDFs it ran,
+and the heartbeat the versions the newest batch refused (`ops.driver.udf_versions`). It holds the
+driver's `LivenessReporter` (`ops.driver.reporter`), which the driver runs from before its JVM
+starts: the query's start moves it to `running`, and every event counts as a move.
 
 The progress record is read from its JSON form, which is the same in classic PySpark and Spark
 Connect. `backlog_files` is filled from a source's `numFilesOutstanding` metric when one reports
@@ -52,8 +53,9 @@ from ops.driver.telemetry import (
     HeartbeatEvent,
     write_heartbeat,
 )
+from ops.driver.udf_versions import read_decision
 from ops.spec.job import Operations
-from ops.spec.paths import LIVENESS_FILE
+from ops.spec.paths import LIVENESS_FILE, UDF_VERSIONS_DIR
 
 # Long stack traces stay in the driver log; the heartbeat keeps enough to page on.
 MAX_ERROR_MESSAGE = 2000
@@ -294,6 +296,11 @@ class TelemetryListener(StreamingQueryListener):
         # What the driver is doing between the heartbeats; the driver runs it (`with
         # listener.liveness:`), every query event is a move.
         self.liveness = LivenessReporter(heartbeat.with_name(LIVENESS_FILE), run_id)
+        # The script UDF versions of the newest batch that called one (`ops.driver.udf_versions`):
+        # a batch that did not keeps those in force.
+        self._udf_store = heartbeat.with_name(UDF_VERSIONS_DIR)
+        self._udf_versions: dict[str, str] | None = None
+        self._udf_refused: dict[str, str] = {}
 
     def export_operations(self, operations: Operations, backlog: Callable[[], int | None]) -> None:
         """Export the job's trigger and health thresholds, and its landing backlog as measured by
@@ -335,6 +342,12 @@ class TelemetryListener(StreamingQueryListener):
         if is_tap_query(progress.get("name")):
             return
         sample = batch_sample(progress)
+        query = progress.get("id")
+        decision = None if query is None else read_decision(self._udf_store, str(query), sample.batch_id)
+        if decision is not None:
+            self._udf_versions = decision.versions
+            self._udf_refused = {name: refusal.line(name) for name, refusal in decision.refused.items()}
+        sample = replace(sample, udf_versions=self._udf_versions)
         if sample.backlog_files is None and self._batch_backlog is not None:
             try:
                 sample = replace(sample, backlog_files=self._batch_backlog())
@@ -418,6 +431,7 @@ class TelemetryListener(StreamingQueryListener):
                 error_class=error_class,
                 error_message=error_message,
                 recent=tuple(self._recent),
+                udf_refused=self._udf_refused,
             )
             write_heartbeat(self.path, heartbeat)
         self._metrics.heartbeat.set(heartbeat.at)

@@ -36,6 +36,9 @@ class BatchSample:
     # When the batch's trigger started (epoch seconds; None from drivers that did not say): the
     # wall time between batches, which idle triggers (no batch, no sample) leave out otherwise.
     started_at: float | None = None
+    # The version of each script UDF the batch ran (`ops.driver.udf_versions`); None for a job
+    # without any.
+    udf_versions: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,8 @@ class Heartbeat:
     error_class: str | None = None
     error_message: str | None = None
     recent: tuple[BatchSample, ...] = field(default_factory=tuple)
+    # The script UDF versions the newest batch refused to load, a line each by UDF name.
+    udf_refused: dict[str, str] = field(default_factory=dict)
 
     @property
     def last_sample(self) -> BatchSample | None:

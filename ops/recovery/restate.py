@@ -3,11 +3,12 @@
 A restatement is a recovery operation (`restate`) that the supervisor's reconcile loop carries out
 step by step (`ops.control.policy` has the state machine): stop the driver, rewind, let the driver
 replay the queue, and once the queue is empty and the last replayed batch is committed, write the
-summary (batches, rows before and after) to the ledger and Slack. `restate` records the request
-and runs reconcile passes until the loop has finished it; if that process dies, any later pass
-(the job's supervision DAG, `warden reconcile JOB`) finishes it. `restate` then republishes the
-warehouse partitions the replay changed (`republish_restated`); if it died first, the nightly
-compaction does, since their committed files no longer match their published versions.
+summary (batches, rows before and after, the script UDF versions the replay ran) to the ledger
+and Slack. `restate` records the request and runs reconcile passes until the loop has finished
+it; if that process dies, any later pass (the job's supervision DAG, `warden reconcile JOB`)
+finishes it. `restate` then republishes the warehouse partitions the replay changed
+(`republish_restated`); if it died first, the nightly compaction does, since their committed
+files no longer match their published versions.
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import pyarrow.parquet as pq
 
-from ops.driver.checkpoint import log_entries, sink_files
+from ops.driver.checkpoint import log_entries, query_id, sink_files
+from ops.driver.udf_versions import previous_decision
 from ops.exceptions import RewindError
 from ops.ledger.store import Ledger
 from ops.recovery.loop import ControlLoop
@@ -46,14 +48,26 @@ class Restatement:
     last_batch: int
     rows_before: int
     rows_after: int
+    # The script UDF versions the replay ran: those installed when it ran (`ops.driver.udf_versions`).
+    udf_versions: dict[str, str] = field(default_factory=dict)
 
     def summary(self) -> str:
         batches = range(self.batch_id + 1, self.last_batch + 1)
         span = f"batches {batches.start}..{batches.stop - 1}" if batches else "no batches"
+        udfs = ", ".join(f"{name} {version}" for name, version in sorted(self.udf_versions.items()))
         return (
             f"restated {self.job} from savepoint {self.savepoint_id} (batch {self.batch_id}): "
             f"{span} recomputed; rows {self.rows_before:,} before, {self.rows_after:,} after"
+            + (f"; script UDFs as installed now: {udfs}" if udfs else "")
         )
+
+
+def replayed_udf_versions(platform: PlatformConfig, job: str, upto: int) -> dict[str, str]:
+    """The script UDF versions the job's newest batch up to `upto` that called one ran."""
+    paths = JobPaths.of(platform, find_job(job, platform.conf_dir))
+    query = query_id(paths.checkpoint)
+    decision = None if query is None else previous_decision(paths.udf_versions, query, upto + 1)
+    return {} if decision is None else decision.versions
 
 
 def last_commit(platform: PlatformConfig, job: str) -> int:

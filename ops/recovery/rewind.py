@@ -11,7 +11,8 @@ Rewinding job J to savepoint S (anchored on batch N) when J's checkpoint has run
    replay queue (`<runtime>/jobs/<job>/replay/`), switch the sink log back to the savepoint's (so
    readers stop seeing the later batches), delete the files those batches wrote, and swap in a
    checkpoint rebuilt from the savepoint (its state, offsets, commits and sink log) plus the live
-   file-source logs (which record what each original batch read).
+   file-source logs (which record what each original batch read). The script UDF versions the
+   later batches ran are forgotten, so the replay runs the ones installed then.
 3. The driver replays the queue before it starts its normal trigger (`jobs.runtime`): offsets
    entry by entry, one trigger-once query per batch, so batch boundaries, watermarks and
    late-data decisions are those of the original run while the current code computes them.
@@ -51,12 +52,14 @@ from ops import archive
 from ops.atomic import write_atomically
 from ops.driver.checkpoint import (
     log_entries,
+    query_id,
     read_offsets,
     sink_files,
     source_files,
     source_log_offset,
     write_log_entry,
 )
+from ops.driver.udf_versions import forget_after
 from ops.exceptions import ArchiveError, OperationInProgressError, RewindError, SavepointError
 from ops.ledger.locks import job_lock, table_lock
 from ops.ledger.records import OperationRecord, SavepointRecord
@@ -474,6 +477,10 @@ def execute_rewind(platform: PlatformConfig, plan: RewindPlan) -> None:
         if not target.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(live_entry, target)
+    # The batches to recompute run the script UDF versions installed when they run again.
+    query = query_id(checkpoint)
+    if query is not None:
+        forget_after(job_paths.udf_versions, query, plan.batch_id)
     _swap(rebuilt, checkpoint, retired / "checkpoint")
     discard_rewind(platform, job)
 

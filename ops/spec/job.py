@@ -26,7 +26,7 @@ from pydantic import AfterValidator, Field, StrictBool, ValidationError, field_v
 from ops.exceptions import ConfigError
 from ops.spec.code import code_digest
 from ops.spec.model import Model, describe_error, read_yaml
-from ops.spec.pipelines import STATE_LOOKUP_KEYS, Pipeline, PythonPipeline
+from ops.spec.pipelines import STATE_LOOKUP_KEYS, Pipeline, PythonPipeline, ScriptUdfs
 from ops.spec.platform import SparkDefaults, conf_dir
 
 JOB_NAME_PATTERN = r"^[a-z][a-z0-9_]{1,62}$"
@@ -371,7 +371,8 @@ def load_job(path: Path) -> JobSpec:
     """Load and validate one job file; its `name` must match the file name.
 
     Its config version is a digest of the file and, for a job of the team's own code, of that
-    code (`ops.spec.code`), whose directory the spec then names absolutely."""
+    code (`ops.spec.code`), whose directory the spec then names absolutely, as it names the files
+    of script UDFs."""
     document, raw = read_yaml(path)
     try:
         spec = JobSpec.model_validate(document)
@@ -387,7 +388,21 @@ def load_job(path: Path) -> JobSpec:
             raise ConfigError(path, f"field 'pipeline.code': {code} is not a directory")
         digest.update(code_digest(code).encode())
         spec = spec.model_copy(update={"pipeline": pipeline.model_copy(update={"code": str(code)})})
+    if isinstance(pipeline, ScriptUdfs) and pipeline.udfs:
+        spec = spec.model_copy(update={"pipeline": _with_udf_files(spec.pipeline, path)})
     return spec.model_copy(update={"config_version": digest.hexdigest()[:12]})
+
+
+def _with_udf_files(pipeline: Any, path: Path) -> Any:
+    """The pipeline with its script UDFs' files named absolutely. Their contents are not part of
+    the config version: a UDF file may change while its job runs (`jobs.script_udfs`)."""
+    udfs = []
+    for index, udf in enumerate(pipeline.udfs):
+        file = udf.file_path(path.parent)
+        if not file.is_file():
+            raise ConfigError(path, f"field 'pipeline.udfs.{index}.file': {file} is not a file")
+        udfs.append(udf.model_copy(update={"file": str(file)}))
+    return pipeline.model_copy(update={"udfs": tuple(udfs)})
 
 
 def job_files(directory: Path | None = None) -> Iterator[Path]:

@@ -7,7 +7,7 @@ joins a root with a job name. The layout under the platform's roots:
     <lake_root>/<sink.path>/               the Parquet sink; its log in _spark_metadata/
     <landing_root>/<source.path>/          each source's landing directory
     <runtime_root>/jobs/<job>/             driver log, heartbeat.json, liveness.json, replay/, preview/,
-                                           the lock
+                                           udf-versions/, the lock
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from ops.spec.platform import PlatformConfig
 HEARTBEAT_FILE = "heartbeat.json"
 # Beside it, what the driver is doing meanwhile (`ops.driver.liveness`).
 LIVENESS_FILE = "liveness.json"
+# And the versions of the job's script UDFs each batch ran (`ops.driver.udf_versions`).
+UDF_VERSIONS_DIR = "udf-versions"
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,10 @@ class JobPaths:
     @property
     def liveness(self) -> Path:
         return self.runtime / LIVENESS_FILE
+
+    @property
+    def udf_versions(self) -> Path:
+        return self.runtime / UDF_VERSIONS_DIR
 
     @property
     def replay(self) -> Path:

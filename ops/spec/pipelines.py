@@ -180,7 +180,37 @@ class Route(Model):
     columns: tuple[str, ...] = Field(min_length=1)
 
 
-class RouterPipeline(StatelessPipeline):
+class ScriptUdf(Model):
+    """A vectorized Python function a router's filters or a SQL job's query call by `name`:
+    `function` of the Python file `file` (absolute, or relative to the job file's directory; the
+    loader makes it absolute), called with a pandas Series per argument and returning one of
+    Spark type `returns` (DDL: `double`, `string`, `array<string>`). The file may change while
+    the job runs: each batch runs the version it found at its start (`jobs.script_udfs`)."""
+
+    name: str = Field(pattern=r"^[a-z_][a-z0-9_]*$")
+    file: str = Field(min_length=1)
+    function: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    returns: str = Field(min_length=1, description="the Spark type of the result, in DDL")
+
+    def file_path(self, jobs_dir: Path) -> Path:
+        """The file, a relative `file` taken from the job file's directory."""
+        return Path(self.file) if Path(self.file).is_absolute() else (jobs_dir / self.file).resolve()
+
+
+class ScriptUdfs(Model):
+    """The mixin of the kinds whose expressions may call script UDFs."""
+
+    udfs: tuple[ScriptUdf, ...] = ()
+
+    @model_validator(mode="after")
+    def _udf_names_are_unique(self) -> ScriptUdfs:
+        names = [udf.name for udf in self.udfs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"udf names must be unique, got {names}")
+        return self
+
+
+class RouterPipeline(StatelessPipeline, ScriptUdfs):
     kind: Literal["router"]
     fixed_partition_columns: ClassVar[tuple[str, ...]] = ("route", EVENT_DATE, EVENT_HOUR)
     source: FileSource
@@ -626,7 +656,7 @@ class PythonPipeline(TeamPipeline):
         return Path(self.code) if Path(self.code).is_absolute() else (jobs_dir / self.code).resolve()
 
 
-class SqlPipeline(TeamPipeline):
+class SqlPipeline(TeamPipeline, ScriptUdfs):
     """A job that is one Spark SQL query (`kind: sql`) over its `sources`, each a view under its
     name; a source named in `watermarks` gets a watermark that trails its newest event time by
     that many minutes (a windowed aggregation or a stream-stream join needs one)."""

@@ -49,7 +49,7 @@ def test_the_analysis_finds_what_the_driver_refuses_without_a_stream(
     edit_job(platform_conf, "router", break_routes)
     spec = find_job("router", platform_conf.conf_dir)
 
-    problems = analyse(spark, spec)
+    problems = analyse(spark, platform_conf, spec)
 
     assert list(problems) == ["pipeline.routes.0.filter", "pipeline.routes.1.filter"]
     assert problems["pipeline.routes.0.filter"] == (
@@ -97,14 +97,16 @@ def test_rules_of_other_kinds_and_preview_stages_are_analysed_too(
     job: str, edit, field: str, problem: str, spark: SparkSession, platform_conf: PlatformConfig
 ) -> None:
     edit_job(platform_conf, job, edit)
-    problems = analyse(spark, find_job(job, platform_conf.conf_dir))
+    problems = analyse(spark, platform_conf, find_job(job, platform_conf.conf_dir))
     assert list(problems) == [field]
     assert problems[field].startswith(problem)
 
 
 def test_every_repo_job_passes_the_analysis(spark: SparkSession, platform_conf: PlatformConfig) -> None:
     specs = load_jobs(platform_conf.conf_dir).specs
-    assert {name: analyse(spark, spec) for name, spec in specs.items()} == {name: {} for name in specs}
+    assert {name: analyse(spark, platform_conf, spec) for name, spec in specs.items()} == {
+        name: {} for name in specs
+    }
 
 
 def test_a_verdict_holds_for_its_file_version_only(
@@ -115,7 +117,7 @@ def test_a_verdict_holds_for_its_file_version_only(
     rejected = find_job("router", platform.conf_dir)
     assert unanalysed(platform, load_jobs(platform.conf_dir)) == sorted(load_jobs(platform.conf_dir).specs)
 
-    record_verdict(platform, rejected, analyse(spark, rejected))
+    record_verdict(platform, rejected, analyse(spark, platform, rejected))
 
     checked = with_verdicts(platform, load_jobs(platform.conf_dir))
     assert "router" not in checked.specs and "sessionizer" in checked.specs
@@ -141,7 +143,7 @@ def test_the_supervisor_launches_nothing_from_a_rejected_version_and_pages_once(
 ) -> None:
     edit_job(platform_conf, "router", break_routes)
     spec = find_job("router", platform_conf.conf_dir)
-    record_verdict(platform_conf, spec, analyse(spark, spec))
+    record_verdict(platform_conf, spec, analyse(spark, platform_conf, spec))
     backend = FakeBackend(platform_conf, utcnow)
     alerts = AlertCenter(ledger, platform_conf.slack)
     supervisor = Supervisor(platform_conf, ledger, backend, alerts)
@@ -200,7 +202,7 @@ def test_a_version_its_driver_already_refused_is_not_paged_twice(
             run_url=None,
         )
     )
-    record_verdict(platform_conf, spec, analyse(spark, spec))
+    record_verdict(platform_conf, spec, analyse(spark, platform_conf, spec))
     supervisor = Supervisor(platform_conf, ledger, FakeBackend(platform_conf, utcnow), alerts)
 
     problems = supervisor.check_job_files()

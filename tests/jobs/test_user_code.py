@@ -140,7 +140,7 @@ def test_the_analyzer_names_what_is_wrong_with_the_teams_code(
     (code / "fraud" / "scoring.py").write_text(source)
     write_team_job(platform_conf, team_job_spec(code))
 
-    problems = analyse(spark, find_job("fraud_scores", platform_conf.conf_dir))
+    problems = analyse(spark, platform_conf, find_job("fraud_scores", platform_conf.conf_dir))
 
     assert list(problems) == [field]
     assert message in problems[field]
@@ -167,7 +167,7 @@ def test_the_analyzer_names_what_spark_refuses_in_a_sql_jobs_query(
 ) -> None:
     write_team_job(platform_conf, sql_job_spec(CONVERSIONS_QUERY.replace("p.play_id", "p.play")))
 
-    problems = analyse(spark, find_job(SQL_JOB, platform_conf.conf_dir))
+    problems = analyse(spark, platform_conf, find_job(SQL_JOB, platform_conf.conf_dir))
 
     assert list(problems) == ["pipeline.query"]
     assert problems["pipeline.query"].startswith("the query raised AnalysisException: [UNRESOLVED_COLUMN")
@@ -177,7 +177,7 @@ def test_the_analyzer_starts_a_sql_jobs_query_over_empty_streams_and_names_what_
     spark: SparkSession, platform_conf: PlatformConfig
 ) -> None:
     write_team_job(platform_conf, sql_job_spec())
-    assert analyse(spark, find_job(SQL_JOB, platform_conf.conf_dir)) == {}
+    assert analyse(spark, platform_conf, find_job(SQL_JOB, platform_conf.conf_dir)) == {}
 
     # A count per profile with no watermark could never be appended: its groups never close.
     unbounded = sql_job_spec(
@@ -187,7 +187,7 @@ def test_the_analyzer_starts_a_sql_jobs_query_over_empty_streams_and_names_what_
     unbounded["pipeline"]["watermarks"] = {}
     write_team_job(platform_conf, unbounded)
 
-    problems = analyse(spark, find_job(SQL_JOB, platform_conf.conf_dir))
+    problems = analyse(spark, platform_conf, find_job(SQL_JOB, platform_conf.conf_dir))
 
     assert list(problems) == ["pipeline.query"]
     assert problems["pipeline.query"].startswith("Spark cannot run it as a stream: ")
