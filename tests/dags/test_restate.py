@@ -19,6 +19,7 @@ from pyspark.testing import assertDataFrameEqual
 from jobs.batch import batch_rows
 from ops.control.supervisor import Supervisor, stop_all_jobs
 from ops.driver.telemetry import read_heartbeat
+from ops.driver.udf_versions import version_of
 from ops.ledger.store import Ledger
 from ops.spec.job import find_job
 from ops.spec.platform import CONF_DIR_ENV, PlatformConfig
@@ -29,7 +30,9 @@ from tests.support.slack import SlackReceiver
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
 RIGHT = "event_type = 'purchase' AND amount > 0"
-WRONG = "event_type = 'purchase'"
+# The purchases route's logic as a script UDF the first test edits while the job runs.
+RIGHT_UDF = "def purchase(event_type, amount):\n    return (event_type == 'purchase') & (amount > 0)\n"
+WRONG_UDF = "def purchase(event_type, amount):\n    return event_type == 'purchase'\n"
 
 
 def purchase_filter(expression: str) -> Callable[[dict[str, Any]], None]:
@@ -39,6 +42,13 @@ def purchase_filter(expression: str) -> Callable[[dict[str, Any]], None]:
         spec["pipeline"]["routes"][0]["filter"] = expression
 
     return edit
+
+
+def purchase_udf(spec: dict[str, Any]) -> None:
+    purchase_filter("purchase(event_type, amount)")(spec)
+    spec["pipeline"]["udfs"] = [
+        {"name": "purchase", "file": "purchase.py", "function": "purchase", "returns": "boolean"}
+    ]
 
 
 @pytest.fixture
@@ -51,6 +61,11 @@ def platform(platform_with_s3: PlatformConfig) -> Iterator[PlatformConfig]:
 def test_restate_form_dry_run_then_restate_replaces_a_wrong_versions_output(
     platform: PlatformConfig, ledger: Ledger, slack_webhook: SlackReceiver, spark: SparkSession
 ) -> None:
+    """The wrong version is an edit of the route's script UDF while the job runs; the restatement
+    replays its batches with the file as fixed since."""
+    udf_file = platform.conf_dir / "jobs" / "purchase.py"
+    udf_file.write_text(RIGHT_UDF)
+    edit_job(platform, "router", purchase_udf)
     supervisor = Supervisor.for_platform(platform)
     landing = platform.landing_root / "events"
     for seed in range(4):
@@ -64,13 +79,11 @@ def test_restate_form_dry_run_then_restate_replaces_a_wrong_versions_output(
     (savepoint,) = ledger.savepoints("router")
     assert ledger.current_run("router") is not None, "the job keeps running through a savepoint"
 
-    edit_job(platform, "router", purchase_filter(WRONG))
-    supervisor.request("router", "restart", "deploy the wrong version")
-    supervisor.reconcile("router")
+    udf_file.write_text(WRONG_UDF)
     for seed in range(4, 8):
         write_batch(landing, 60, 0.05, seed)
     wait_for(lambda: caught_up(platform, "router", files=8), 120, "the wrong version")
-    edit_job(platform, "router", purchase_filter(RIGHT))
+    udf_file.write_text(RIGHT_UDF)
 
     restate = dags.get_dag("warden_restate")
     form = {"job": "router", "savepoint": savepoint.id, "reason": "zero-amount purchases routed"}
@@ -88,6 +101,8 @@ def test_restate_form_dry_run_then_restate_replaces_a_wrong_versions_output(
     assert decision.outcome is not None and decision.outcome.startswith("restated router from savepoint")
     summaries = [m["text"] for m in slack_webhook.messages if "restated" in m["text"]]
     assert len(summaries) == 1 and "rows" in summaries[0] and "before" in summaries[0]
+    assert f"script UDFs as installed now: purchase {version_of(RIGHT_UDF.encode())}" in summaries[0]
+    assert len(ledger.runs("router")) == 2, "the wrong version ran without a restart"
 
     # The scheduled restatement finds the newest savepoint older than its lookback by itself.
     edit_job(
