@@ -263,7 +263,7 @@ def write_input(
     in event-time order and no event is late. Returns the lines written and the event dates of
     the flush (whose own sessions or windows a stream never closes: not compared).
     """
-    scenario = SCENARIOS[spec.pipeline.kind]
+    scenario = SCENARIOS[spec.name]
     paths: list[Path] = []
     chunks = max(1, round(events / CHUNK_EVENTS))
     for chunk in range(chunks):

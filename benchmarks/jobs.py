@@ -75,7 +75,7 @@ def child(job: str, workdir: Path, rounds: int) -> None:
 
     spec = find_job(job)
     platform = load_platform()
-    scenario = SCENARIOS[spec.pipeline.kind]
+    scenario = SCENARIOS[spec.name]
     spark = build_session(platform, spec)
     timings = []
     for run in side_runs(workdir, "spark", rounds):

@@ -43,7 +43,6 @@ from jobs.router.transform import invalid_route_filters, route_events
 from jobs.script_udfs import register_script_udfs
 from jobs.sessionizer.transform import sessionize
 from jobs.user_code import UserCodeError, user_rows
-from jobs.warehouse_writer.transform import warehouse_rows
 from ops.driver.listener import parse_observation
 from ops.exceptions import ConfigError
 from ops.spec.job import JobSpec, job_file
@@ -58,7 +57,6 @@ from ops.spec.pipelines import (
     RouterPipeline,
     ScriptUdfs,
     TeamPipeline,
-    WarehouseWriterPipeline,
 )
 from ops.spec.platform import PlatformConfig
 
@@ -111,11 +109,6 @@ def _check_routes(inputs: Mapping[str, DataFrame], pipeline: RouterPipeline) -> 
 
 def _join_impressions_plays(inputs: Mapping[str, DataFrame], pipeline: ImpressionsPlaysPipeline) -> DataFrame:
     return impressions_plays(inputs["impressions"], inputs["plays"], pipeline)
-
-
-def _write_warehouse(inputs: Mapping[str, DataFrame], pipeline: WarehouseWriterPipeline) -> DataFrame:
-    events = with_event_partitions(inputs["events"], pipeline.source)
-    return warehouse_rows(events, pipeline.max_files_per_partition)
 
 
 def _campaign_uniques(inputs: Mapping[str, DataFrame], pipeline: CampaignUniquesPipeline) -> DataFrame:
@@ -178,7 +171,6 @@ KINDS: dict[str, JobKind] = {
     "router": JobKind(transform=_route, check=_check_routes),
     "impressions_plays": JobKind(transform=_join_impressions_plays),
     "sessionizer": JobKind(transform=sessionize),
-    "warehouse_writer": JobKind(transform=_write_warehouse),
     "enricher": JobKind(transform=_enrich, side_inputs=_enricher_side_inputs),
     "campaign_uniques": JobKind(transform=_campaign_uniques),
     "attack_chains": JobKind(transform=_attack_chains, check=_check_attack_rules),

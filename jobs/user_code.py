@@ -89,9 +89,36 @@ _CODE_DIRS: set[Path] = set()
 def load_entrypoint(pipeline: PythonPipeline) -> Build:
     """The function `entrypoint` names, freshly imported from the code directory: every module
     imported before from a team's code directory (an older version of this code, or another job's
-    package of the same name) is imported again; the platform's own modules never are."""
+    package of the same name) is imported again; the platform's own modules never are. A job
+    without `code` ships with the platform: its entrypoint is imported as any module is."""
     module_name, function_name = pipeline.entrypoint.split(":")
-    code = Path(pipeline.code)
+    if pipeline.code is not None:
+        _import_freshly(Path(pipeline.code))
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as missing:
+        if missing.name is not None and (module_name + ".").startswith(missing.name + "."):
+            where = (
+                "the platform's packages" if pipeline.code is None else f"the code directory {pipeline.code}"
+            )
+            raise UserCodeError(ENTRYPOINT_FIELD, f"module {module_name!r} is not in {where}") from None
+        raise UserCodeError(
+            ENTRYPOINT_FIELD,
+            f"{module_name} imports {missing.name!r}, which the platform's Python environment does not "
+            "have: add it to the platform's dependencies",
+        ) from missing
+    except Exception as error:  # whatever the module raises on import is the job's error
+        raise UserCodeError(
+            ENTRYPOINT_FIELD, f"importing {module_name} raised {described_error(error, pipeline.code)}"
+        ) from error
+    function = getattr(module, function_name, None)
+    if not callable(function):
+        raise UserCodeError(ENTRYPOINT_FIELD, f"{module_name} has no function {function_name!r}")
+    return function  # type: ignore[no-any-return]
+
+
+def _import_freshly(code: Path) -> None:
+    """Forget the modules imported from any team's code directory and put `code` first on the path."""
     _CODE_DIRS.add(code)
     for name, module in list(sys.modules.items()):
         # A namespace package (no __init__.py) has no file, only its directories.
@@ -108,26 +135,6 @@ def load_entrypoint(pipeline: PythonPipeline) -> Build:
         sys.path.remove(str(code))
     sys.path.insert(0, str(code))
     importlib.invalidate_caches()
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as missing:
-        if missing.name is not None and (module_name + ".").startswith(missing.name + "."):
-            raise UserCodeError(
-                ENTRYPOINT_FIELD, f"module {module_name!r} is not in the code directory {code}"
-            ) from None
-        raise UserCodeError(
-            ENTRYPOINT_FIELD,
-            f"{module_name} imports {missing.name!r}, which the platform's Python environment does not "
-            "have: add it to the platform's dependencies",
-        ) from missing
-    except Exception as error:  # whatever the module raises on import is the job's error
-        raise UserCodeError(
-            ENTRYPOINT_FIELD, f"importing {module_name} raised {described_error(error, pipeline.code)}"
-        ) from error
-    function = getattr(module, function_name, None)
-    if not callable(function):
-        raise UserCodeError(ENTRYPOINT_FIELD, f"{module_name} has no function {function_name!r}")
-    return function  # type: ignore[no-any-return]
 
 
 def sql_logic(pipeline: SqlPipeline) -> Build:
@@ -161,7 +168,8 @@ class _Logic:
 def _logic(pipeline: TeamPipeline, spark: SparkSession) -> _Logic:
     if isinstance(pipeline, PythonPipeline):
         build = load_entrypoint(pipeline)
-        _ship_code(spark, pipeline)
+        if pipeline.code is not None:
+            _ship_code(spark, Path(pipeline.code))
         parameters = MappingProxyType(dict(pipeline.parameters))
         return _Logic(build, ENTRYPOINT_FIELD, pipeline.entrypoint, pipeline.code, parameters)
     assert isinstance(pipeline, SqlPipeline)
@@ -226,10 +234,9 @@ def _dead_letters(inputs: Mapping[str, DataFrame], pipeline: TeamPipeline, rows:
     return dead
 
 
-def _ship_code(spark: SparkSession, pipeline: PythonPipeline) -> None:
+def _ship_code(spark: SparkSession, code: Path) -> None:
     """Add the code directory to the session as a zip named by its digest, for the Python
     workers (a changed code directory is a new zip: Spark refuses a name it has seen)."""
-    code = Path(pipeline.code)
     archive = Path(tempfile.gettempdir()) / "streamwarden-code" / f"{code.name}-{code_digest(code)[:16]}.zip"
     if not archive.exists():
         archive.parent.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,5 @@
-"""Deterministic synthetic inputs, one scenario per job kind, for tests, benchmarks and the demo.
+"""Deterministic synthetic inputs, one scenario per job the platform ships (`conf/jobs/`), for
+tests, benchmarks and the demo. "Kind" below is the shipped job's pipeline.
 
 A scenario writes `n_events` events (in a few atomic files) under a landing root, into the
 landing directories of that kind's sources, and returns the files it wrote. The same arguments
@@ -662,7 +663,7 @@ def enricher_reference(lake_root: Path, seed: int) -> list[Path]:
     return [version_dir]
 
 
-# Pipeline kind -> its scenario.
+# Shipped job (conf/jobs/<name>.yaml) -> its scenario.
 SCENARIOS: dict[str, Scenario] = {
     "router": Scenario(write=router_scenario),
     # Plays come up to 90 minutes after the 4 hours of impressions, and arrive up to 5 minutes late.

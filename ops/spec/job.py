@@ -382,8 +382,8 @@ def load_job(path: Path) -> JobSpec:
         raise ConfigError(path, f"field 'name': {spec.name!r} must match the file name {path.stem!r}")
     digest = hashlib.sha256(raw)
     pipeline = spec.pipeline
-    if isinstance(pipeline, PythonPipeline):
-        code = pipeline.code_dir(path.parent)
+    code = pipeline.code_dir(path.parent) if isinstance(pipeline, PythonPipeline) else None
+    if code is not None:
         if not code.is_dir():
             raise ConfigError(path, f"field 'pipeline.code': {code} is not a directory")
         digest.update(code_digest(code).encode())

@@ -342,22 +342,6 @@ class SessionizerPipeline(PipelineModel):
         return self
 
 
-class WarehouseWriterPipeline(StatelessPipeline):
-    """Product events into a Parquet warehouse partitioned by event-time date and hour."""
-
-    kind: Literal["warehouse_writer"]
-    fixed_partition_columns: ClassVar[tuple[str, ...]] = ("route", EVENT_DATE, EVENT_HOUR)
-    source: FileSource
-    sink: FileSink
-    # Each micro-batch writes at most this many files into each date/hour partition.
-    max_files_per_partition: int = Field(4, ge=1, le=256)
-
-    @property
-    def inputs(self) -> dict[str, FileSource]:
-        """The job's sources by the name its transform knows them by."""
-        return {"events": self.source}
-
-
 def _require_string_fields(source: FileSource, names: tuple[str, ...], what: str) -> None:
     """Raise unless `source` declares each of `names` as a required string field."""
     declared = {f.name: (f.type, f.required) for f in source.fields}
@@ -611,10 +595,18 @@ class TeamPipeline(PipelineModel):
     sources: dict[str, FileSource] = Field(min_length=1)
     sink: FileSink
     declared_partition_columns: tuple[str, ...] = Field(alias="partition_columns", min_length=1)
+    # How far from an event's time the rows it changes may lie, when the job knows (0 when every
+    # row comes from one event and is partitioned by that event's time): a backfill of part of the
+    # archive then recomputes the partitions within it whole (`PipelineModel.backfill_reach`).
+    backfill_reach_minutes: float | None = Field(None, ge=0)
 
     @property
     def partition_columns(self) -> tuple[str, ...]:
         return self.declared_partition_columns
+
+    def backfill_reach(self) -> timedelta | None:
+        minutes = self.backfill_reach_minutes
+        return None if minutes is None else timedelta(minutes=minutes)
 
     @property
     def inputs(self) -> dict[str, FileSource]:
@@ -641,18 +633,21 @@ class TeamPipeline(PipelineModel):
 
 
 class PythonPipeline(TeamPipeline):
-    """A job of the team's own PySpark code (`kind: python`): `entrypoint`
-    (`package.module:function`) is imported from the directory `code` (absolute, or relative to
-    the job file's directory; the loader makes it absolute) and called with the parsed `sources`
-    by name and a read-only context holding `parameters`."""
+    """A job of PySpark code (`kind: python`): `entrypoint` (`package.module:function`) is
+    imported from the directory `code` (absolute, or relative to the job file's directory; the
+    loader makes it absolute) and called with the parsed `sources` by name and a read-only context
+    holding `parameters`. Without `code`, the entrypoint is one of the platform's own packages:
+    a job that ships with the platform, whose code's version is the platform's."""
 
     kind: Literal["python"]
-    code: str = Field(min_length=1, description="The directory the entrypoint is imported from.")
+    code: str | None = Field(None, min_length=1, description="The directory the entrypoint is imported from.")
     entrypoint: str = Field(pattern=ENTRYPOINT_PATTERN, description="package.module:function")
     parameters: dict[str, JsonValue] = Field(default_factory=dict)
 
-    def code_dir(self, jobs_dir: Path) -> Path:
+    def code_dir(self, jobs_dir: Path) -> Path | None:
         """The code directory, a relative `code` taken from the job file's directory."""
+        if self.code is None:
+            return None
         return Path(self.code) if Path(self.code).is_absolute() else (jobs_dir / self.code).resolve()
 
 
@@ -688,7 +683,6 @@ Pipeline = Annotated[
     RouterPipeline
     | ImpressionsPlaysPipeline
     | SessionizerPipeline
-    | WarehouseWriterPipeline
     | CampaignUniquesPipeline
     | AttackChainsPipeline
     | DeviceHealthPipeline

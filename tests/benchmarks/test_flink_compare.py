@@ -125,10 +125,10 @@ def event_times(paths: list[Path]) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    "job", sorted({c.job for c in COMPARISONS.values() if SCENARIOS[find_job(c.job).pipeline.kind].flush})
+    "job", sorted({c.job for c in COMPARISONS.values() if SCENARIOS[c.job].flush})
 )
 def test_a_stateful_input_is_chunks_in_event_time_order(job: str, tmp_path: Path) -> None:
-    scenario = SCENARIOS[find_job(job).pipeline.kind]
+    scenario = SCENARIOS[job]
     assert scenario.write_from is not None and scenario.period is not None
     first = scenario.write_from(tmp_path, 600, 0, CHUNKS_START)
     second = scenario.write_from(tmp_path, 600, 1, CHUNKS_START + scenario.period)

@@ -30,6 +30,7 @@ from tests.support.slack import SlackReceiver
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
 RIGHT = "event_type = 'purchase' AND amount > 0"
+WRONG = "event_type = 'purchase'"
 # The purchases route's logic as a script UDF the first test edits while the job runs.
 RIGHT_UDF = "def purchase(event_type, amount):\n    return (event_type == 'purchase') & (amount > 0)\n"
 WRONG_UDF = "def purchase(event_type, amount):\n    return event_type == 'purchase'\n"

@@ -33,9 +33,7 @@ from synthetic.scenarios import SCENARIOS, Scenario
 from tests.support.spark import run_available_now
 
 # The jobs whose sink has a `late` output: their kind's scenario can write late events.
-LATE_JOBS = sorted(
-    name for name, spec in load_jobs().specs.items() if SCENARIOS[spec.pipeline.kind].late is not None
-)
+LATE_JOBS = sorted(name for name, spec in load_jobs().specs.items() if SCENARIOS[spec.name].late is not None)
 ON_TIME_JOBS = sorted(set(load_jobs().specs) - set(LATE_JOBS))
 
 
@@ -47,7 +45,7 @@ def write_scenario(
     spec = find_job(job, platform.conf_dir)
     for key, value in state_conf(spec).items():
         spark.conf.set(key, value)
-    scenario = SCENARIOS[spec.pipeline.kind]
+    scenario = SCENARIOS[spec.name]
     scenario.write(platform.landing_root, events, seed)
     if scenario.lake is not None:
         scenario.lake(platform.lake_root, seed)

@@ -1,4 +1,6 @@
-"""The warehouse_writer job: exact rows from the transform, and the real streaming query's file bound."""
+"""The warehouse_writer job, a python job that ships with the platform: exact rows from its
+function and the platform's dead letters, its parameter checked, and the real streaming query's
+file bound."""
 
 from __future__ import annotations
 
@@ -14,10 +16,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
-from jobs.parsing import parse_events, with_event_partitions
-from jobs.warehouse_writer.transform import warehouse_rows
+from jobs.parsing import parse_events
+from jobs.user_code import UserCodeError, user_rows
 from ops.spec.job import find_job
-from ops.spec.pipelines import WarehouseWriterPipeline
+from ops.spec.pipelines import PythonPipeline
 from ops.spec.platform import DEFAULT_CONF_DIR, PlatformConfig
 from synthetic.generator import write_batch
 from tests.support.drivers import edit_job
@@ -25,8 +27,8 @@ from tests.support.spark import run_available_now
 
 JOB = "warehouse_writer"
 SPEC = find_job(JOB, DEFAULT_CONF_DIR)
-assert isinstance(SPEC.pipeline, WarehouseWriterPipeline)
-SOURCE = SPEC.pipeline.source
+assert isinstance(SPEC.pipeline, PythonPipeline)
+SOURCE = SPEC.pipeline.sources["events"]
 WAREHOUSE_SCHEMA = (
     "event_id string, event_time string, user_id string, event_type string, country string, device string, "
     "page string, amount double, dead_letter_reason string, raw string, route string, event_date date, "
@@ -47,22 +49,29 @@ def test_events_partitioned_by_event_hour_malformed_lines_apart(spark: SparkSess
     bad_time = "field 'event_time': cannot parse 'soon' as timestamp"
     lines = [before_midnight, after_midnight, no_time, "{"]
     raw = spark.createDataFrame([(line,) for line in lines], "value string")
-    rows = warehouse_rows(
-        raw.transform(parse_events, SOURCE).transform(with_event_partitions, SOURCE),
-        max_files_per_partition=2,
-    )
+    rows = user_rows({"events": raw.transform(parse_events, SOURCE)}, SPEC.pipeline, JOB)
     expected = spark.createDataFrame(
         [
             ("e1", "2024-12-31 23:59:59.999", "u1", "view", "DE", None, "/", None, None, None, "events",
              dt.date(2024, 12, 31), 23),
             ("e2", "2025-01-01 00:00:00", "u1", "purchase", None, None, None, 9.5, None, None, "events",
              dt.date(2025, 1, 1), 0),
-            ("e3", None, "u1", "view", None, None, None, None, bad_time, no_time, "dead_letter", None, None),
+            (None, None, None, None, None, None, None, None, bad_time, no_time, "dead_letter", None, None),
             (None, None, None, None, None, None, None, None, "invalid JSON", "{", "dead_letter", None, None),
         ],
         WAREHOUSE_SCHEMA,
     )  # fmt: skip
-    assertDataFrameEqual(rows, expected.withColumn("event_time", F.col("event_time").cast("timestamp")))
+    expected = expected.withColumn("event_time", F.col("event_time").cast("timestamp"))
+    assertDataFrameEqual(rows.select(*expected.columns), expected)
+
+
+@pytest.mark.parametrize("value", [0, 257, "2"])
+def test_a_max_files_parameter_out_of_range_is_the_jobs_error(spark: SparkSession, value: object) -> None:
+    pipeline = SPEC.pipeline.model_copy(update={"parameters": {"max_files_per_partition": value}})
+    raw = spark.createDataFrame([], "value string").transform(parse_events, SOURCE)
+
+    with pytest.raises(UserCodeError, match="max_files_per_partition must be a whole number from 1 to 256"):
+        user_rows({"events": raw}, pipeline, JOB)
 
 
 @pytest.fixture
@@ -100,7 +109,7 @@ def test_stream_writes_at_most_n_files_per_hour_per_batch_and_every_row(
     spark: SparkSession, platform_conf: PlatformConfig
 ) -> None:
     def three_files_one_landing_file_per_batch(spec: dict[str, Any]) -> None:
-        spec["pipeline"]["max_files_per_partition"] = 3
+        spec["pipeline"]["parameters"]["max_files_per_partition"] = 3
         spec["operations"]["trigger"]["max_files_per_trigger"] = 1
 
     edit_job(platform_conf, JOB, three_files_one_landing_file_per_batch)

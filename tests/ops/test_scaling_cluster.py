@@ -151,7 +151,7 @@ def test_the_sessionizer_scales_up_with_its_rocksdb_state_intact(
 
     edit_job(platform, "sessionizer", one_file_per_batch)
     spec = find_job("sessionizer", platform.conf_dir)
-    scenario = SCENARIOS[spec.pipeline.kind]
+    scenario = SCENARIOS[spec.name]
     assert scenario.flush is not None
     written = scenario.write(platform.landing_root, 900, 3)
     batch_landing = platform.runtime_root / "batch-landing"
