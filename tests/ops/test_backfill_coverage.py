@@ -18,8 +18,9 @@ from ops.driver.event_windows import Coverage
 from ops.event_times import file_spans, readable, time_key
 from ops.exceptions import RecoveryOpenError
 from ops.ledger.store import Ledger
+from ops.spec.job import find_job
 from ops.spec.pipelines import SourceField
-from ops.spec.platform import PlatformConfig
+from ops.spec.platform import DEFAULT_CONF_DIR, PlatformConfig
 from ops.warehouse import writers
 from ops.warehouse.writers import SKIPPED_ACTION, table_writer
 
@@ -93,6 +94,20 @@ def test_an_hour_whose_times_cannot_be_read_may_feed_any_window_so_only_the_whol
     everything = assess(feeds, hour(0), hour(24), 24)
     assert everything.every_window and everything.partial == {} and everything.is_whole(DAY)
     assert widen(feeds, hour(20), hour(21), 24) == (hour(4), hour(21))
+
+
+def test_a_python_job_declaring_its_reach_gets_whole_partitions_and_one_that_does_not_never() -> None:
+    warehouse = find_job("warehouse_writer", DEFAULT_CONF_DIR).pipeline
+    undeclared = warehouse.model_copy(update={"backfill_reach_minutes": None})
+    spans = [(hour(10) + timedelta(minutes=5), hour(10) + timedelta(minutes=50))]
+
+    declared = {hour(0): spans_feed(spans, warehouse.backfill_reach(), 1)}
+    unknown = {hour(0): spans_feed(spans, undeclared.backfill_reach(), 1)}
+
+    assert assess(declared, hour(0), hour(1), 1).is_whole(hour(10))
+    # With no reach known, an arrival hour's events may change any partition.
+    assert undeclared.backfill_reach() is None
+    assert assess(unknown, hour(0), hour(1), 1).every_window
 
 
 def test_a_coverage_survives_the_plan_file_and_names_a_partitions_window_by_its_values() -> None:
