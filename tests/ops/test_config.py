@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 from ops.exceptions import ConfigError
+from ops.spec.code import code_digest
 from ops.spec.job import find_job, load_job, load_jobs
 from ops.spec.platform import DEFAULT_CONF_DIR, PlatformConfig, load_platform
 
@@ -311,3 +314,20 @@ def test_validate_never_imports_pyspark_itself(platform_conf: PlatformConfig) ->
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     assert "router" in result.stdout
+
+
+def test_a_code_digest_follows_every_edit_even_of_the_same_size_a_moment_apart(tmp_path: Path) -> None:
+    module = tmp_path / "fraud" / "rules.py"
+    module.parent.mkdir()
+    module.write_text("LIMIT = 10\n")
+    first = code_digest(tmp_path)
+    module.write_text("LIMIT = 50\n")
+    second = code_digest(tmp_path)
+    settled = time.time() - 60
+    os.utime(module, (settled, settled))
+
+    assert first != second
+    assert code_digest(tmp_path) == second == code_digest(tmp_path)
+    (tmp_path / "fraud" / "__pycache__").mkdir()
+    (tmp_path / "fraud" / "__pycache__" / "rules.cpython-311.pyc").write_bytes(b"cache")
+    assert code_digest(tmp_path) == second
