@@ -1,7 +1,9 @@
-"""A team's job whose code fails at run time, with real drivers: a UDF that raises on one row fails
-its batch, the page says where in the team's code and what, the job restarts within its budget
-and is suspended as a storm rather than looping; once the code is fixed and the job resumed, the
-failed batch runs again and every row is in the sink once."""
+"""A team's job whose code fails, with real drivers. A UDF that raises on one row fails its batch,
+the page says where in the team's code and what, the job restarts within its budget and is
+suspended as a storm rather than looping; once the code is fixed and the job resumed, the failed
+batch runs again and every row is in the sink once. Code that imports a package the platform
+lacks is refused by the driver before its query starts: the job is FAILED with the named error,
+pages once and is not relaunched until its code changes."""
 
 from __future__ import annotations
 
@@ -80,3 +82,31 @@ def test_a_udf_raising_on_one_row_pages_its_line_suspends_as_a_storm_and_loses_n
     purchases = [e["event_id"] for b in batches for e in b.events if e["event_type"] == "purchase"]
     assert Counter(row["event_id"] for row in rows) == Counter([*purchases, "poison"])
     assert ledger.runs(TEAM_JOB)[0].config_version != failed[0].config_version
+
+
+@pytest.mark.spark
+def test_code_importing_a_package_the_platform_lacks_fails_the_job_once_with_the_package_named(
+    platform_conf: PlatformConfig, ledger: Ledger, slack_webhook: SlackReceiver, tmp_path: Path
+) -> None:
+    platform = platform_conf
+    code = write_team_code(tmp_path / "team-code")
+    scoring = code / "fraud" / "scoring.py"
+    scoring.write_text("import fraudlib_unknown\n" + scoring.read_text())
+    write_team_job(platform, team_job_spec(code))
+    supervisor = Supervisor.for_platform(platform)
+
+    try:
+        wait_for(lambda: supervisor.reconcile(TEAM_JOB).state == "FAILED", 300, "the rejected spec")
+        for _ in range(3):
+            assert supervisor.reconcile(TEAM_JOB).state == "FAILED"
+    finally:
+        stop_all_jobs(platform)
+
+    (run,) = ledger.runs(TEAM_JOB)
+    assert run.exit_reason is not None and "fraudlib_unknown" in run.exit_reason, run.exit_reason
+    pages = [message["text"] for message in slack_webhook.messages]
+    assert len([page for page in pages if "spec rejected" in page]) == 1, pages
+    assert any(
+        "imports 'fraudlib_unknown', which the platform's Python environment does not have" in page
+        for page in pages
+    ), pages
