@@ -103,9 +103,10 @@ def _caller(job_udfs: _JobUdfs, name: str) -> UdfFunction:
     return call
 
 
-# Per Python worker: each version loaded once, each batch's decision read once.
+# Per Python worker: each version loaded once, and the decision of the batch it runs now, per
+# job and query.
 _LOADED: dict[tuple[str, str, str], UdfFunction] = {}
-_DECIDED: dict[tuple[str, str, int], UdfDecision] = {}
+_DECIDED: dict[tuple[str, str], UdfDecision] = {}
 
 
 def _function(job_udfs: _JobUdfs, name: str) -> UdfFunction:
@@ -116,11 +117,12 @@ def _function(job_udfs: _JobUdfs, name: str) -> UdfFunction:
     if query is None or batch is None:
         source = Path(udf.file).read_bytes()
         return _loaded(job_udfs, udf, version_of(source), source)
-    key = (job_udfs.store, query, int(batch))
-    if key not in _DECIDED:
+    key, batch_id = (job_udfs.store, query), int(batch)
+    decided = _DECIDED.get(key)
+    if decided is None or decided.batch_id != batch_id:
         store = Path(job_udfs.store)
-        _DECIDED[key] = read_decision(store, query, int(batch)) or _decide(job_udfs, query, int(batch))
-    version = _DECIDED[key].versions[name]
+        decided = _DECIDED[key] = read_decision(store, query, batch_id) or _decide(job_udfs, query, batch_id)
+    version = decided.versions[name]
     return _loaded(job_udfs, udf, version, version_file(Path(job_udfs.store), name, version).read_bytes())
 
 
