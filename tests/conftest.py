@@ -56,16 +56,18 @@ XDIST_ORDER = ("slow", "airflow", "s3", "spark")
 
 # Fixture -> the xdist group its tests share (under `--dist loadgroup` a group stays on one worker,
 # so its tests run one at a time): the whole embedded platform (Airflow's four components plus
-# SeaweedFS and the generator, several GB and most of a core while they start), and a standalone
-# Spark cluster (a master, two workers, their executors). The other slow tests spread out, but
-# for the group `waiting`, set by hand (`pytest.mark.xdist_group("waiting")`): tests whose minutes
-# go to waiting out triggers, graces and autoscaling windows on a mostly idle driver. Run side by
-# side they left the cores idle for minutes; one after another on one worker, they leave the CPU
-# to the other workers' tests.
+# SeaweedFS and the generator, several GB and most of a core while they start), and `waiting`.
+# The other slow tests spread out. `waiting` holds the tests whose minutes go to waiting out
+# triggers, graces and autoscaling windows on a mostly idle driver, set by hand
+# (`pytest.mark.xdist_group("waiting")`), and the standalone Spark cluster's (a master, two
+# workers, their executors, one cluster per module), whose autoscaling steps wait the same way.
+# Side by side on two workers they left a core idle for minutes; one after another on one worker,
+# they leave the CPU to the other workers' tests.
+WAITING_GROUP = "waiting"
 FIXTURE_GROUPS = {
     "embedded_platform": "embedded_platform",
-    "cluster": "spark_cluster",
-    "running_cluster": "spark_cluster",
+    "cluster": WAITING_GROUP,
+    "running_cluster": WAITING_GROUP,
 }
 
 
