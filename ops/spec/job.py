@@ -108,6 +108,12 @@ class RestartPolicy(Model):
         description="Keep a second driver with its JVM and SparkSession up, idle, that takes over the "
         "checkpoint when the supervisor finds the active driver dead (true or false).",
     )
+    on_change: StrictBool = Field(
+        False,
+        description="Restart the driver when the job's config version changes (its file or, for a "
+        "job of the team's code, that code), picking up the change without `warden upgrade`'s dry "
+        "run and rollback (true or false).",
+    )
 
     @model_validator(mode="after")
     def _backoff_grows_to_its_maximum(self) -> RestartPolicy:

@@ -452,6 +452,22 @@ def test_restart_request_stops_then_launches() -> None:
     assert plan.actions[0].exit_reason == "stopped: restart requested"
 
 
+def test_a_changed_config_restarts_the_driver_only_when_the_job_file_says_so() -> None:
+    current = run(started=600)
+    edited = SPEC.model_copy(update={"config_version": "0123456789ab"})
+    assert decide(view(job_record(), current, beat=heartbeat(current), spec=edited), NOW).actions == ()
+
+    restart = edited.operations.restart.model_copy(update={"on_change": True})
+    on_change = edited.model_copy(
+        update={"operations": edited.operations.model_copy(update={"restart": restart})}
+    )
+    plan = decide(view(job_record(), current, beat=heartbeat(current), spec=on_change), NOW)
+
+    assert kinds(plan) == [StopDriver, Launch]
+    assert plan.actions[0].exit_reason == "stopped: config changed"
+    assert plan.reason == f"restarting: config {SPEC.config_version} changed to 0123456789ab"
+
+
 def test_falling_behind_degrades_and_warns_once() -> None:
     current = run(started=600)
     slow = [

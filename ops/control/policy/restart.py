@@ -96,6 +96,13 @@ def supervising(view: JobView, now: datetime, inputs: dict[str, Any]) -> Plan:
     if run is not None and (assessment.has(Signal.DEAD) or assessment.has(Signal.STUCK)):
         return _after_failure(view, now, inputs)
 
+    changed = run is not None and run.config_version != view.spec.config_version
+    if changed and view.spec.operations.restart.on_change:
+        assert run is not None
+        reason = f"config {run.config_version} changed to {view.spec.config_version}"
+        stop = StopDriver(reason, exit_reason="stopped: config changed", graceful=True)
+        return Plan(Lifecycle.SUBMITTED, f"restarting: {reason}", (stop, Launch(reason)), inputs)
+
     if run is not None:
         return _while_running(view, now, inputs)
 
