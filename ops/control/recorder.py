@@ -48,6 +48,8 @@ def _record_udf_versions(control: Control, job: str, heartbeat: Heartbeat) -> No
     The heartbeat's window of recent batches covers the batches between two passes; the run's
     batches a decision already covers are not looked at again.
     """
+    if all(sample.udf_versions is None for sample in heartbeat.recent):
+        return
     newest = next(iter(control.ledger.decisions(job, limit=1, action=UDF_VERSIONS_ACTION)), None)
     known = newest.inputs["versions"] if newest else None
     after = newest.inputs["from_batch"] if newest and newest.run_id == heartbeat.run_id else -1
