@@ -1,6 +1,6 @@
-"""Housekeeping of the job files, run by the platform DAG: Spark's analyzer over the versions not
-analysed yet, and one page per invalid job file, closed when it is fixed. (The platform DAG's other
-housekeeping, orphaned output and savepoint retention, lives with its room:
+"""Housekeeping run by the platform DAG: Spark's analyzer over the job file versions not analysed
+yet, one page per invalid job file, closed when it is fixed, and the ledger's retention. (The
+platform DAG's other housekeeping, orphaned output and savepoint retention, lives with its room:
 `ops.control.sink_cleanup`, `ops.control.savepointing`.)"""
 
 from __future__ import annotations
@@ -58,3 +58,10 @@ def check_job_files(control: Control) -> list[str]:
             alerts.resolve(name, "config_invalid", "job file validates again")
     alerts.deliver_due()
     return problems
+
+
+def prune_ledger(control: Control) -> list[str]:
+    """The ledger's rows older than the platform's retention deleted; a line per table."""
+    retention = control.platform.ledger.retention
+    deleted = control.ledger.prune(retention, control.clock())
+    return [f"{table}: {count} rows deleted" for table, count in deleted.items()]

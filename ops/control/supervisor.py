@@ -389,6 +389,10 @@ class Supervisor:
         """One page per invalid job file, closed when it is fixed (`ops.control.housekeeping`)."""
         return housekeeping.check_job_files(self.control)
 
+    def prune_ledger(self) -> list[str]:
+        """The ledger's retention (`ops.control.housekeeping.prune_ledger`)."""
+        return housekeeping.prune_ledger(self.control)
+
 
 def stop_all_jobs(platform: PlatformConfig) -> list[str]:
     """Stop every open driver run gracefully (used when the embedded platform goes down).

@@ -12,7 +12,7 @@ from sqlalchemy.engine import Engine
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 # The newest revision in MIGRATIONS_DIR (a test holds it to Alembic's head): bump it with each
 # new migration, or every `Ledger.open` runs Alembic to find out there is nothing to do.
-SCHEMA_REVISION = "0008"
+SCHEMA_REVISION = "0009"
 # Alembic's bookkeeping table: one row, the revision the database is at.
 VERSION_TABLE = "alembic_version"
 
@@ -59,7 +59,7 @@ runs_table = sa.Table(
     sa.Column("metrics_port", sa.Integer),
     sa.Column("log_path", sa.Text),
     sa.Column("config_version", sa.String(32), nullable=False, default=""),
-    sa.Column("started_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("started_at", sa.DateTime(timezone=True), nullable=False, index=True),
     sa.Column("stopped_at", sa.DateTime(timezone=True)),
     sa.Column("exit_reason", sa.Text),
     sa.Column("first_batch_id", sa.BigInteger),
@@ -78,7 +78,7 @@ decisions_table = sa.Table(
     metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
     sa.Column("job", sa.String(64), nullable=False, index=True),
-    sa.Column("at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("at", sa.DateTime(timezone=True), nullable=False, index=True),
     sa.Column("action", sa.String(32), nullable=False),
     sa.Column("reason", sa.Text, nullable=False),
     sa.Column("inputs", sa.JSON, nullable=False),
@@ -96,7 +96,7 @@ alerts_table = sa.Table(
     sa.Column("severity", sa.String(16), nullable=False),
     sa.Column("payload", sa.JSON, nullable=False),
     sa.Column("status", sa.String(16), nullable=False, index=True),
-    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, index=True),
     sa.Column("attempts", sa.Integer, nullable=False, default=0),
     sa.Column("next_attempt_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("last_error", sa.Text),
@@ -173,7 +173,7 @@ standbys_table = sa.Table(
     sa.Column("app_id", sa.String(128)),
     sa.Column("log_path", sa.Text),
     sa.Column("config_version", sa.String(32), nullable=False),
-    sa.Column("started_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("started_at", sa.DateTime(timezone=True), nullable=False, index=True),
     sa.Column("granted_at", sa.DateTime(timezone=True)),
     sa.Column("replaces_run_id", sa.String(RUN_ID_LENGTH)),
     sa.Column("stopped_at", sa.DateTime(timezone=True)),

@@ -12,7 +12,8 @@ schema is owned by the Alembic migrations in `ops/ledger/migrations/`; `Ledger.o
 database to the newest revision before use. Alembic (its script directory, environment and
 migration context) takes longer to load and run than every other part of a `warden status` call,
 so `open` first reads the revision the database is at, one query, and runs Alembic only when that
-is not `SCHEMA_REVISION`.
+is not `SCHEMA_REVISION`. What only history reads (decisions, closed runs and standbys, delivered
+alerts) is pruned by age (`prune`, run by the platform DAG), so a fleet's ledger stops growing.
 
 The tables are in `ops.ledger.schema`, the rows as records in `ops.ledger.records`, and the typed
 columns an update may set in `ops.ledger.changes`; this module is the engine and `Ledger`, a
@@ -29,7 +30,7 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Unpack
 
@@ -74,7 +75,11 @@ from ops.ledger.schema import (
     schema_revision,
     standbys_table,
 )
+from ops.spec.platform import LedgerRetention
 from ops.states import FAILURE
+
+# The outbox statuses of an alert not delivered yet.
+UNDELIVERED = ("pending", "sending")
 
 # Fail a pass within seconds when a PostgreSQL ledger does not answer, rather than hanging on TCP.
 CONNECT_TIMEOUT_SECONDS = 10
@@ -337,6 +342,35 @@ class Ledger:
             rows = tx.execute(query.order_by(decisions_table.c.id.desc()).limit(limit)).all()
         return [from_row(DecisionRecord, row) for row in rows]
 
+    # --- retention -------------------------------------------------------------------------------
+
+    def prune(self, retention: LedgerRetention, now: datetime) -> dict[str, int]:
+        """Delete the decisions, closed runs and standbys, and delivered alerts older than
+        `retention` allows; the rows deleted by table. An open incident's newest alert stays: it
+        is what says the incident is open."""
+        days = timedelta(days=1)
+        heads = sa.select(sa.func.max(alerts_table.c.id)).group_by(alerts_table.c.dedup_key)
+        deletions = {
+            "decisions": decisions_table.delete().where(
+                decisions_table.c.at < now - retention.decisions_days * days
+            ),
+            "alerts": alerts_table.delete().where(
+                alerts_table.c.created_at < now - retention.alerts_days * days,
+                alerts_table.c.status.not_in(UNDELIVERED),
+                alerts_table.c.id.not_in(heads),
+            ),
+            "runs": runs_table.delete().where(
+                runs_table.c.started_at < now - retention.runs_days * days,
+                runs_table.c.stopped_at.is_not(None),
+            ),
+            "standbys": standbys_table.delete().where(
+                standbys_table.c.started_at < now - retention.runs_days * days,
+                standbys_table.c.stopped_at.is_not(None),
+            ),
+        }
+        with self._tx() as tx:
+            return {table: tx.execute(statement).rowcount for table, statement in deletions.items()}
+
     # --- alert outbox ----------------------------------------------------------------------------
 
     def enqueue_alert(
@@ -390,7 +424,7 @@ class Ledger:
         with self._tx() as tx:
             rows = tx.execute(
                 sa.select(alerts_table)
-                .where(alerts_table.c.status.in_(("pending", "sending")))
+                .where(alerts_table.c.status.in_(UNDELIVERED))
                 .order_by(alerts_table.c.id)
             ).all()
         records = [from_row(AlertRecord, row) for row in rows]
@@ -403,7 +437,7 @@ class Ledger:
                 alerts_table.update()
                 .where(
                     alerts_table.c.id == alert_id,
-                    alerts_table.c.status.in_(("pending", "sending")),
+                    alerts_table.c.status.in_(UNDELIVERED),
                     alerts_table.c.next_attempt_at <= now,
                 )
                 .values(status="sending", next_attempt_at=lease_until)

@@ -50,12 +50,23 @@ class StorageConfig(Model):
     checkpoint_root: Path = Path(".runtime/checkpoints")
 
 
+class LedgerRetention(Model):
+    """How long the ledger keeps the rows only history reads; the platform DAG prunes older ones
+    (`Ledger.prune`). Open runs, undelivered alerts and an open incident's newest alert are kept
+    whatever their age."""
+
+    decisions_days: float = Field(90.0, gt=0)
+    alerts_days: float = Field(90.0, gt=0)
+    runs_days: float = Field(180.0, gt=0, description="Closed runs and standbys.")
+
+
 class LedgerConfig(Model):
     """Where the ledger lives: a SQLAlchemy URL, `sqlite:///PATH` or `postgresql+psycopg://...`
     (`postgresql://` means the same: psycopg 3 is the driver installed). Checked at load by
     `ledger_url_problem`, outside pydantic, whose errors would quote the URL, password and all."""
 
     url: str = "sqlite:///.runtime/ledger.db"
+    retention: LedgerRetention = Field(default_factory=LedgerRetention)
 
 
 def normalized_ledger_url(url: str) -> str:

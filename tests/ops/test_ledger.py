@@ -15,12 +15,21 @@ from alembic import command
 from alembic.config import Config as AlembicConfig
 from alembic.script import ScriptDirectory
 
+from ops.console.status import job_statuses
 from ops.embedded.services import EmbeddedPostgres
 from ops.exceptions import ConfigError, LedgerError
 from ops.ledger.records import RunRecord, SavepointRecord
-from ops.ledger.schema import MIGRATIONS_DIR, SCHEMA_REVISION, schema_revision
+from ops.ledger.schema import (
+    MIGRATIONS_DIR,
+    SCHEMA_REVISION,
+    alerts_table,
+    decisions_table,
+    runs_table,
+    schema_revision,
+)
 from ops.ledger.store import Ledger
-from ops.spec.platform import LEDGER_URL_ENV, PlatformConfig, load_platform
+from ops.spec.job import JobSpec, find_job
+from ops.spec.platform import DEFAULT_CONF_DIR, LEDGER_URL_ENV, LedgerRetention, PlatformConfig, load_platform
 from tests.support.platform import on_both_ledgers
 from tests.support.ports import free_test_port
 
@@ -315,3 +324,82 @@ def test_a_ledger_url_of_another_database_is_refused_naming_where_it_came_from(
     path.write_text(path.read_text().replace("sqlite:///", "oracle://"))
     with pytest.raises(ConfigError, match=r"platform.yaml: field 'ledger.url': .* not 'oracle'"):
         load_platform(platform_conf.conf_dir)
+
+
+def a_year_of_history(ledger: Ledger, now: datetime, jobs: tuple[str, ...]) -> None:
+    """Per job and day of the year before `now` (from the day's start, `now` less whole days): 48
+    decisions, 6 runs (one failed) and a page and its resolution; written in bulk, as a year of
+    reconcile passes would have left them."""
+    days = range(365, 0, -1)  # oldest first, as the rows' ids grow
+
+    def at(day: int, **offset: float) -> datetime:
+        return now - timedelta(days=day) + timedelta(**offset)
+
+    for job in jobs:
+        ledger.ensure_job(job, desired_state="running", state="RUNNING", config_version="v1")
+    with ledger.engine.begin() as connection:
+        for job in jobs:
+            connection.execute(
+                decisions_table.insert(),
+                [
+                    {"job": job, "at": at(day, minutes=30 * n), "action": "launch",
+                     "reason": "r", "inputs": {}}
+                    for day in days for n in range(48)
+                ],
+            )  # fmt: skip
+            connection.execute(
+                runs_table.insert(),
+                [
+                    {"run_id": f"{job}-{day}-{n}", "job": job, "backend": "local", "config_version": "v1",
+                     "started_at": at(day, hours=4 * n),
+                     "stopped_at": at(day, hours=4 * n + 1),
+                     "exit_reason": "failed: exit 1" if n == 0 else "stopped: restart requested"}
+                    for day in days for n in range(6)
+                ],
+            )  # fmt: skip
+            connection.execute(
+                alerts_table.insert(),
+                [
+                    {"job": job, "kind": kind, "dedup_key": f"{job}/down", "severity": "critical",
+                     "payload": {}, "status": "sent", "created_at": at(day, minutes=m),
+                     "attempts": 1, "next_attempt_at": now}
+                    for day in days for kind, m in (("down", 5), ("resolved", 10))
+                ],
+            )  # fmt: skip
+
+
+@on_both_ledgers
+def test_a_year_old_ledger_is_pruned_to_its_retention_and_keeps_what_is_open(ledger: Ledger) -> None:
+    now = datetime(2026, 11, 29, 12, tzinfo=UTC)
+    jobs = ("router", "sessionizer")
+    a_year_of_history(ledger, now, jobs)
+    old = now - timedelta(days=300)
+    # What stays whatever its age: an open run, an undelivered page and an open incident's page.
+    ledger.start_run(
+        RunRecord(
+            run_id="router-open", job="router", backend="local", pid=1, app_id=None, metrics_port=9401,
+            log_path=None, config_version="v1", started_at=old, stopped_at=None, exit_reason=None,
+        )
+    )  # fmt: skip
+    ledger.enqueue_alert("router", "down", "router/stuck", "critical", {}, at=old)
+    open_incident = ledger.enqueue_alert("sessionizer", "stuck", "sessionizer/stuck", "critical", {}, at=old)
+    ledger.update_alert(open_incident, status="sent")
+    specs: dict[str, JobSpec | ConfigError] = dict.fromkeys(jobs, find_job("router", DEFAULT_CONF_DIR))
+    before = job_statuses(ledger, specs, now)
+    retention = LedgerRetention(decisions_days=30, alerts_days=60, runs_days=90)
+
+    deleted = ledger.prune(retention, now)
+
+    assert deleted == {
+        "decisions": 2 * 48 * (365 - 30),
+        "alerts": 2 * 2 * (365 - 60),
+        "runs": 2 * 6 * (365 - 90),
+        "standbys": 0,
+    }
+    assert job_statuses(ledger, specs, now) == before
+    for job in jobs:
+        assert min(d.at for d in ledger.decisions(job, limit=None)) >= now - timedelta(days=31)
+    assert min(r.started_at for r in ledger.runs("router", limit=10_000)) == old, "the open run stays"
+    kept = [a.dedup_key for a in ledger.alerts(limit=10_000) if a.created_at < now - timedelta(days=60)]
+    assert sorted(kept) == ["router/stuck", "sessionizer/stuck"]
+    assert ledger.prune(retention, now) == {"decisions": 0, "alerts": 0, "runs": 0, "standbys": 0}
