@@ -1,4 +1,5 @@
-"""One way to replace a file so readers see the old content or the new, never a partial write."""
+"""One way to replace a file so readers see the old content or the new, never a partial write,
+and one to create a file that readers see whole or not at all, never over an existing one."""
 
 from __future__ import annotations
 
@@ -31,6 +32,22 @@ def write_atomically(path: Path, content: bytes | str) -> None:
     """Replace `path` with `content` (text is written as UTF-8) in one rename."""
     with replacing(path) as temporary:
         temporary.write_bytes(content.encode() if isinstance(content, str) else content)
+
+
+def create_atomically(path: Path, content: bytes | str) -> None:
+    """Create `path` holding `content`, whole in one step; `FileExistsError` if it exists.
+
+    The content is written beside it and hard-linked into place: a link, unlike a rename, never
+    replaces a file, so of two writers racing for one name exactly one wins."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(handle)
+    temporary = Path(temp_name)
+    try:
+        temporary.write_bytes(content.encode() if isinstance(content, str) else content)
+        os.link(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
 
 
 def write_if_changed(path: Path, content: bytes | str) -> bool:

@@ -22,6 +22,8 @@ Hierarchy::
     ├── StateLookupError        the job board's out-of-process state read gave no answer
     │   ├── StateLookupBusyError     another lookup is running
     │   └── StateLookupTimeoutError  the read took longer than its limit (it was stopped)
+    ├── DraftRejectedError      a job file drafted on the board is refused: its problems by field
+    ├── DraftCheckBusyError     another draft is being checked by Spark's analyzer on the board
     ├── PreviewError            a preview tap is not enabled or has captured nothing yet
     ├── WarehouseError          a warehouse table or partition version cannot be staged, published,
     │                           rolled back or found (the catalog is left as it was)
@@ -154,6 +156,23 @@ class StateLookupBusyError(StateLookupError):
 
 class StateLookupTimeoutError(StateLookupError):
     """A state read took longer than its limit and was stopped, its JVM with it."""
+
+
+class DraftRejectedError(WardenError):
+    """A job file drafted on the board's form is refused before anything is written: `problems`
+    maps each dotted field of the file (`pipeline.routes.0.filter`, or `draft` for the whole
+    file) to why, in Spark's words for an expression its analyzer refused."""
+
+    def __init__(self, job: str, problems: dict[str, str]) -> None:
+        self.job = job
+        self.problems = problems
+        listed = "; ".join(f"field '{field}': {why}" for field, why in problems.items())
+        super().__init__(f"job file for {job!r} refused, nothing written: {listed}")
+
+
+class DraftCheckBusyError(WardenError):
+    """Another draft is being checked on the board: each check starts a Spark JVM, so they run
+    one at a time."""
 
 
 class PreviewError(WardenError):

@@ -23,6 +23,9 @@ from ops.spec.job import JOB_NAME_PATTERN, job_file, load_jobs
 Kind = Literal["python", "sql"]
 # Where new jobs' metrics ports are taken from (the shipped jobs use 9401-9408).
 METRICS_PORTS = range(9410, 9500)
+# A new job's trigger (the board's New job form gives its jobs the same): a first batch after a
+# backlog reads 50 files, not every file the landing directory has gathered.
+NEW_JOB_TRIGGER = {"interval_seconds": 5, "max_files_per_trigger": 50}
 
 # The generator's product events (`synthetic.generator`), as a job file declares them.
 EVENTS_SOURCE = {
@@ -149,14 +152,14 @@ def _job_document(conf_dir: Path, name: str, kind: Kind, code_dir: Path) -> dict
         },
         "operations": {
             "stateful": False,
-            "metrics_port": _free_metrics_port(conf_dir),
-            "trigger": {"interval_seconds": 5, "max_files_per_trigger": 50},
+            "metrics_port": free_metrics_port(conf_dir),
+            "trigger": NEW_JOB_TRIGGER,
             "compaction": {"closed_after_hours": 2},
         },
     }
 
 
-def _free_metrics_port(conf_dir: Path) -> int:
+def free_metrics_port(conf_dir: Path) -> int:
     """The first port of `METRICS_PORTS` no job file names and nothing listens on."""
     loaded = load_jobs(conf_dir)
     taken = {spec.operations.metrics_port for spec in loaded.specs.values()}

@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from ops.console.diagnosis import Diagnosis, diagnose, master_cores
+from ops.console.drafts import DraftChecks
+from ops.console.job_form import edit_refusal
 from ops.console.state_lookup import StateLookup, StateLookupForm, StateRows, lookup_form
 from ops.console.status import JobStatus, job_statuses
 from ops.control.scaling import cores_label, desired_scale
@@ -189,6 +191,8 @@ class JobPage:
     missing_previews: list[str]
     diagnosis: Diagnosis
     state_lookup: StateLookupForm
+    # Why the board's Edit form cannot edit the job (`ops.console.job_form`); None when it can.
+    edit_refusal: str | None
 
 
 class Console:
@@ -199,6 +203,7 @@ class Console:
         self.ledger = ledger
         self.specs = SpecCache(platform)
         self.state = StateLookup(platform)
+        self.drafts = DraftChecks(platform)
 
     def board(self, now: datetime) -> list[BoardRow]:
         """Every job with a file or a ledger record, by name."""
@@ -232,6 +237,7 @@ class Console:
             missing_previews=missing,
             diagnosis=diagnose(history.batches, spec if isinstance(spec, JobSpec) else None, row.cores),
             state_lookup=lookup_form(self.platform, spec),
+            edit_refusal=edit_refusal(spec),
         )
 
     def look_up_state(self, job: str, key: str) -> StateRows | None:

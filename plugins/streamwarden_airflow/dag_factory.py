@@ -1,5 +1,5 @@
 """Builds Streamwarden's DAGs from conf: one supervision DAG per valid job, plus the manual
-request DAGs and the platform housekeeping DAG.
+request DAGs (the job board's New job and Edit forms among them) and the platform housekeeping DAG.
 
 A job file that does not validate gets no supervision DAG (its driver is left as it is); the
 platform DAG pages about it, and every other job's DAG still loads. That includes a file whose
@@ -18,6 +18,7 @@ from airflow.sdk import DAG, Param, task
 
 from ops.backfill.submit import application_file
 from ops.clock import utcnow
+from ops.console.job_form import FORM_KINDS
 from ops.control.supervisor import Supervisor
 from ops.exceptions import ConfigError, LedgerError
 from ops.ledger.schema import SCHEMA_REVISION, schema_revision
@@ -35,6 +36,8 @@ from streamwarden_airflow.compaction import (
 )
 from streamwarden_airflow.operators import (
     BackfillReportOperator,
+    CreateJobOperator,
+    EditJobOperator,
     JobRequestOperator,
     PrepareBackfillOperator,
     ReconcileOperator,
@@ -170,6 +173,64 @@ def scale_dag(jobs: list[str]) -> DAG:
             task_id="scale",
             job="{{ params.job }}",
             cores="{{ params.cores or '' }}",
+            reason="{{ params.reason }}",
+        )
+    return dag
+
+
+def _job_file_param(description: str) -> Param:
+    """A job file's YAML, which the board's form drafts and checks before it triggers the DAG."""
+    return Param(type="string", minLength=1, format="multiline", description=description)
+
+
+def new_job_dag() -> DAG:
+    """Create a router or SQL job from its job file: the board's New job form triggers it through
+    Airflow's REST API, so Airflow checks the user's right to; `create` checks the file as the board
+    did (Spark's analyzer included) and writes `conf/jobs/<name>.yaml`. The job's supervision DAG
+    appears at the next parse, paused until someone starts it."""
+    with DAG(
+        dag_id="warden_new_job",
+        description="Create a router or SQL job from a job file Spark's analyzer accepts",
+        schedule=None,
+        start_date=START,
+        catchup=False,
+        is_paused_upon_creation=False,
+        tags=["streamwarden", "operator", "authoring"],
+        params={
+            "job_file": _job_file_param(
+                "The new job's file (YAML), as the job board's New job form drafts it; refused, with "
+                "nothing written, when its name is taken or it does not validate."
+            )
+        },
+    ) as dag:
+        CreateJobOperator(task_id="create", job_file="{{ params.job_file }}")
+    return dag
+
+
+def edit_job_dag(jobs: list[str]) -> DAG:
+    """Deploy a new version of a router or SQL job through `warden upgrade`: the board's Edit form
+    triggers it through Airflow's REST API, so Airflow checks the user's right to."""
+    with DAG(
+        dag_id="warden_edit_job",
+        description="Deploy a new version of a router or SQL job's file through warden upgrade",
+        schedule=None,
+        start_date=START,
+        catchup=False,
+        is_paused_upon_creation=False,
+        tags=["streamwarden", "operator", "authoring"],
+        params={
+            "job": _job_param(jobs, "The job to deploy a new version of."),
+            "job_file": _job_file_param(
+                "The job's new file (YAML), as the job board's Edit form drafts it: a savepoint, a dry "
+                "run on a copy of it, then the deploy, rolled back if the new version does not get ready."
+            ),
+            "reason": Param(type="string", minLength=3, description="Why; quoted in the ledger and Slack."),
+        },
+    ) as dag:
+        EditJobOperator(
+            task_id="upgrade",
+            job="{{ params.job }}",
+            job_file="{{ params.job_file }}",
             reason="{{ params.reason }}",
         )
     return dag
@@ -451,5 +512,7 @@ def build_dags() -> list[DAG]:
         if spec.operations.compaction is not None
     ]
     dags.append(backfill_dag(jobs))
+    dags.append(new_job_dag())
+    dags.append(edit_job_dag([name for name in jobs if loaded.specs[name].pipeline.kind in FORM_KINDS]))
     dags.append(platform_dag())
     return dags

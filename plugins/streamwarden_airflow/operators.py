@@ -13,10 +13,11 @@ from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from ops.clock import utcnow
+from ops.console.authoring import create_job, edit_job
 from ops.control.supervisor import PassSummary, Supervisor
 from ops.exceptions import WardenError
 from ops.ledger.store import Ledger
-from ops.spec.platform import PlatformConfig, load_platform
+from ops.spec.platform import SUPERVISE_DAG_PREFIX, PlatformConfig, load_platform
 from streamwarden_airflow.triggers import JobWatchTrigger
 
 
@@ -205,6 +206,59 @@ class RestateOperator(SupervisorOperator):
         )
         self.log.info("%s", summary)
         return summary
+
+
+class CreateJobOperator(BaseOperator):
+    """Writes a new job's file drafted on the board's New job form once it checks out again
+    (`ops.console.authoring.create_job`); the job's supervision DAG appears at the next parse of
+    the DAG files, paused until someone starts it."""
+
+    template_fields: Sequence[str] = ("job_file",)
+
+    def __init__(self, *, job_file: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.job_file = job_file
+
+    def execute(self, context: Context) -> str:
+        platform = load_platform()
+        spec = create_job(platform, self.job_file)
+        self.log.info(
+            "wrote %s/jobs/%s.yaml (config %s, analysed by Spark); %s%s appears paused at the next parse",
+            platform.conf_dir,
+            spec.name,
+            spec.config_version,
+            SUPERVISE_DAG_PREFIX,
+            spec.name,
+        )
+        return spec.name
+
+
+class EditJobOperator(SupervisorOperator):
+    """Deploys a job's new version drafted on the board's Edit form through `warden upgrade`
+    (`ops.console.authoring.edit_job`): a savepoint, a dry run, the deploy, a rollback if the new
+    version does not get ready; the task fails unless it ends upgraded. If the task dies, the job's
+    supervision DAG finishes the upgrade, as for `warden upgrade`."""
+
+    template_fields: Sequence[str] = ("job", "job_file", "reason")
+
+    def __init__(self, *, job: str, job_file: str, reason: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.job = job
+        self.job_file = job_file
+        self.reason = reason
+
+    def execute(self, context: Context) -> str:
+        result = edit_job(
+            self.supervisor,
+            self.job,
+            self.job_file,
+            reason=f"{self.reason} (via {self.run_url(context)})",
+            progress=lambda line: self.log.info("%s", line),
+        )
+        self.log.info("%s", result.line())
+        if result.outcome != "upgraded":
+            raise AirflowFailException(result.line())
+        return result.line()
 
 
 class PrepareBackfillOperator(BaseOperator):

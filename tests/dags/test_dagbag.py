@@ -35,6 +35,8 @@ def test_dags_import_without_errors(platform_conf: PlatformConfig) -> None:
         "warden_scale",
         "warden_restate",
         "warden_backfill",
+        "warden_new_job",
+        "warden_edit_job",
         "warden_platform",
         "warden_compact_router",
         "warden_compact_sessionizer",

@@ -12,7 +12,12 @@ of a busy machine's CPU, so one test walks what a user meets, in order:
    from here" opens the restate form with the job and savepoint filled in, and its confirmation
    triggers `warden_restate` through Airflow's REST API. Screenshots of each step go to
    `.runtime/test-artifacts/ui/` (gitignored);
-4. down: nothing of the platform is left, and down again is a no-op.
+4. a router job made with the board's New job form: a filter Spark cannot resolve is refused with
+   Spark's message beside it and no file written; fixed, the `warden_new_job` DAG writes the job,
+   whose supervision DAG appears paused; started from the form, its driver routes rows into its
+   sink; then the job's Edit form changes the filter, deployed through `warden upgrade` by
+   `warden_edit_job`, and the rows its new version writes pass the new filter;
+5. down: nothing of the platform is left, and down again is a no-op.
 
 The board's layout, which needs no platform, is tests/ui/test_board_browser.py.
 """
@@ -27,17 +32,19 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
 from ops.clock import utcnow
 from ops.control.supervisor import Supervisor
+from ops.driver.checkpoint import sink_files
 from ops.driver.telemetry import read_heartbeat
 from ops.embedded import platform as embedded
 from ops.embedded.platform import ServiceStatus
 from ops.embedded.services import free_seaweed_ports, process_group_members
 from ops.ledger.store import Ledger
-from ops.spec.job import find_job
+from ops.spec.job import find_job, job_file
 from ops.spec.platform import PlatformConfig, load_platform
 from tests.support.browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS
 from tests.support.cpu_hog import cpu_hog
@@ -52,6 +59,11 @@ BACKOFF_SECONDS = 8
 # platform's own), stopped once the router has committed, or after this long.
 HOG_PER_CORE = 2
 HOG_SECONDS = 600
+# The job made on the board: a route its first filter names a column of wrongly (`event_typ`).
+NEW_JOB = "big_purchases"
+WRONG_FILTER = "event_typ = 'purchase' AND amount > 3"
+RIGHT_FILTER = "event_type = 'purchase' AND amount > 3"
+EDITED_FILTER = "event_type = 'purchase' AND amount > 50"
 
 
 def processes_of(conf_dir: Path) -> list[str]:
@@ -109,6 +121,7 @@ def test_up_on_loopback_an_incident_on_the_board_and_down(embedded_platform: Pla
             assert_running_without_a_restart(platform)
         sockets = sockets_of_the_running_platform(platform)
         walk_an_incident_on_the_board(platform)
+        make_and_edit_a_job_on_the_board(platform)
     finally:
         embedded.down(platform, echo=progress.append)
         print("\n".join(progress))
@@ -306,6 +319,93 @@ def walk_an_incident_on_the_board(platform: PlatformConfig) -> None:
     wait_for(finished, 600, "the dry-run restatement")
     assert airflow_get(platform, f"/api/v2/dags/warden_restate/dagRuns/{run_id}")["state"] == "success"
     assert red_after < BACKOFF_SECONDS + 15
+
+
+def make_and_edit_a_job_on_the_board(platform: PlatformConfig) -> None:
+    """A router job from the New job form (a filter Spark refuses first), started from the form,
+    routing rows; then an edit of its filter through the Edit form and `warden upgrade`."""
+    from playwright.sync_api import expect, sync_playwright
+
+    path = job_file(NEW_JOB, platform.conf_dir)
+    started = time.monotonic()
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        page = browser.new_page(viewport={"width": 1600, "height": 1000})
+        try:
+            page.goto(f"{platform.airflow.base_url}/streamwarden/board")
+            page.locator("#new-job").click()
+            form = page.locator("#job-form")
+            expect(form.locator(".route-filter")).to_be_visible(timeout=30_000)
+            form.locator(".job-name").fill(NEW_JOB)
+            form.locator(".sink-path").fill(NEW_JOB)
+            route = form.locator('tr[data-route-row="0"]')
+            route.locator(".route-name").fill("big")
+            route.locator(".route-filter").fill(WRONG_FILTER)
+            route.locator(".route-columns").fill("event_id, event_type, amount")
+            form.locator('button[type="submit"]').click()
+
+            # Refused with Spark's message beside the filter, and nothing written.
+            expect(page.locator("#job-form-refused")).to_be_visible(timeout=300_000)
+            problem = form.locator('[data-problem="pipeline.routes.0.filter"]')
+            expect(problem).to_contain_text("[UNRESOLVED_COLUMN.WITH_SUGGESTION]")
+            expect(problem).to_contain_text("`event_typ` cannot be resolved")
+            assert not path.exists() and not platform.job_runtime_dir(NEW_JOB).exists()
+            page.screenshot(path=str(ARTIFACTS / "8-new-job-refused.png"), full_page=True)
+
+            form.locator(".route-filter").fill(RIGHT_FILTER)
+            form.locator('button[type="submit"]').click()
+            expect(page.locator("#job-form-run-state")).to_have_text("success", timeout=300_000)
+            [written] = find_job(NEW_JOB, platform.conf_dir).pipeline.routes  # type: ignore[union-attr]
+            assert written.filter == RIGHT_FILTER
+            # Its supervision DAG appears at the next parse, paused until started.
+            expect(page.locator('#job-dag[data-paused="true"]')).to_be_visible(timeout=300_000)
+            assert airflow_get(platform, f"/api/v2/dags/warden_supervise_{NEW_JOB}")["is_paused"] is True
+            page.screenshot(path=str(ARTIFACTS / "9-new-job-created.png"), full_page=True)
+            page.locator("#start-job").click()
+            expect(page.locator('#job-dag[data-paused="false"]')).to_be_visible(timeout=30_000)
+            wait_for(lambda: bool(routed_rows(platform)), 900, f"rows routed by {NEW_JOB}")
+            rows = routed_rows(platform)
+            assert all(row["event_type"] == "purchase" and row["amount"] > 3 for row in rows), rows
+            created_in = time.monotonic() - started
+
+            # The Edit form, from the file as written, deployed through `warden upgrade`.
+            page.goto(f"{platform.airflow.base_url}/streamwarden/jobs/{NEW_JOB}")
+            page.locator("#edit-job").click()
+            expect(form.locator(".route-filter")).to_have_value(RIGHT_FILTER, timeout=30_000)
+            form.locator(".route-filter").fill(EDITED_FILTER)
+            form.locator(".job-reason").fill("board test: only the big purchases")
+            form.locator('button[type="submit"]').click()
+            expect(page.locator("#job-form-run-state")).to_have_text("success", timeout=900_000)
+            page.screenshot(path=str(ARTIFACTS / "10-job-edited.png"), full_page=True)
+        finally:
+            browser.close()
+
+    ledger = Ledger.open(platform.resolved_ledger_url)
+    edited = find_job(NEW_JOB, platform.conf_dir)
+    assert edited.pipeline.routes[0].filter == EDITED_FILTER  # type: ignore[union-attr]
+    [request] = ledger.decisions(NEW_JOB, action="upgrade")
+    assert request.outcome is not None and request.outcome.endswith(f"-> {edited.config_version}")
+    assert "board test: only the big purchases (via " in request.reason
+    # Once upgraded, only the new version writes: its rows pass the new filter.
+    before = len(routed_rows(platform))
+    wait_for(lambda: len(routed_rows(platform)) > before, 600, "rows of the edited version")
+    assert all(row["amount"] > 50 for row in routed_rows(platform)[before:])
+    current = ledger.current_run(NEW_JOB)
+    assert current is not None and current.config_version == edited.config_version
+    edited_in = time.monotonic() - started - created_in
+    print(f"{NEW_JOB}: created and routing rows in {created_in:.0f} s, edited in {edited_in:.0f} s")
+
+
+def routed_rows(platform: PlatformConfig) -> list[dict[str, Any]]:
+    """The big purchases the new job's committed batches routed, oldest batch first."""
+    paths = job_paths(platform, NEW_JOB)
+    if not paths.sink_log.is_dir():
+        return []
+    files = sorted(
+        (file for file in sink_files(paths.sink_log) if "route=big" in file.parts[-4]),
+        key=lambda file: file.stat().st_mtime_ns,
+    )
+    return [row for file in files for row in pq.read_table(file).to_pylist()]
 
 
 def airflow_get(platform: PlatformConfig, path: str) -> Any:

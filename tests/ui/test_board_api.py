@@ -1,6 +1,7 @@
 """The job board's web app inside Airflow's real api-server app (in process): it is mounted where
-the plugin says, answers the board and job pages as JSON, and refuses a request without
-credentials when Airflow's auth is on."""
+the plugin says, answers the board and job pages as JSON, refuses a request without credentials
+when Airflow's auth is on, and drafts and checks a job for the New job and Edit forms while the
+writing stays behind Airflow's own check of the user's right to trigger the DAG that writes."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from ops.ledger.store import Ledger
 from ops.spec.platform import CONF_DIR_ENV, PlatformConfig
 from tests.support.device_state import STATE_ROWS, run_device_health
 
-USERS = "operator:admin"
+USERS = "operator:admin,reader:viewer"
 
 
 def airflow_api(monkeypatch: pytest.MonkeyPatch, *, all_admins: bool, passwords: Path) -> FastAPI:
@@ -42,6 +43,14 @@ def airflow_api(monkeypatch: pytest.MonkeyPatch, *, all_admins: bool, passwords:
     app = create_app()
     assert any(entry["url_prefix"] == "/streamwarden" for entry in get_fastapi_plugins()[0])
     return app
+
+
+def bearer(client: TestClient, passwords: Path, user: str) -> dict[str, str]:
+    """The headers of `user`'s requests, with the token Airflow gives for its password."""
+    password = json.loads(passwords.read_text())[user]
+    token = client.post("/auth/token", json={"username": user, "password": password})
+    assert token.status_code == 201, token.text
+    return {"Authorization": f"Bearer {token.json()['access_token']}"}
 
 
 @pytest.fixture
@@ -83,6 +92,49 @@ def test_with_auth_on_a_request_without_credentials_is_refused(
         page = client.get("/streamwarden/jobs/router", headers=headers)
         assert page.status_code == 200 and "Streamwarden job board" in page.text
         assert client.get("/streamwarden/api/jobs/nope", headers=headers).status_code == 404
+
+
+def test_the_forms_draft_and_check_a_job_for_any_user_but_airflow_decides_who_writes_it(
+    monkeypatch: pytest.MonkeyPatch, platform_conf: PlatformConfig, platform_ledger: Ledger, tmp_path: Path
+) -> None:
+    passwords = tmp_path / "passwords.json"
+    with TestClient(airflow_api(monkeypatch, all_admins=False, passwords=passwords)) as client:
+        assert client.post("/streamwarden/api/drafts", json={"name": "x", "pipeline": {}}).status_code == 401
+        reader = bearer(client, passwords, "reader")
+        start = client.get("/streamwarden/api/drafts/new", params={"kind": "router"}, headers=reader)
+        assert start.status_code == 200, start.text
+        assert start.json()["pipeline"]["source"]["path"] == "events"
+        assert (
+            client.get("/streamwarden/api/drafts/new", params={"kind": "python"}, headers=reader).status_code
+            == 422
+        )
+
+        # Refused before Spark is asked: the name is taken. Nothing is written either way.
+        checked = client.post(
+            "/streamwarden/api/drafts", json={**start.json(), "name": "router"}, headers=reader
+        )
+        assert checked.status_code == 200, checked.text
+        router_file = platform_conf.conf_dir / "jobs" / "router.yaml"
+        assert checked.json()["problems"] == {"name": f"a job named 'router' exists already ({router_file})"}
+        assert checked.json()["text"].startswith("name: router\n")
+
+        edit = client.get("/streamwarden/api/jobs/router/draft", headers=reader)
+        assert edit.status_code == 200 and edit.json()["pipeline"]["routes"][0]["name"] == "purchases"
+        page = client.get("/streamwarden/api/jobs/router", headers=reader).json()
+        assert page["edit_refusal"] is None
+        refused = client.get("/streamwarden/api/jobs/sessionizer/draft", headers=reader)
+        assert refused.status_code == 409
+        assert refused.json()["detail"].endswith("deploy it with `warden upgrade sessionizer --spec FILE`")
+        assert client.get("/streamwarden/api/jobs/nope/draft", headers=reader).status_code == 404
+
+        # Writing is the DAG's, and Airflow lets only those with the right trigger it.
+        run = {"logical_date": None, "conf": {"job_file": checked.json()["text"]}}
+        assert client.post("/api/v2/dags/warden_new_job/dagRuns", json=run, headers=reader).status_code == 403
+        # An admin gets past that check (to find no parsed DAG in this metadata database).
+        operator = bearer(client, passwords, "operator")
+        assert (
+            client.post("/api/v2/dags/warden_new_job/dagRuns", json=run, headers=operator).status_code == 404
+        )
 
 
 def test_the_embedded_platforms_all_admins_mode_opens_the_board_without_a_login(

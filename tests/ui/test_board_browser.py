@@ -1,7 +1,8 @@
 """The job board's layout in real headless Chromium (Debian's, driven by Playwright), with no
 platform: Chromium opens the page with the console's answers on a seeded ledger (served by request
-interception, as the plugin's app serves them) in a 1600-pixel window. The board against the
-running platform, through an incident, is walked in tests/ops/test_platform.py.
+interception, as the plugin's app serves them) in a 1600-pixel window; and the New job form's SQL
+side, its requests answered by the plugin's own app. The board against the running platform,
+through an incident and a router job made and edited on it, is walked in tests/ops/test_platform.py.
 """
 
 from __future__ import annotations
@@ -109,3 +110,94 @@ def test_the_board_fits_a_1600_pixel_window_and_reads_plainly(platform_conf: Pla
             page.screenshot(path=str(ARTIFACTS / "job-page-1600.png"), full_page=True)
         finally:
             browser.close()
+
+
+@pytest.mark.browser
+def test_the_new_job_form_sends_a_sql_jobs_pipeline_as_its_file_says_and_shows_what_is_wrong(
+    platform_conf: PlatformConfig,
+) -> None:
+    """The SQL form's sources, watermarks, query and partition columns, edited with its buttons,
+    reach the plugin's real app (its routes in process, without Airflow's auth in front) as the job
+    file's `pipeline`; a problem of the pipeline as a whole is listed above the form."""
+    from fastapi.testclient import TestClient
+    from playwright.sync_api import expect, sync_playwright
+
+    from streamwarden_airflow.console_app import app, authenticated, console
+
+    console.cache_clear()
+    app.dependency_overrides[authenticated] = lambda: None
+    checks: list[Any] = []
+    with TestClient(app) as client, sync_playwright() as playwright:
+
+        def answer(route: Any) -> None:
+            request = route.request
+            path = urllib.parse.urlsplit(request.url).path.removeprefix("/streamwarden")
+            query = urllib.parse.urlsplit(request.url).query
+            if request.method == "POST":
+                checks.append(json.loads(request.post_data))
+            served = client.request(
+                request.method, f"{path}?{query}", content=request.post_data, headers=request.headers
+            )
+            route.fulfill(
+                status=served.status_code, content_type=served.headers["content-type"], body=served.content
+            )
+
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        page = browser.new_page(viewport={"width": 1600, "height": 1000})
+        try:
+            page.route(f"{BOARD_ORIGIN}/streamwarden/**", answer)
+            page.goto(f"{BOARD_ORIGIN}/streamwarden/board")
+            page.locator("#new-job").click()
+            form = page.locator("#job-form")
+            expect(form.locator(".route-filter")).to_be_visible(timeout=30_000)
+            form.locator(".job-name").fill("purchase_counts")
+            form.locator(".job-kind").select_option("sql")
+            expect(form).to_have_attribute("data-kind", "sql")
+            form.locator(".sink-path").fill("purchase_counts")
+            form.locator("fieldset.source").first.locator(".source-watermark").fill("10")
+            form.locator('button[data-edit="add-source"]').click()
+            clicks = form.locator("fieldset.source").nth(1)
+            clicks.locator(".source-name").fill("clicks")
+            clicks.locator(".source-path").fill("clicks")
+            clicks.locator('button[data-edit="add-field"]').click()
+            clicks.locator('tr[data-field-row="1"] .field-name').fill("page")
+            events = form.locator("fieldset.source").first
+            events.locator('tr[data-field-row="4"] button[data-edit="remove-field"]').click()
+            form.locator(".sql-query").fill(
+                "SELECT e.event_id, e.event_date FROM events e JOIN clicks c ON true"
+            )
+            form.locator(".partition-columns").fill("event_id")
+            form.locator(".job-stateful").check()
+            form.locator('button[type="submit"]').click()
+
+            expect(page.locator("#job-form-refused")).to_be_visible(timeout=30_000)
+            problem = page.locator('#job-form-problems li[data-field="pipeline"]')
+            expect(problem).to_contain_text("partition_columns ['event_id'] must end in 'event_date'")
+            page.screenshot(path=str(ARTIFACTS / "new-sql-job-refused.png"), full_page=True)
+        finally:
+            browser.close()
+            app.dependency_overrides.clear()
+            console.cache_clear()
+
+    [sent] = checks
+    assert (sent["name"], sent["stateful"]) == ("purchase_counts", True)
+    pipeline = sent["pipeline"]
+    assert set(pipeline) == {"kind", "sources", "watermarks", "query", "partition_columns", "sink"}
+    assert pipeline["watermarks"] == {"events": 10}
+    assert [field["name"] for field in pipeline["sources"]["events"]["fields"]] == [
+        "event_id",
+        "event_time",
+        "user_id",
+        "event_type",
+        "amount",
+    ]
+    assert pipeline["sources"]["clicks"] == {
+        "path": "clicks",
+        "event_time_field": "event_time",
+        "fields": [
+            {"name": "event_time", "type": "timestamp", "required": True},
+            {"name": "page", "type": "string"},
+        ],
+    }
+    assert pipeline["partition_columns"] == ["event_id"] and pipeline["sink"] == {"path": "purchase_counts"}
+    assert not (platform_conf.conf_dir / "jobs" / "purchase_counts.yaml").exists()
