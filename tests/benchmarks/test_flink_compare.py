@@ -124,9 +124,7 @@ def event_times(paths: list[Path]) -> list[str]:
     return times
 
 
-@pytest.mark.parametrize(
-    "job", sorted({c.job for c in COMPARISONS.values() if SCENARIOS[c.job].flush})
-)
+@pytest.mark.parametrize("job", sorted({c.job for c in COMPARISONS.values() if SCENARIOS[c.job].flush}))
 def test_a_stateful_input_is_chunks_in_event_time_order(job: str, tmp_path: Path) -> None:
     scenario = SCENARIOS[job]
     assert scenario.write_from is not None and scenario.period is not None
