@@ -194,6 +194,7 @@ def test_the_platform_dag_reads_slack_and_s3_secrets_from_airflow_and_leaks_none
     # dag.test() runs the tasks in this process and writes their logs to its output.
     output = captured(capfd)
     assert "alert delivery pass" in output and "router: deleted savepoints" in output
+    assert "decisions: 0 rows deleted" in output, "the ledger's retention ran too"
     assert platform_leaks(secrets, platform, output, slack_receiver) == []
     # The `connection` table holds the webhook URL: that is where it is kept on purpose.
     assert database_leaks(airflow_db, secrets, skip_tables=["connection"]) == []
