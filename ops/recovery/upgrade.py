@@ -43,7 +43,7 @@ from ops.ports import free_loopback_port
 from ops.recovery.loop import ControlLoop
 from ops.recovery.refusals import Cause, Refusal, record_refusal
 from ops.savepoints.store import fetch_savepoint
-from ops.spec.job import JobSpec, find_job, load_job
+from ops.spec.job import JobSpec, anchor_paths, find_job, load_job
 from ops.spec.paths import JobPaths
 from ops.spec.platform import PlatformConfig, load_platform
 
@@ -74,7 +74,8 @@ def _candidate_spec(platform: PlatformConfig, job: str, candidate: Path) -> tupl
         as_installed = Path(scratch) / f"{job}.yaml"
         as_installed.write_bytes(raw)
         try:
-            spec = load_job(as_installed)
+            # Its relative paths are taken from where it is installed.
+            spec = load_job(as_installed, platform.conf_dir / "jobs")
         except ConfigError as exc:
             raise UpgradeError(
                 f"candidate {candidate} is not a valid spec for {job!r}: {exc.problem}"
@@ -105,7 +106,7 @@ def _scratch_conf(platform: PlatformConfig, job: str, candidate: str, root: Path
     }
     settings["ledger"] = {"url": f"sqlite:///{root / 'ledger.db'}"}
     (conf_dir / "platform.yaml").write_text(yaml.safe_dump(settings))
-    spec = yaml.safe_load(candidate)
+    spec = anchor_paths(yaml.safe_load(candidate), platform.conf_dir / "jobs")
     # The running version holds the metrics port; the dry run serves its metrics elsewhere.
     spec["operations"]["metrics_port"] = free_loopback_port()
     (conf_dir / "jobs" / f"{job}.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))

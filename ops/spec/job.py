@@ -373,12 +373,14 @@ class JobLoadResult:
     errors: dict[Path, ConfigError]
 
 
-def load_job(path: Path) -> JobSpec:
+def load_job(path: Path, jobs_dir: Path | None = None) -> JobSpec:
     """Load and validate one job file; its `name` must match the file name.
 
     Its config version is a digest of the file and, for a job of the team's own code, of that
     code (`ops.spec.code`), whose directory the spec then names absolutely, as it names the files
-    of script UDFs."""
+    of script UDFs. Relative paths are taken from `jobs_dir`, by default the file's directory (a
+    copy of a file checked elsewhere, an upgrade's candidate, gives the directory it is for)."""
+    jobs_dir = jobs_dir or path.parent
     document, raw = read_yaml(path)
     try:
         spec = JobSpec.model_validate(document)
@@ -388,23 +390,46 @@ def load_job(path: Path) -> JobSpec:
         raise ConfigError(path, f"field 'name': {spec.name!r} must match the file name {path.stem!r}")
     digest = hashlib.sha256(raw)
     pipeline = spec.pipeline
-    code = pipeline.code_dir(path.parent) if isinstance(pipeline, PythonPipeline) else None
+    code = pipeline.code_dir(jobs_dir) if isinstance(pipeline, PythonPipeline) else None
     if code is not None:
         if not code.is_dir():
             raise ConfigError(path, f"field 'pipeline.code': {code} is not a directory")
         digest.update(code_digest(code).encode())
         spec = spec.model_copy(update={"pipeline": pipeline.model_copy(update={"code": str(code)})})
     if isinstance(pipeline, ScriptUdfs) and pipeline.udfs:
-        spec = spec.model_copy(update={"pipeline": _with_udf_files(spec.pipeline, path)})
+        spec = spec.model_copy(update={"pipeline": _with_udf_files(spec.pipeline, path, jobs_dir)})
     return spec.model_copy(update={"config_version": digest.hexdigest()[:12]})
 
 
-def _with_udf_files(pipeline: Any, path: Path) -> Any:
+def anchor_paths(document: Any, jobs_dir: Path) -> Any:
+    """A job file's document with the paths it may give relative to its directory (a python job's
+    `code`, script UDFs' `file`) made absolute from `jobs_dir`: for a copy of the file written to
+    another conf dir (an upgrade's dry run, a board draft's check). Any other document is
+    returned as it is, for the model to judge."""
+    pipeline = document.get("pipeline") if isinstance(document, dict) else None
+    if not isinstance(pipeline, dict):
+        return document
+
+    def anchored(value: Any) -> Any:
+        return str(jobs_dir / value) if isinstance(value, str) and not Path(value).is_absolute() else value
+
+    pipeline = dict(pipeline)
+    if "code" in pipeline:
+        pipeline["code"] = anchored(pipeline["code"])
+    if isinstance(pipeline.get("udfs"), list):
+        pipeline["udfs"] = [
+            {**udf, "file": anchored(udf.get("file"))} if isinstance(udf, dict) else udf
+            for udf in pipeline["udfs"]
+        ]
+    return {**document, "pipeline": pipeline}
+
+
+def _with_udf_files(pipeline: Any, path: Path, jobs_dir: Path) -> Any:
     """The pipeline with its script UDFs' files named absolutely. Their contents are not part of
     the config version: a UDF file may change while its job runs (`jobs.script_udfs`)."""
     udfs = []
     for index, udf in enumerate(pipeline.udfs):
-        file = udf.file_path(path.parent)
+        file = udf.file_path(jobs_dir)
         if not file.is_file():
             raise ConfigError(path, f"field 'pipeline.udfs.{index}.file': {file} is not a file")
         udfs.append(udf.model_copy(update={"file": str(file)}))

@@ -13,7 +13,7 @@ import yaml
 
 from ops.exceptions import ConfigError
 from ops.spec.code import code_digest
-from ops.spec.job import find_job, load_job, load_jobs
+from ops.spec.job import anchor_paths, find_job, load_job, load_jobs
 from ops.spec.platform import DEFAULT_CONF_DIR, PlatformConfig, load_platform
 
 # The job files whose pipelines hold Spark SQL, in file name order.
@@ -331,3 +331,33 @@ def test_a_code_digest_follows_every_edit_even_of_the_same_size_a_moment_apart(t
     (tmp_path / "fraud" / "__pycache__").mkdir()
     (tmp_path / "fraud" / "__pycache__" / "rules.cpython-311.pyc").write_bytes(b"cache")
     assert code_digest(tmp_path) == second
+
+
+def test_a_copy_of_a_job_file_checked_elsewhere_takes_its_relative_paths_from_where_it_is_for(
+    platform_conf: PlatformConfig, tmp_path: Path
+) -> None:
+    """An upgrade's candidate is checked in a scratch directory, and its dry run runs from another
+    conf dir: a relative `code` or UDF `file` still names what it names in `conf/jobs/`."""
+    jobs_dir = platform_conf.conf_dir / "jobs"
+    (jobs_dir / "team" / "fraud").mkdir(parents=True)
+    (jobs_dir / "team" / "fraud" / "scoring.py").write_text("def build(inputs, context):\n    pass\n")
+    document = yaml.safe_load(
+        (DEFAULT_CONF_DIR / "jobs" / "warehouse_writer.yaml")
+        .read_text()
+        .replace("name: warehouse_writer", "name: wh")
+    )
+    document["pipeline"]["code"] = "team"
+    candidate = tmp_path / "elsewhere" / "wh.yaml"
+    candidate.parent.mkdir()
+    candidate.write_text(yaml.safe_dump(document))
+
+    with pytest.raises(ConfigError, match="field 'pipeline.code'"):
+        load_job(candidate)
+    installed = jobs_dir / "wh.yaml"
+    installed.write_bytes(candidate.read_bytes())
+    spec = load_job(candidate, jobs_dir)
+
+    assert spec.pipeline.code == str(jobs_dir / "team")  # type: ignore[union-attr]
+    assert spec.config_version == load_job(installed).config_version
+    anchored = anchor_paths(document, jobs_dir)
+    assert anchored["pipeline"]["code"] == str(jobs_dir / "team") and document["pipeline"]["code"] == "team"
