@@ -25,12 +25,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ops.atomic import write_atomically
+from ops.atomic import create_atomically, write_atomically
 
 KEPT_DECISIONS = 100
 # The local properties Spark gives every task of a streaming query's micro-batch.
@@ -114,22 +112,16 @@ def previous_decision(store: Path, query_id: str, batch_id: int) -> UdfDecision 
 def record_decision(store: Path, query_id: str, decision: UdfDecision) -> UdfDecision:
     """Record the decision of its batch unless another task recorded one first; the one in force.
 
-    The file is linked into place whole, which fails when it exists: two tasks deciding at once
-    both end up with the first one's decision.
+    The file is created whole, never over another (`create_atomically`): two tasks deciding at
+    once both end up with the first one's decision.
     """
     path = _decisions(store, query_id) / f"{decision.batch_id}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, written = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
     try:
-        with os.fdopen(handle, "w") as temporary:
-            temporary.write(decision.to_json())
-        os.link(written, path)
+        create_atomically(path, decision.to_json())
     except FileExistsError:
         found = read_decision(store, query_id, decision.batch_id)
         assert found is not None
         return found
-    finally:
-        os.unlink(written)
     for old in decided_batches(store, query_id)[:-KEPT_DECISIONS]:
         (_decisions(store, query_id) / f"{old}.json").unlink(missing_ok=True)
     return decision
