@@ -5,6 +5,8 @@ the same landing files, delivered hour by hour as they arrived and read with an 
 trigger after each hour, so that each arrival hour is one micro-batch and the watermark moves to
 its end after it (the per-partition rule). A backfill of the archived hours must give that output
 row for row, late-data decisions included (each scenario has events that arrive a day late).
+A team's jobs too, their code outside the repository: the stateless python job, the windowed one
+(windows spanning an arrival hour's end closed by the next hour's watermark) and the SQL join.
 """
 
 from __future__ import annotations
@@ -65,7 +67,15 @@ from tests.monitoring.servers import pushed, pushgateway
 from tests.support.backfill import run_in_test_processes
 from tests.support.drivers import edit_job
 from tests.support.secrets import configure_platform
-from tests.support.team_jobs import TEAM_JOB, install_team_job
+from tests.support.team_jobs import (
+    SQL_JOB,
+    TEAM_JOB,
+    WINDOWED_JOB,
+    install_team_job,
+    install_windowed_job,
+    sql_job_spec,
+    write_team_job,
+)
 from tests.support.warehouse import query_table
 
 # The arrival hours of the test input: the archive's clock, unrelated to the events' own times.
@@ -133,12 +143,27 @@ def impressions_plays_input(landing_root: Path, seed: int) -> list[Path]:
     return impressions_plays_scenario(landing_root, 900, seed)
 
 
+def conversions_input(landing_root: Path, seed: int) -> list[Path]:
+    """The impressions and plays of `impressions_plays_input`, a third of them: the same join."""
+    impressions_plays_late(landing_root, seed)
+    return impressions_plays_scenario(landing_root, 300, seed)
+
+
 # Each job's input; what a writer returns aside, every file it wrote under the root is landed.
 INPUTS: dict[str, Callable[[Path, int], list[Path]]] = {
     "router": router_input,
     "sessionizer": sessionizer_input,
     "impressions_plays": impressions_plays_input,
     TEAM_JOB: router_input,
+    WINDOWED_JOB: router_input,
+    SQL_JOB: conversions_input,
+}
+# A team's jobs, their code from a directory outside the repository: (platform, a directory for
+# the code) -> the job file written.
+TEAM_JOBS: dict[str, Callable[[PlatformConfig, Path], Path]] = {
+    TEAM_JOB: install_team_job,
+    WINDOWED_JOB: install_windowed_job,
+    SQL_JOB: lambda platform, _: write_team_job(platform, sql_job_spec()),
 }
 
 
@@ -193,14 +218,13 @@ def live_reference(
     return spark.read.parquet(str(paths.sink))
 
 
-@pytest.mark.parametrize("job", ["router", "sessionizer", "impressions_plays", TEAM_JOB])
+@pytest.mark.parametrize("job", ["router", "sessionizer", "impressions_plays", *TEAM_JOBS])
 @pytest.mark.usefixtures("backfill_in_session")
 def test_a_backfill_of_the_archive_equals_the_streaming_job_row_for_row(
     spark: SparkSession, platform: PlatformConfig, job: str, tmp_path: Path
 ) -> None:
-    if job == TEAM_JOB:
-        # A team's own code, from a directory outside the repository.
-        install_team_job(platform, tmp_path / "team-code")
+    if job in TEAM_JOBS:
+        TEAM_JOBS[job](platform, tmp_path / "team-code")
     by_hour = write_input(platform, job, seed=7)
     spec = find_job(job, platform.conf_dir)
     report = archive.archive_landing(

@@ -1,11 +1,14 @@
 """Write-audit-publish end to end: a real router sink of many small batches, the compaction entry
 point in its own Spark process, the table read with SQL by another, over a real Hive metastore
-on PostgreSQL."""
+on PostgreSQL. A team's jobs, their code outside the repository (a stateless and a windowed python
+job, a SQL join), are published into tables of their own the same way."""
 
 from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +22,23 @@ from ops.pushgateway import LAST_DURATION, LAST_FAILURE, LAST_SUCCESS, BatchTask
 from ops.spec.job import find_job
 from ops.spec.platform import PlatformConfig
 from ops.warehouse.rewrite import read_partition
-from synthetic.scenarios import router_scenario
+from synthetic.scenarios import impressions_plays_scenario, router_scenario
 from tests.monitoring.servers import pushed, pushgateway
 from tests.support.drivers import edit_job
 from tests.support.secrets import configure_platform
 from tests.support.spark import run_available_now
-from tests.support.team_jobs import TEAM_JOB, team_job_spec, write_team_code, write_team_job
+from tests.support.team_jobs import (
+    SQL_JOB,
+    TEAM_JOB,
+    WINDOWED_JOB,
+    sql_job_spec,
+    team_job_spec,
+    windowed_job_spec,
+    write_hourly_events,
+    write_team_code,
+    write_team_job,
+    write_windowed_code,
+)
 from tests.support.warehouse import (
     append_to_sink_log,
     compact_job,
@@ -139,29 +153,65 @@ def test_nightly_compaction_publishes_the_committed_rows_in_target_size_files(
     assert published == committed_rows(spark, platform)
 
 
+@dataclass(frozen=True)
+class TeamTable:
+    """A team's job (its file, given a directory for its code), how to write its input, and the
+    columns its table is compared on."""
+
+    job: str
+    spec: Callable[[Path], dict[str, Any]]
+    write_input: Callable[[Path], object]
+    columns: tuple[str, ...]
+
+
+def _scored(code_dir: Path) -> dict[str, Any]:
+    spec = team_job_spec(write_team_code(code_dir))
+    spec["operations"]["quality"] = {"unique": ["event_id"]}
+    return spec
+
+
+TEAM_TABLES = [
+    TeamTable(
+        TEAM_JOB,
+        _scored,
+        lambda landing: [router_scenario(landing, 240, seed) for seed in (1, 2)],
+        ("event_id", "size", "event_date", "event_hour"),
+    ),
+    TeamTable(
+        WINDOWED_JOB,
+        lambda code_dir: windowed_job_spec(write_windowed_code(code_dir)),
+        lambda landing: [write_hourly_events(landing, seed) for seed in range(3)],
+        ("country", "window_start", "purchases", "largest", "event_date", "event_hour"),
+    ),
+    TeamTable(
+        SQL_JOB,
+        lambda _: sql_job_spec(),
+        lambda landing: impressions_plays_scenario(landing, 300, 1),
+        ("impression_id", "play_id", "outcome", "event_date", "event_hour"),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", TEAM_TABLES, ids=lambda case: case.job)
 def test_a_team_jobs_closed_partitions_are_published_into_its_table(
-    spark: SparkSession, warehouse_platform: PlatformConfig, tmp_path: Path
+    case: TeamTable, spark: SparkSession, warehouse_platform: PlatformConfig, tmp_path: Path
 ) -> None:
     platform = warehouse_platform
-    spec = team_job_spec(write_team_code(tmp_path / "team-code"))
-    spec["operations"]["quality"] = {"unique": ["event_id"]}
-    write_team_job(platform, spec)
-    for seed in (1, 2):
-        router_scenario(platform.landing_root, 240, seed)
-    team_job = find_job(TEAM_JOB, platform.conf_dir)
+    write_team_job(platform, case.spec(tmp_path / "team-code"))
+    case.write_input(platform.landing_root)
+    team_job = find_job(case.job, platform.conf_dir)
     run_available_now(spark, platform, team_job)
 
-    compact_job(platform, TEAM_JOB, "--now", LATER)
+    compact_job(platform, case.job, "--now", LATER)
 
-    versions = Ledger.open(platform.resolved_ledger_url).partition_versions(TEAM_JOB)
+    versions = Ledger.open(platform.resolved_ledger_url).partition_versions(case.job)
     assert versions and all(version.audit is not None and version.audit["passed"] for version in versions)
-    assert {version.partition.split("/")[0] for version in versions} >= {"size=large", "size=small"}
-    table_rows = query_table(
-        platform, f"SELECT event_id, size, event_date, event_hour FROM warehouse.{TEAM_JOB}"
-    )
-    published = Counter(tuple(str(value) for value in row.values()) for row in table_rows)
+    # As text on both sides: the warehouse process and this session render timestamps alike.
+    as_text = [f"CAST({column} AS STRING) AS {column}" for column in case.columns]
+    table_rows = query_table(platform, f"SELECT {', '.join(as_text)} FROM warehouse.{case.job}")
+    published = Counter(tuple(row.values()) for row in table_rows)
     sink = spark.read.parquet(str(platform.lake_root / team_job.pipeline.sink.path)).where(
         "event_date IS NOT NULL"
     )
-    rows = sink.select("event_id", "size", "event_date", "event_hour").collect()
-    assert published == Counter(tuple(str(value) for value in row) for row in rows)
+    rows = sink.selectExpr(*as_text).collect()
+    assert rows and published == Counter(tuple(row) for row in rows)

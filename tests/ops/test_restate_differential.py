@@ -6,8 +6,10 @@ Runs in this process on the session's Spark (a stream per phase, one landing fil
 batch), so every job and checkpoint format can be covered in seconds; `test_rewind.py` does the
 same with real driver processes. The stateful case is the sessionizer (RocksDB state, checkpoint
 format v1 and v2): its wrong version has a 5-minute gap, so it closes sessions the right version
-keeps open, and the restated sink must still equal the clean run. A team's job (`kind: python`,
-its code outside the repository) gets a deploy of buggy code, and is restated with the fixed code.
+keeps open, and the restated sink must still equal the clean run. A team's jobs, their code
+outside the repository, get a deploy of buggy code and are restated with the fixed code: the
+stateless python job, the stateful one (windowed counts: the state at the savepoint holds the
+windows still open) and the SQL job (a stream-stream join: its code is its query).
 """
 
 from __future__ import annotations
@@ -36,7 +38,22 @@ from ops.spec.platform import PlatformConfig
 from synthetic.generator import write_batch
 from tests.support.drivers import caught_up, edit_job, write_sessions_input
 from tests.support.platform import job_paths, write_conf
-from tests.support.team_jobs import BUGGY_SCORING_MODULE, TEAM_JOB, install_team_job, write_team_code
+from tests.support.team_jobs import (
+    BUGGY_SCORING_MODULE,
+    BUGGY_WINDOWS_MODULE,
+    CONVERSIONS_QUERY,
+    SQL_JOB,
+    TEAM_JOB,
+    WINDOWED_JOB,
+    install_team_job,
+    install_windowed_job,
+    sql_job_spec,
+    write_conversions_input,
+    write_hourly_events,
+    write_team_code,
+    write_team_job,
+    write_windowed_code,
+)
 
 
 @dataclass(frozen=True)
@@ -53,6 +70,11 @@ class Case:
     # before its last batch, and each rewind replays the batches after its savepoint. A router
     # batch takes a fraction of a second, a stateful sessionizer batch seconds.
     backlog_files: int = 6
+    # Batches (a file each) of the right version before the savepoint, and of the wrong one after
+    # it. A stateful team job's batches cost seconds, a replayed one a query start as well: the
+    # windowed job's two of each, and the join's one (four state stores a partition, and each data
+    # batch followed by a batch that evicts by the watermark), prove the point.
+    batches_per_version: int = 3
 
 
 def _router_input(platform: PlatformConfig, seed: int) -> object:
@@ -77,11 +99,54 @@ def _install_team_job(platform: PlatformConfig, tmp_path: Path) -> object:
     return install_team_job(platform, tmp_path / "team-code")
 
 
+def _hourly_input(platform: PlatformConfig, seed: int) -> object:
+    return write_hourly_events(platform.landing_root, seed)
+
+
+def _windowed_code_wrong(spec: dict[str, Any]) -> None:
+    """A deploy of the windowed job's code with a bug: the job file points at it."""
+    buggy = Path(spec["pipeline"]["code"]).parent / "buggy-code"
+    spec["pipeline"]["code"] = str(write_windowed_code(buggy, BUGGY_WINDOWS_MODULE))
+
+
+def _install_windowed_job(platform: PlatformConfig, tmp_path: Path) -> object:
+    return install_windowed_job(platform, tmp_path / "team-code")
+
+
+def _conversions_input(platform: PlatformConfig, seed: int) -> object:
+    return write_conversions_input(platform.landing_root, seed)
+
+
+def _query_wrong(spec: dict[str, Any]) -> None:
+    """A deploy of the SQL job's query with a bug: plays within 10 minutes, not the hour."""
+    spec["pipeline"]["query"] = CONVERSIONS_QUERY.replace("INTERVAL 1 HOUR", "INTERVAL 10 MINUTES")
+
+
+def _install_sql_job(platform: PlatformConfig, tmp_path: Path) -> object:
+    return write_team_job(platform, sql_job_spec())
+
+
 CASES = [
     Case("router", _router_input, _router_wrong, backlog_files=8),
     Case("sessionizer", write_sessions_input, _sessions_wrong, checkpoint_format=1),
     Case("sessionizer", write_sessions_input, _sessions_wrong, checkpoint_format=2),
     Case(TEAM_JOB, _router_input, _team_code_wrong, install=_install_team_job),
+    Case(
+        WINDOWED_JOB,
+        _hourly_input,
+        _windowed_code_wrong,
+        install=_install_windowed_job,
+        backlog_files=5,
+        batches_per_version=2,
+    ),
+    Case(
+        SQL_JOB,
+        _conversions_input,
+        _query_wrong,
+        install=_install_sql_job,
+        backlog_files=5,
+        batches_per_version=1,
+    ),
 ]
 
 
@@ -122,14 +187,15 @@ def test_restated_sink_equals_a_clean_run_of_the_right_version(
         case.install(platform, tmp_path)
     edit_job(platform, job, one_file_per_batch(case.checkpoint_format))
     right_spec = (platform.conf_dir / "jobs" / f"{job}.yaml").read_text()
-    # A file per batch: three batches of the right version, three of the wrong one, one after.
-    for seed in range(3):
+    # A file per batch: batches of the right version, as many of the wrong one, one after.
+    versions = case.batches_per_version
+    for seed in range(versions):
         case.write_input(platform, seed)
     run_available(spark, platform, job)
     savepoint = take_savepoint(platform, ledger, find_job(job, platform.conf_dir))
 
     edit_job(platform, job, case.wrong_version)
-    for seed in range(3, 6):
+    for seed in range(versions, 2 * versions):
         case.write_input(platform, seed)
     run_available(spark, platform, job)
 
@@ -137,8 +203,8 @@ def test_restated_sink_equals_a_clean_run_of_the_right_version(
     plan = rewind_job(
         Supervisor.for_platform(platform), job, reason="wrong version", savepoint_id=savepoint.id
     )
-    assert len(plan.replay_batches) >= 3 and plan.sink_rows > 0
-    case.write_input(platform, 6)
+    assert len(plan.replay_batches) >= versions and plan.sink_rows > 0
+    case.write_input(platform, 2 * versions)
     run_available(spark, platform, job)
 
     clean_conf = tmp_path / "clean" / "conf"

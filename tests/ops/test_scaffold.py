@@ -1,6 +1,6 @@
-"""`warden new-job`, followed as the README says: the generated test passes against real Spark
-(in a process of its own, as a team runs it), and `warden validate` finds the new job valid after
-Spark's analyzer has seen it."""
+"""`warden new-job`, followed as the README says: the generated tests of a python and a SQL job
+pass against real Spark (in a process of its own, as a team runs them), and `warden validate` finds
+the new jobs valid after Spark's analyzer has seen them."""
 
 from __future__ import annotations
 
@@ -18,20 +18,31 @@ from ops.spec.platform import PlatformConfig
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_new_job_writes_a_python_job_whose_test_passes_and_which_validates(
+def test_new_job_writes_python_and_sql_jobs_whose_tests_pass_and_which_validate(
     platform_conf: PlatformConfig, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = tmp_path / "team" / "purchases-code"
+    code = {kind: tmp_path / "team" / f"purchases-{kind}" for kind in ("python", "sql")}
 
-    assert main(["new-job", "purchases", "--kind", "python", "--code", str(code)]) == 0
+    assert main(["new-job", "purchases", "--kind", "python", "--code", str(code["python"])]) == 0
+    assert main(["new-job", "purchases_sql", "--kind", "sql", "--code", str(code["sql"])]) == 0
 
     written = capsys.readouterr().out
     assert f"wrote    {platform_conf.conf_dir / 'jobs' / 'purchases.yaml'}" in written
-    assert (code / "purchases" / "logic.py").is_file()
+    assert (code["python"] / "purchases" / "logic.py").is_file()
     spec = find_job("purchases", platform_conf.conf_dir)
     assert spec.pipeline.kind == "python" and spec.operations.metrics_port >= 9410
+    assert find_job("purchases_sql", platform_conf.conf_dir).pipeline.kind == "sql"
+    # Both jobs' tests in one run: one JVM start for the two.
     generated = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(code / "tests")],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            *(str(d / "tests") for d in code.values()),
+        ],
         cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(REPO)},
         capture_output=True,
@@ -39,10 +50,12 @@ def test_new_job_writes_a_python_job_whose_test_passes_and_which_validates(
         timeout=600,
     )
     assert generated.returncode == 0, generated.stdout[-3000:] + generated.stderr[-3000:]
-    assert "1 passed" in generated.stdout
+    assert "2 passed" in generated.stdout
 
     assert main(["validate"]) == 0
-    assert "ok       purchases (python, config" in capsys.readouterr().out
+    validated = capsys.readouterr().out
+    assert "ok       purchases (python, config" in validated
+    assert "ok       purchases_sql (sql, config" in validated
 
 
 def test_new_job_writes_a_sql_job_and_overwrites_nothing(

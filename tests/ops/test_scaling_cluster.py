@@ -13,6 +13,10 @@ run's. `warden decisions` keeps every step, as a ledger row with its inputs.
 
 The autoscaler's guards, whose outcomes follow from the input their tests write and not from the
 cluster, run in local mode beside the other tests (tests/ops/test_scaling_guards.py).
+
+A team's python job runs on the same cluster: its pandas UDF, from a module of the team's code
+outside the repository, runs in the Python workers of executors in other processes, which import
+it from the code's zip the driver added to its session.
 """
 
 from __future__ import annotations
@@ -20,16 +24,18 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
 
 from ops.control.supervisor import Supervisor, stop_all_jobs
+from ops.embedded.cluster import SparkCluster
 from ops.ledger.store import Ledger
 from ops.spec.job import find_job
 from ops.spec.platform import PlatformConfig
-from synthetic.generator import FileLoad
+from synthetic.generator import FileLoad, write_batch
 from synthetic.scenarios import SCENARIOS
 from tests.support.drivers import caught_up, edit_job, wait_for
 from tests.support.platform import job_paths
@@ -41,6 +47,7 @@ from tests.support.scaling import (
     rescales,
 )
 from tests.support.slack import SlackReceiver
+from tests.support.team_jobs import TEAM_JOB, team_job_spec, write_team_code, write_team_job
 
 # Each run starts a cluster and drivers on cores other runs share: far beyond the default 600 s.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -197,3 +204,28 @@ def test_the_sessionizer_scales_up_with_its_rocksdb_state_intact(
     )
     stop_all_jobs(platform)
     assert_sink_is_a_clean_run(spark, platform, "sessionizer", batch_landing)
+
+
+def test_a_teams_udf_runs_on_the_executors_from_its_code_zip(
+    platform: PlatformConfig, running_cluster: SparkCluster, spark: SparkSession, tmp_path: Path
+) -> None:
+    code = write_team_code(tmp_path / "team-code")
+    spec = team_job_spec(code)
+    spec["operations"]["resources"] = {"cores": 2, "executor_memory": "512m"}
+    write_team_job(platform, spec)
+    for seed in (1, 2):
+        write_batch(platform.landing_root / "events", 200, 0.02, seed)
+    supervisor = Supervisor.for_platform(platform)
+
+    wait_for(lambda: supervisor.reconcile(TEAM_JOB).state == "RUNNING", 300, "the team's job RUNNING")
+    wait_for(lambda: caught_up(platform, TEAM_JOB, files=2), 300, "the team's files on the cluster")
+    health = running_cluster.health()
+    assert health is not None and health.apps == (f"streamwarden-{TEAM_JOB}",) and health.cores_used == 2
+    stop_all_jobs(platform)
+
+    # Each worker's executor fetched the code's zip into its directory (addPyFile) ...
+    work = running_cluster.platform.runtime_root / "spark"
+    zips = work.glob(f"worker-*/app-*/*/{code.name}-*.zip")
+    assert {path.relative_to(work).parts[0] for path in zips} == {"worker-1", "worker-2"}
+    # ... and sized every purchase as the team's rules say, as a local batch run does.
+    assert_sink_is_a_clean_run(spark, platform, TEAM_JOB, platform.landing_root)

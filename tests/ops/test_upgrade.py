@@ -1,7 +1,14 @@
-"""Stateful upgrades under a real supervisor: real drivers, a real S3 server, a real Slack stand-in."""
+"""Stateful upgrades under a real supervisor: real drivers, a real S3 server, a real Slack stand-in.
+
+The router's new spec crash-loops once deployed and is rolled back to its savepoint. A team's code
+change is a job file naming the new version's code directory (the code's digest makes it a new
+config version): a version whose state key changed is refused by its dry run on a savepoint copy
+before the running version stops, and the next one is deployed with the running version's state.
+"""
 
 from __future__ import annotations
 
+import shutil
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,8 +27,30 @@ from ops.recovery.upgrade import upgrade
 from ops.spec.job import find_job
 from ops.spec.platform import PlatformConfig
 from synthetic.generator import write_batch
-from tests.support.drivers import caught_up, edit_job, fast_trigger, wait_for, write_sessions_input
+from tests.support.drivers import caught_up, edit_job, fast_trigger, wait_for
 from tests.support.slack import SlackReceiver
+from tests.support.team_jobs import (
+    WINDOWED_JOB,
+    WINDOWS_MODULE,
+    windowed_job_spec,
+    windows_closed,
+    write_flush_event,
+    write_hourly_events,
+    write_team_job,
+    write_windowed_code,
+)
+
+# The team's next versions of its windowed counts: one keyed by country and user (the state's key
+# changes, so it cannot take over the running version's state), and one that leaves out
+# zero-amount purchases (card checks), over the same state.
+REKEYED_WINDOWS = WINDOWS_MODULE.replace(
+    '            F.coalesce("country", F.lit("unknown")).alias("country"),\n',
+    '            F.coalesce("country", F.lit("unknown")).alias("country"),\n            "user_id",\n',
+)
+PAID_WINDOWS = WINDOWS_MODULE.replace(
+    'events.where(F.col("event_type") == "purchase")',
+    'events.where((F.col("event_type") == "purchase") & (F.col("amount") > 0))',
+)
 
 
 def candidate(platform: PlatformConfig, job: str, edit: Callable[[dict[str, Any]], None], path: Path) -> Path:
@@ -87,36 +116,70 @@ def test_an_upgrade_that_crash_loops_is_rolled_back_to_its_savepoint(
     assert ledger.decisions("router", action="upgrade")[0].outcome.startswith("rolled back")
 
 
-@pytest.mark.spark
-def test_an_incompatible_upgrade_is_refused_before_the_running_job_stops(
-    platform_with_s3: PlatformConfig, ledger: Ledger, tmp_path: Path
+def test_a_teams_code_change_is_refused_when_its_state_cannot_follow_and_deployed_with_it_otherwise(
+    platform_with_s3: PlatformConfig, ledger: Ledger, spark: SparkSession, tmp_path: Path
 ) -> None:
-    platform = platform_with_s3
-    edit_job(platform, "sessionizer", fast_trigger)
+    platform, job = platform_with_s3, WINDOWED_JOB
+    assert REKEYED_WINDOWS != WINDOWS_MODULE and PAID_WINDOWS != WINDOWS_MODULE
+    write_team_job(platform, windowed_job_spec(write_windowed_code(tmp_path / "code-v1")))
     supervisor = Supervisor.for_platform(platform)
+
+    def new_code(version: str, module: str) -> Path:
+        def edit(spec: dict[str, Any]) -> None:
+            spec["pipeline"]["code"] = str(write_windowed_code(tmp_path / f"code-{version}", module))
+
+        return candidate(platform, job, edit, tmp_path / f"{job}-{version}.yaml")
+
     try:
-        for seed in range(2):
-            write_sessions_input(platform, seed)
-        supervisor.request("sessionizer", "resume", "test")
-        supervisor.reconcile("sessionizer")
-        wait_for(lambda: caught_up(platform, "sessionizer", files=2), 180, "the sessionizer")
-        running = ledger.current_run("sessionizer")
-        old_version = find_job("sessionizer", platform.conf_dir).config_version
+        # An hour of events: its last windows are still open, in the first version's state.
+        write_hourly_events(platform.landing_root, 0)
+        wait_for(lambda: supervisor.reconcile(job).state == "RUNNING", 300, "the first version RUNNING")
+        wait_for(lambda: caught_up(platform, job, files=1), 180, "the first version's file")
+        first = find_job(job, platform.conf_dir)
+        running = ledger.current_run(job)
+        assert running is not None
+        before_upgrade = tmp_path / "landing-v1"
+        shutil.copytree(platform.landing_root, before_upgrade)
 
-        # Sessions keyed by user and device: the state's key schema changes.
-        def rekeyed(spec: dict[str, Any]) -> None:
-            spec["pipeline"]["key_fields"] = ["user_id", "device"]
-
-        new = candidate(platform, "sessionizer", rekeyed, tmp_path / "sessionizer-v2.yaml")
-        # A device is only a key field if every source has it as a key type: it is a string.
+        # The dry run loads the savepoint's state on a copy: the new key does not fit it.
         with pytest.raises(UpgradeError, match="STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE"):
-            upgrade(supervisor, "sessionizer", new, reason="key by device too", readiness_timeout=60)
-
-        assert find_job("sessionizer", platform.conf_dir).config_version == old_version
-        still = ledger.current_run("sessionizer")
-        assert still is not None and running is not None and still.run_id == running.run_id
+            upgrade(supervisor, job, new_code("v2", REKEYED_WINDOWS), reason="per user", readiness_timeout=60)
+        still = ledger.current_run(job)
+        assert find_job(job, platform.conf_dir).config_version == first.config_version
+        assert still is not None and still.run_id == running.run_id
         assert supervisor.backend.is_alive(still), "the running version must not be stopped"
-        outcome = ledger.decisions("sessionizer", action="upgrade")[0].outcome
+        outcome = ledger.decisions(job, action="upgrade")[0].outcome
         assert outcome is not None and outcome.startswith("refused: ")
+
+        # The next hour and a flush arrive once the new version runs: its readiness batches.
+        def feed_the_new_version() -> None:
+            wait_for(
+                lambda: (ledger.current_run(job) or running).run_id != running.run_id, 120, "the new run"
+            )
+            write_hourly_events(platform.landing_root, 1)
+            write_flush_event(platform.landing_root)
+
+        feeder = threading.Thread(target=feed_the_new_version)
+        feeder.start()
+        result = upgrade(
+            supervisor, job, new_code("v3", PAID_WINDOWS), reason="card checks", readiness_timeout=180
+        )
+        feeder.join()
+        assert result.outcome == "upgraded", result.line()
+        second = find_job(job, platform.conf_dir)
+        assert second.config_version != first.config_version
+        assert second.pipeline.code == str(tmp_path / "code-v3")
+        wait_for(lambda: windows_closed(platform, job, files=3), 180, "the new version's windows")
     finally:
         stop_all_jobs(platform)
+
+    # The windows the first version left open in its state are appended by the second one, with the
+    # first version's counts: the state came across. Each later window is the new code's.
+    after_upgrade = tmp_path / "landing-v3" / "events"
+    after_upgrade.mkdir(parents=True)
+    shutil.copy2(platform.landing_root / "events" / "events-001.json", after_upgrade)
+    by_first = batch_rows(spark, platform, first, before_upgrade)
+    by_second = batch_rows(spark, platform, second, after_upgrade.parent).select(*by_first.columns)
+    sink = spark.read.parquet(str(platform.lake_root / second.pipeline.sink.path))
+    assertDataFrameEqual(sink.select(*by_first.columns), by_first.collect() + by_second.collect())
+    assert [run.config_version for run in ledger.runs(job)] == [second.config_version, first.config_version]

@@ -1,21 +1,41 @@
-"""Jobs of a team's own code (`kind: python`), with the code in a directory outside the repository.
+"""A team's own jobs (`kind: python`, `kind: sql`), with the code in a directory outside the
+repository, and the input each is tested on.
 
-`write_team_job` writes the team's package and a job file naming it into a test platform; the
-package here is a small fraud-scoring job: each purchase sized by a pandas UDF of another module
-of the package (so the code must reach Spark's Python workers), partitioned by that size and the
-event time. A code change that tests restate changes `scoring`, never the UDF's module: Spark
-reuses its Python workers across a session's queries, and a worker keeps the module it imported.
+`write_team_job` writes a job file naming the team's code into a test platform. Three jobs:
+
+- `fraud_scores` (stateless python): each purchase sized by a pandas UDF of another module of the
+  package (so the code must reach Spark's Python workers), partitioned by that size and the event
+  time. A code change that tests restate changes `scoring`, never the UDF's module: Spark reuses
+  its Python workers across a session's queries, and a worker keeps the module it imported.
+- `purchase_windows` (stateful python): purchases per country in 10-minute event-time windows
+  behind a 10-minute watermark, appended once a window closes. Its input is a file per hour of
+  event time (`write_hourly_events`), so at a file per batch no event is ever behind the
+  watermark, and `write_flush_event` closes every window the files opened: the stream then holds
+  what a batch run over the files gives.
+- `conversions` (SQL): impressions joined to the plays within the hour after them, a
+  stream-stream join with a watermark on each side (`write_conversions_input`).
 """
 
 from __future__ import annotations
 
+import tempfile
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from ops.driver.checkpoint import log_entries
 from ops.scaffold import EVENTS_SOURCE
 from ops.spec.platform import DEFAULT_CONF_DIR, PlatformConfig
+from synthetic.generator import DEFAULT_START, GeneratedBatch, write_batch
+from synthetic.scenarios import (
+    FLUSH_AFTER,
+    IMPRESSIONS_PLAYS_START,
+    impressions_plays_scenario,
+    write_json_lines,
+)
+from tests.support.drivers import caught_up, files_read
 from tests.support.ports import free_test_port
 
 TEAM_JOB = "fraud_scores"
@@ -142,3 +162,118 @@ def sql_job_spec(query: str = CONVERSIONS_QUERY) -> dict[str, Any]:
             "health": {"stuck_grace_seconds": 180, "startup_grace_seconds": 360},
         },
     }
+
+
+def write_conversions_input(landing_root: Path, seed: int) -> int:
+    """`synthetic.scenarios`' 300 impressions and plays from 6 hours after the seed before (the
+    scenario spans about 5.5 hours), as one file per source arriving after the files before: at a
+    file per source per batch, nothing falls behind the join's watermarks, so the stream gives
+    what a batch run gives. Returns the files written to the first source, one."""
+    with tempfile.TemporaryDirectory() as scratch:
+        written = impressions_plays_scenario(
+            Path(scratch), 300, seed, IMPRESSIONS_PLAYS_START + timedelta(hours=6 * seed)
+        )
+        for source in ("impressions", "plays"):
+            lines = [
+                line
+                for path in sorted(written)
+                if path.parent.name == source
+                for line in path.read_text().splitlines()
+            ]
+            write_json_lines(landing_root / source, f"{source}-{seed:03d}.json", lines)
+    return 1
+
+
+WINDOWED_JOB = "purchase_windows"
+# How long a window is, and how far the watermark trails the newest event time, in minutes.
+WINDOW_MINUTES = 10
+
+WINDOWS_MODULE = f"""
+from pyspark.sql import functions as F
+
+
+def build(inputs, context):
+    # Watermarked before the filter: every event moves the watermark, a purchase or not.
+    events = inputs["events"].withWatermark("event_time", "{WINDOW_MINUTES} minutes")
+    counts = (
+        events.where(F.col("event_type") == "purchase")
+        .groupBy(
+            F.window("event_time", "{WINDOW_MINUTES} minutes"),
+            F.coalesce("country", F.lit("unknown")).alias("country"),
+        )
+        .agg(F.count("*").alias("purchases"), F.max("amount").alias("largest"))
+    )
+    return counts.select(
+        "country",
+        F.col("window.start").alias("window_start"),
+        "purchases",
+        "largest",
+        F.to_date("window.start").alias("event_date"),
+        F.hour("window.start").alias("event_hour"),
+    )
+"""
+
+# A deploy with a bug: every event counted, not only the purchases (the same state).
+BUGGY_WINDOWS_MODULE = WINDOWS_MODULE.replace(
+    '        events.where(F.col("event_type") == "purchase")\n', "        events\n"
+)
+
+
+def write_windowed_code(directory: Path, windows: str = WINDOWS_MODULE) -> Path:
+    """The team's package `velocity` in `directory` (outside the repository), its module `windows`."""
+    package = directory / "velocity"
+    package.mkdir(parents=True, exist_ok=True)
+    (package / "__init__.py").write_text("")
+    (package / "windows.py").write_text(windows)
+    return directory
+
+
+def windowed_job_spec(code_dir: Path) -> dict[str, Any]:
+    """A job file for the team's `velocity.windows:build`: a stateful job, a file per batch."""
+    spec = team_job_spec(code_dir)
+    spec["name"] = WINDOWED_JOB
+    spec["description"] = "A team's windowed purchase counts: its own stateful code."
+    spec["pipeline"].update(
+        entrypoint="velocity.windows:build",
+        sink={"path": WINDOWED_JOB},
+        partition_columns=["event_date", "event_hour"],
+        parameters={},
+    )
+    spec["operations"]["stateful"] = True
+    return spec
+
+
+def install_windowed_job(platform: PlatformConfig, code_dir: Path) -> Path:
+    """The stateful team job's code in `code_dir` and its job file in the platform."""
+    return write_team_job(platform, windowed_job_spec(write_windowed_code(code_dir)))
+
+
+def write_hourly_events(landing_root: Path, seed: int) -> GeneratedBatch:
+    """300 product events (2 % malformed) over the hour `seed` hours after the generator's start,
+    in `events/events-<seed>.json`: each file's events after the ones of the files before."""
+    return write_batch(
+        landing_root / "events",
+        300,
+        0.02,
+        seed,
+        start=DEFAULT_START + timedelta(hours=seed),
+        file_name=f"events-{seed:03d}.json",
+    )
+
+
+def write_flush_event(landing_root: Path) -> GeneratedBatch:
+    """One event `synthetic.scenarios.FLUSH_AFTER` after the generator's start: the watermark
+    passes every window the hourly files opened (its own window stays open)."""
+    return write_batch(
+        landing_root / "events", 1, 0.0, 0, start=DEFAULT_START + FLUSH_AFTER, file_name="events-flush.json"
+    )
+
+
+def windows_closed(platform: PlatformConfig, job: str, files: int) -> bool:
+    """Whether a running job has read `files` files, the last one the flush, and committed a batch
+    after the one that read it: that batch moved the watermark, the next one appends the windows
+    it closed."""
+    if not caught_up(platform, job, files):
+        return False
+    newest = max(log_entries(platform.checkpoint_root / job / "commits"))
+    return files_read(platform, job, batch=newest - 1) == files
