@@ -106,7 +106,7 @@ def _scratch_conf(platform: PlatformConfig, job: str, candidate: str, root: Path
     }
     settings["ledger"] = {"url": f"sqlite:///{root / 'ledger.db'}"}
     (conf_dir / "platform.yaml").write_text(yaml.safe_dump(settings))
-    spec = anchor_paths(yaml.safe_load(candidate), platform.conf_dir / "jobs")
+    spec = anchor_paths(yaml.safe_load(candidate), platform.conf_dir)
     # The running version holds the metrics port; the dry run serves its metrics elsewhere.
     spec["operations"]["metrics_port"] = free_loopback_port()
     (conf_dir / "jobs" / f"{job}.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))

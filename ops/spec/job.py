@@ -401,24 +401,25 @@ def load_job(path: Path, jobs_dir: Path | None = None) -> JobSpec:
     return spec.model_copy(update={"config_version": digest.hexdigest()[:12]})
 
 
-def anchor_paths(document: Any, jobs_dir: Path) -> Any:
-    """A job file's document with the paths it may give relative to its directory (a python job's
-    `code`, script UDFs' `file`) made absolute from `jobs_dir`: for a copy of the file written to
-    another conf dir (an upgrade's dry run, a board draft's check). Any other document is
-    returned as it is, for the model to judge."""
+def anchor_paths(document: Any, conf_dir: Path) -> Any:
+    """A job file's document with the paths it may give relative to its conf dir made absolute:
+    a python job's `code` and script UDFs' `file` (relative to `conf/jobs/`), the enricher's
+    `mapping` (relative to `conf/`). For a copy of the file written to another conf dir (an
+    upgrade's dry run). Any other document is returned as it is, for the model to judge."""
     pipeline = document.get("pipeline") if isinstance(document, dict) else None
     if not isinstance(pipeline, dict):
         return document
 
-    def anchored(value: Any) -> Any:
-        return str(jobs_dir / value) if isinstance(value, str) and not Path(value).is_absolute() else value
+    def anchored(value: Any, base: Path) -> Any:
+        return str(base / value) if isinstance(value, str) and not Path(value).is_absolute() else value
 
     pipeline = dict(pipeline)
-    if "code" in pipeline:
-        pipeline["code"] = anchored(pipeline["code"])
+    for key, base in (("code", conf_dir / "jobs"), ("mapping", conf_dir)):
+        if key in pipeline:
+            pipeline[key] = anchored(pipeline[key], base)
     if isinstance(pipeline.get("udfs"), list):
         pipeline["udfs"] = [
-            {**udf, "file": anchored(udf.get("file"))} if isinstance(udf, dict) else udf
+            {**udf, "file": anchored(udf.get("file"), conf_dir / "jobs")} if isinstance(udf, dict) else udf
             for udf in pipeline["udfs"]
         ]
     return {**document, "pipeline": pipeline}

@@ -337,7 +337,8 @@ def test_a_copy_of_a_job_file_checked_elsewhere_takes_its_relative_paths_from_wh
     platform_conf: PlatformConfig, tmp_path: Path
 ) -> None:
     """An upgrade's candidate is checked in a scratch directory, and its dry run runs from another
-    conf dir: a relative `code` or UDF `file` still names what it names in `conf/jobs/`."""
+    conf dir: a relative `code`, UDF `file` or enricher `mapping` still names what it names in
+    the platform's conf dir."""
     jobs_dir = platform_conf.conf_dir / "jobs"
     (jobs_dir / "team" / "fraud").mkdir(parents=True)
     (jobs_dir / "team" / "fraud" / "scoring.py").write_text("def build(inputs, context):\n    pass\n")
@@ -359,5 +360,8 @@ def test_a_copy_of_a_job_file_checked_elsewhere_takes_its_relative_paths_from_wh
 
     assert spec.pipeline.code == str(jobs_dir / "team")  # type: ignore[union-attr]
     assert spec.config_version == load_job(installed).config_version
-    anchored = anchor_paths(document, jobs_dir)
+    anchored = anchor_paths(document, platform_conf.conf_dir)
     assert anchored["pipeline"]["code"] == str(jobs_dir / "team") and document["pipeline"]["code"] == "team"
+    enricher = yaml.safe_load((DEFAULT_CONF_DIR / "jobs" / "enricher.yaml").read_text())
+    mapping = anchor_paths(enricher, platform_conf.conf_dir)["pipeline"]["mapping"]
+    assert mapping == str(platform_conf.conf_dir / enricher["pipeline"]["mapping"])
