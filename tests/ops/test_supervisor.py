@@ -193,8 +193,10 @@ def test_a_slow_start_and_a_slow_batch_are_left_to_run_with_a_warning_each_and_a
         states = []
 
         def committed() -> bool:
-            states.append(supervisor.reconcile("router").state)
+            # Read before the pass: the pass that ends the wait has seen the commit, and resolved
+            # the slow batch's warning.
             heartbeat = read_heartbeat(heartbeat_file)
+            states.append(supervisor.reconcile("router").state)
             return heartbeat is not None and heartbeat.batch_id is not None and heartbeat.event == "progress"
 
         wait_for(committed, 300, "the router's first committed batch")

@@ -130,11 +130,11 @@ def test_the_forms_draft_and_check_a_job_for_any_user_but_airflow_decides_who_wr
         # Writing is the DAG's, and Airflow lets only those with the right trigger it.
         run = {"logical_date": None, "conf": {"job_file": checked.json()["text"]}}
         assert client.post("/api/v2/dags/warden_new_job/dagRuns", json=run, headers=reader).status_code == 403
-        # An admin gets past that check (to find no parsed DAG in this metadata database).
+        # An admin gets past that check: to a run, or to no parsed DAG in this worker's metadata
+        # database (whether another test parsed the DAGs into it first).
         operator = bearer(client, passwords, "operator")
-        assert (
-            client.post("/api/v2/dags/warden_new_job/dagRuns", json=run, headers=operator).status_code == 404
-        )
+        answer = client.post("/api/v2/dags/warden_new_job/dagRuns", json=run, headers=operator)
+        assert answer.status_code in (200, 404), answer.text
 
 
 def test_the_embedded_platforms_all_admins_mode_opens_the_board_without_a_login(
