@@ -150,6 +150,16 @@ CASES = [
 ]
 
 
+# A savepoint taken mid-backlog restores through the same rewind whatever the job computes: the
+# backlog test runs a stateless job, a stateful one on each kind of state (RocksDB in its default
+# checkpoint format, and a team's SQL join), not every restated job (the restate test does).
+BACKLOG_CASES = [
+    case
+    for case in CASES
+    if (case.job, case.checkpoint_format) in {("router", None), ("sessionizer", 2), (SQL_JOB, None)}
+]
+
+
 def one_file_per_batch(checkpoint_format: int | None) -> Callable[[dict[str, Any]], None]:
     def edit(spec: dict[str, Any]) -> None:
         spec["operations"]["trigger"] = {"interval_seconds": 1, "max_files_per_trigger": 1}
@@ -230,7 +240,7 @@ def test_restated_sink_equals_a_clean_run_of_the_right_version(
     assertDataFrameEqual(restated.select(*expected.columns), expected)
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.job}-v{c.checkpoint_format or 'default'}")
+@pytest.mark.parametrize("case", BACKLOG_CASES, ids=lambda c: f"{c.job}-v{c.checkpoint_format or 'default'}")
 def test_savepoints_taken_during_a_backlog_each_restore_the_same_output(
     case: Case, spark: SparkSession, platform_with_s3: PlatformConfig, ledger: Ledger, tmp_path: Path
 ) -> None:
