@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from airflow.sdk import DAG, Param, task
 
@@ -110,19 +111,28 @@ def _savepoint_choices(jobs: list[str]) -> dict[str, str]:
     }
 
 
-def request_dag(action: str, jobs: list[str]) -> DAG:
-    """A manual DAG whose trigger form asks for the job and a reason."""
-    with DAG(
-        dag_id=f"warden_{action}",
-        description=REQUESTS[action],
+def _form_dag(
+    dag_id: str, description: str, topic: str | None, params: dict[str, Param], **options: Any
+) -> DAG:
+    """A DAG an operator triggers with its form (Airflow's, or the job board's through Airflow's
+    REST API): no schedule, tagged `operator` (and `topic`). Unpaused: a paused DAG would queue the
+    form's run instead of carrying it out."""
+    return DAG(
+        dag_id=dag_id,
+        description=description,
         schedule=None,
         start_date=START,
         catchup=False,
-        # Unpaused: a paused DAG would queue the trigger form's run instead of carrying it out.
         is_paused_upon_creation=False,
-        tags=["streamwarden", "operator"],
-        params=_job_and_reason(jobs),
-    ) as dag:
+        tags=["streamwarden", "operator", *([topic] if topic else [])],
+        params=params,
+        **options,
+    )
+
+
+def request_dag(action: str, jobs: list[str]) -> DAG:
+    """A manual DAG whose trigger form asks for the job and a reason."""
+    with _form_dag(f"warden_{action}", REQUESTS[action], None, _job_and_reason(jobs)) as dag:
         JobRequestOperator(
             task_id=action, action=action, job="{{ params.job }}", reason="{{ params.reason }}"
         )
@@ -131,15 +141,11 @@ def request_dag(action: str, jobs: list[str]) -> DAG:
 
 def savepoint_dag(jobs: list[str]) -> DAG:
     """Take a savepoint of a job now, from the trigger form."""
-    with DAG(
-        dag_id="warden_savepoint",
-        description="Copy a job's checkpoint to the savepoint store now; the job keeps running",
-        schedule=None,
-        start_date=START,
-        catchup=False,
-        is_paused_upon_creation=False,
-        tags=["streamwarden", "operator", "savepoint"],
-        params=_job_and_reason(jobs),
+    with _form_dag(
+        "warden_savepoint",
+        "Copy a job's checkpoint to the savepoint store now; the job keeps running",
+        "savepoint",
+        _job_and_reason(jobs),
     ) as dag:
         SavepointOperator(task_id="savepoint", job="{{ params.job }}", reason="{{ params.reason }}")
     return dag
@@ -147,15 +153,11 @@ def savepoint_dag(jobs: list[str]) -> DAG:
 
 def scale_dag(jobs: list[str]) -> DAG:
     """Pin a job's cores (an operator's override of the autoscaler) or release the pin."""
-    with DAG(
-        dag_id="warden_scale",
-        description="Pin a job's cores until released, or release them to the autoscaler",
-        schedule=None,
-        start_date=START,
-        catchup=False,
-        is_paused_upon_creation=False,
-        tags=["streamwarden", "operator", "scale"],
-        params={
+    with _form_dag(
+        "warden_scale",
+        "Pin a job's cores until released, or release them to the autoscaler",
+        "scale",
+        {
             "job": _job_param(jobs, "The job to scale."),
             "cores": Param(
                 None,
@@ -188,15 +190,11 @@ def new_job_dag() -> DAG:
     Airflow's REST API, so Airflow checks the user's right to; `create` checks the file as the board
     did (Spark's analyzer included) and writes `conf/jobs/<name>.yaml`. The job's supervision DAG
     appears at the next parse, paused until someone starts it."""
-    with DAG(
-        dag_id="warden_new_job",
-        description="Create a router or SQL job from a job file Spark's analyzer accepts",
-        schedule=None,
-        start_date=START,
-        catchup=False,
-        is_paused_upon_creation=False,
-        tags=["streamwarden", "operator", "authoring"],
-        params={
+    with _form_dag(
+        "warden_new_job",
+        "Create a router or SQL job from a job file Spark's analyzer accepts",
+        "authoring",
+        {
             "job_file": _job_file_param(
                 "The new job's file (YAML), as the job board's New job form drafts it; refused, with "
                 "nothing written, when its name is taken or it does not validate."
@@ -210,15 +208,11 @@ def new_job_dag() -> DAG:
 def edit_job_dag(jobs: list[str]) -> DAG:
     """Deploy a new version of a router or SQL job through `warden upgrade`: the board's Edit form
     triggers it through Airflow's REST API, so Airflow checks the user's right to."""
-    with DAG(
-        dag_id="warden_edit_job",
-        description="Deploy a new version of a router or SQL job's file through warden upgrade",
-        schedule=None,
-        start_date=START,
-        catchup=False,
-        is_paused_upon_creation=False,
-        tags=["streamwarden", "operator", "authoring"],
-        params={
+    with _form_dag(
+        "warden_edit_job",
+        "Deploy a new version of a router or SQL job's file through warden upgrade",
+        "authoring",
+        {
             "job": _job_param(jobs, "The job to deploy a new version of."),
             "job_file": _job_file_param(
                 "The job's new file (YAML), as the job board's Edit form drafts it: a savepoint, a dry "
@@ -361,16 +355,11 @@ def backfill_dag(jobs: list[str]) -> DAG:
     takes the staged output through the quality gate into the warehouse table (a candidate: diffs
     it), `report` checks the staged output and logs a row per partition and per published one,
     failing when the gate blocked. A dry run stops after `prepare`'s plan."""
-    with DAG(
-        dag_id="warden_backfill",
-        description="Run a job's streaming query over archived input, one arrival hour per micro-batch",
-        schedule=None,
-        start_date=START,
-        catchup=False,
-        is_paused_upon_creation=False,
-        max_active_runs=1,
-        tags=["streamwarden", "operator", "backfill"],
-        params={
+    with _form_dag(
+        "warden_backfill",
+        "Run a job's streaming query over archived input, one arrival hour per micro-batch",
+        "backfill",
+        {
             "job": _job_param(jobs, "The job to backfill."),
             "start": Param(
                 None,
@@ -398,6 +387,7 @@ def backfill_dag(jobs: list[str]) -> DAG:
             ),
             "dry_run": Param(False, type="boolean", description="Only list the partitions it would run."),
         },
+        max_active_runs=1,
     ) as dag:
         prepared = PrepareBackfillOperator(
             task_id="prepare",
