@@ -1,22 +1,23 @@
-"""The gated streaming source a backfill's long-running query reads: one archive partition per batch.
+"""The gated streaming source a backfill's long-running query reads: one feed batch per micro-batch.
 
 A backfill (`jobs.backfill`) runs the job's query once over the whole range. Each input of the job
 is read by this source (a PySpark Python streaming data source, `DataSourceStreamReader`) instead
-of a file source over a landing directory: its offset is a position in the backfill's plan (the
-partitions before it are read), and a batch reads the staged files of exactly one partition. The
-driver releases the partitions through the run's gate (`BackfillRun.gate_file`) one at a time,
-after the previous batch committed.
+of a file source over a landing directory: its offset is a position in the plan's feed batches
+(`BackfillPlan.batches`: the ones before it are read), and a micro-batch reads the input's staged
+files of exactly one feed batch (its arrival hours, or its slice of one). The driver releases the
+feed batches through the run's gate (`BackfillRun.gate_file`) one at a time, after the previous
+one committed.
 
 Lockstep is exact, not timed: `latestOffset` never answers "no new data" while the gate may still
 move. It waits until the gate releases the next position and then returns exactly one position
 more, so every input of the query, asked one after the other in the same trigger, moves by the
-same one partition whatever the moment the driver opens the gate. Only once the gate is closed
+same one feed batch whatever the moment the driver opens the gate. Only once the gate is closed
 (the range is done) does it return its start, and the query goes idle.
 
-The position after the last partition (`len(plan.partitions)`) is an empty one: its batch reads no
-rows and runs the stateful operators under the watermark the last partition left, which is the
+The position after the last feed batch (`len(plan.batches)`) is an empty one: its micro-batch
+reads no rows and runs the stateful operators under the watermark the last one left, which is the
 no-data batch a streaming job runs after its input stops (the query itself runs without no-data
-batches, so between partitions none runs, as in the live job that has the next hour's input
+batches, so between feed batches none runs, as in the live job that has the next hour's input
 already there).
 """
 
@@ -47,6 +48,8 @@ RAW_SCHEMA = "value string"
 # How often a waiting `latestOffset` reads the gate: the driver opens it within milliseconds of
 # the previous commit, so this bounds the gap between two batches.
 GATE_POLL_SECONDS = 0.005
+# Lines per Arrow batch a read task hands to Spark: a large staged file goes in pieces, not whole.
+LINES_PER_ARROW_BATCH = 65_536
 
 
 def staged_lines(path: Path) -> list[bytes]:
@@ -94,7 +97,7 @@ def spread(paths: list[Path], tasks: int) -> list[list[Path]]:
 
 class ArchiveSource(DataSource):
     """`spark.readStream.format("streamwarden_archive").option("run_dir", D).option("input", N)`:
-    input N of the backfill run in directory D, partition by partition, as raw lines."""
+    input N of the backfill run in directory D, feed batch by feed batch, as raw lines."""
 
     @classmethod
     def name(cls) -> str:
@@ -112,15 +115,21 @@ class ArchiveSource(DataSource):
 
 
 class ArchiveStreamReader(DataSourceStreamReader):
-    """Offsets `{"input": N, "next": P}`: positions before P (plan partitions, then the empty one)
-    are read."""
+    """Offsets `{"input": N, "next": P}`: positions before P (the plan's feed batches, then the
+    empty one) are read."""
 
     def __init__(self, run: BackfillRun, input_name: str, tasks: int = 1) -> None:
         self.run = run
         self.input_name = input_name
         self.tasks = tasks
-        self.partition_files = [
-            partition.files.get(input_name, []) for partition in run.read_plan().partitions
+        # Each feed batch's staged files of this input.
+        self.batch_files = [
+            [
+                run.staged(input_name, piece.partition) / file_name
+                for piece in batch.pieces
+                for file_name in piece.files.get(input_name, [])
+            ]
+            for batch in run.read_plan().batches
         ]
         # The process that started this reader's worker: when it is gone (the application was
         # killed), a reader waiting on the gate stops instead of polling for ever.
@@ -143,17 +152,19 @@ class ArchiveStreamReader(DataSourceStreamReader):
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         paths = [
-            self.run.staged(self.input_name, position) / file_name
+            path
             for position in range(int(start["next"]), int(end["next"]))
-            if position < len(self.partition_files)
-            for file_name in self.partition_files[position]
+            if position < len(self.batch_files)
+            for path in self.batch_files[position]
         ]
         return [StagedFiles([str(path) for path in group]) for group in spread(paths, self.tasks)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, StagedFiles)
         for path in partition.paths:
-            yield lines_batch(staged_lines(Path(path)))
+            lines = staged_lines(Path(path))
+            for first in range(0, len(lines), LINES_PER_ARROW_BATCH):
+                yield lines_batch(lines[first : first + LINES_PER_ARROW_BATCH])
 
 
 def register(spark: SparkSession) -> None:
@@ -162,7 +173,7 @@ def register(spark: SparkSession) -> None:
 
 
 def read_archive(run: BackfillRun) -> RawInput:
-    """A `jobs.runtime.RawInput` reading the run's staged partitions instead of landing directories."""
+    """A `jobs.runtime.RawInput` reading the run's staged feed batches instead of landing directories."""
 
     def read(spark: SparkSession, platform: PlatformConfig, spec: JobSpec) -> dict[str, DataFrame]:
         return {

@@ -1,21 +1,23 @@
 """`python -m jobs.backfill --run-dir DIR` (or `spark-submit jobs/backfill.py`): a Kappa+ backfill.
 
 The job's own streaming query (`jobs.runner.plan_job`, the same transform, state and sink
-layout) over archived input: the control side (`ops.backfill`) has planned the range and staged
-each archive partition under the run directory (`ops.driver.backfill` has the layout). This
-application runs ONE query for the whole range and feeds it one partition per micro-batch, every
-input of the job at once (lockstep), oldest first: each input is read by the gated archive source
-(`jobs.archive_source`), and the driver releases the next partition once the previous batch has
-committed. The watermark moves to the partition's end after it (Spark's own rule, `max event time
-- allowed lateness`), so the next partition's batch runs under it; no no-data batch runs between
-partitions, and one closes the range (the empty position after the last partition). State carries
-across partitions, so a session or a join spanning a partition boundary is whole, while memory is
-bounded by one partition; the query starts, plans and loads its state once, not per partition.
+layout) over archived input: the control side (`ops.backfill`) has planned the range, cut it into
+feed batches under a byte budget and staged each archive partition under the run directory
+(`ops.driver.backfill` has the layout). This application runs ONE query for the whole range and
+feeds it one feed batch per micro-batch (consecutive arrival hours, or a slice of one hour; every
+input of the job at once: lockstep), oldest first: each input is read by the gated archive source
+(`jobs.archive_source`), and the driver releases the next feed batch once the previous one has
+committed. The watermark moves to the batch's end after it (Spark's own rule, `max event time -
+allowed lateness`), so the next batch runs under it: an event is late when it is older than the
+watermark its batch started under, so a bigger batch keeps every event its smaller parts would
+keep. No no-data batch runs between feed batches, and one closes the range (the empty position
+after the last). State carries across batches, so a session or a join spanning a batch boundary
+is whole, while memory is bounded by the budget; the query starts, plans and loads its state once.
 
 A bootstrap backfill (`--bootstrap`) feeds the job's file-source query instead, an available-now
-run per partition (`feed_per_partition`): its checkpoint becomes the live job's savepoint.
+run per feed batch (`feed_available_now`): its checkpoint becomes the live job's savepoint.
 
-Each partition is recorded as done once its batches commit; a killed run started again skips the
+Each feed batch is recorded as done once it commits; a killed run started again skips the
 recorded ones, and Spark re-runs an uncommitted batch with its logged offsets. Exit codes as the
 streaming driver's: 0 done, 1 the query failed, 2 config error. With `monitoring.pushgateway_url`
 set, the run pushes its success or failure (`ops.pushgateway`, task `backfill`); a publish into the
@@ -42,7 +44,7 @@ from jobs.archive_source import register as register_archive_source
 from jobs.runner import plan_job
 from jobs.runtime import with_trigger
 from ops.atomic import write_atomically
-from ops.driver.backfill import BackfillPlan, BackfillRun, PartitionDone, PlannedPartition
+from ops.driver.backfill import BackfillPlan, BackfillRun, BatchDone, FeedBatch
 from ops.driver.checkpoint import log_entries, sink_files
 from ops.driver.session import (
     EXIT_CONFIG_ERROR,
@@ -61,18 +63,18 @@ log = structlog.get_logger("streamwarden.backfill")
 
 # Whether a query may run a batch without new input when the watermark has moved past state. It is
 # read when a query starts and is not frozen in the checkpoint. Off for the gated query: whether
-# one ran between two partitions would depend on how fast the driver opened the gate, and it is
-# redundant: the next partition's data batch starts under the same watermark (the commit
-# log carries it) and Spark evicts and fires every timeout under it in that batch, before the new
-# watermark applies, so the rows are the same; skipping it saved 1.4-2.7 s of each partition
-# (a batch: query planning, state store load and commit, a Parquet sink commit). After the range's
-# last partition it does run, so the final state and output are those of the streaming job.
+# one ran between two feed batches would depend on how fast the driver opened the gate, and it is
+# redundant: the next data batch starts under the same watermark (the commit log carries it) and
+# Spark evicts and fires every timeout under it in that batch, before the new watermark applies,
+# so the rows are the same; skipping it saved 1.4-2.7 s of each batch (query planning, state
+# store load and commit, a Parquet sink commit). After the range's last feed batch it does run, so
+# the final state and output are those of the streaming job.
 NO_DATA_BATCHES = "spark.sql.streaming.noDataMicroBatches.enabled"
 # Close a query's state stores when its tasks commit instead of leaving them to the maintenance
-# thread (every 60 s, and only once their query run has ended). Every partition's query is a new
-# run that loads the state anew, so a loaded store is never used again; left loaded, their RocksDB
-# instances grew the JVM by 15-20 MiB per partition (16 partitions of 30,000 events: 926 -> 1,253
-# MiB; closed on commit: 892 -> 989 MiB), i.e. with the range, not with one partition.
+# thread (every 60 s, and only once their query run has ended). A bootstrap's query is a new run
+# per feed batch that loads the state anew, so a loaded store is never used again; left loaded,
+# their RocksDB instances grew the JVM by 15-20 MiB per batch (16 batches of 30,000 events: 926 ->
+# 1,253 MiB; closed on commit: 892 -> 989 MiB), i.e. with the range, not with one batch.
 UNLOAD_ON_COMMIT = "spark.sql.streaming.stateStore.unloadOnCommit"
 # How often the driver looks for the commit of the batch it fed (a file in the checkpoint).
 COMMIT_POLL_SECONDS = 0.01
@@ -82,7 +84,7 @@ PROGRESS_WAIT_SECONDS = 0.1
 
 def backfill_spec(run: BackfillRun, plan: BackfillPlan) -> JobSpec:
     """The spec the run computes with, checked against the version the plan recorded; without a
-    per-trigger file limit, so that one micro-batch reads a whole partition."""
+    per-trigger file limit, so that one micro-batch reads a whole feed batch."""
     spec = load_job(run.spec_file(plan.job))
     if spec.config_version != plan.config_version:
         raise ConfigError(
@@ -90,6 +92,11 @@ def backfill_spec(run: BackfillRun, plan: BackfillPlan) -> JobSpec:
             f"config {spec.config_version} is not the config {plan.config_version} "
             "the backfill was planned with",
         )
+    return without_file_limit(spec)
+
+
+def without_file_limit(spec: JobSpec) -> JobSpec:
+    """`spec` without a per-trigger file limit: its query reads all that is there in one batch."""
     trigger = spec.operations.trigger.model_copy(update={"max_files_per_trigger": None})
     operations = spec.operations.model_copy(update={"trigger": trigger})
     return spec.model_copy(update={"operations": operations})
@@ -110,43 +117,59 @@ def _rows_written(paths: JobPaths, first_batch: int, last_batch: int) -> int:
 
 
 @dataclass
-class PartitionFeed:
-    """What feeding partitions needs, and the bookkeeping every partition ends with."""
+class Feed:
+    """What feeding the plan's batches needs, and the bookkeeping every feed batch ends with."""
 
     run: BackfillRun
     plan: BackfillPlan
     spec: JobSpec
     scratch: PlatformConfig
-    done: dict[int, PartitionDone]
+    done: dict[int, BatchDone]
 
     @property
     def paths(self) -> JobPaths:
         return JobPaths.of(self.scratch, self.spec)
 
-    def first_batch(self, partition: PlannedPartition) -> int:
-        """The first batch of `partition`, recorded before anything of it is logged: a killed
+    def first_batch(self, batch: FeedBatch) -> int:
+        """The first query batch of `batch`, recorded before anything of it is logged: a killed
         attempt's record stands (its batches may have been logged or committed since)."""
         running = self.run.running()
-        if running is not None and running[0] == partition.index:
+        if running is not None and running[0] == batch.index:
             return running[1]
         first_batch = _next_batch(self.paths)
-        self.run.record_running(partition.index, first_batch)
+        self.run.record_running(batch.index, first_batch)
         return first_batch
+
+    def staged_files(self, batch: FeedBatch) -> list[Path]:
+        """The staged files `batch` reads, every input's; BackfillError if one is missing."""
+        files = []
+        for piece in batch.pieces:
+            for name, file_names in piece.files.items():
+                staged = self.run.staged(name, piece.partition)
+                for file_name in file_names:
+                    if not (staged / file_name).is_file():
+                        raise BackfillError(
+                            f"partition {self.plan.partitions[piece.partition].label} of input {name!r}: "
+                            f"{file_name} is not staged in {staged}; plan the backfill again"
+                        )
+                    files.append(staged / file_name)
+        return files
 
     def finish(
         self,
-        partition: PlannedPartition,
+        batch: FeedBatch,
         first_batch: int,
         input_rows: int,
         started: float,
         phases_ms: dict[str, int] | None = None,
     ) -> None:
-        """Record `partition` done once its batches committed, log it (with Spark's time per phase
-        of its last batch, when known) and throttle."""
+        """Record `batch` done once its query batches committed, log it (with Spark's time per
+        phase of its last query batch, when known) and throttle."""
         paths = self.paths
         last_batch = max(log_entries(paths.commits), default=-1)
-        record = PartitionDone(
-            index=partition.index,
+        record = BatchDone(
+            index=batch.index,
+            partitions=batch.completes,
             first_batch=first_batch,
             last_batch=last_batch,
             input_rows=input_rows,
@@ -154,12 +177,13 @@ class PartitionFeed:
             seconds=round(time.monotonic() - started, 3),
         )
         self.run.record_done(record)
-        self.done[partition.index] = record
+        self.done[batch.index] = record
         log.info(
-            "partition done",
-            partition=f"{partition.index + 1}/{len(self.plan.partitions)}",
-            arrival_hour=partition.label,
-            batches=f"{first_batch}..{last_batch}",
+            "batch done",
+            batch=f"{batch.index + 1}/{len(self.plan.batches)}",
+            arrival_hours=batch.describe(self.plan.partitions),
+            bytes=batch.bytes,
+            query_batches=f"{first_batch}..{last_batch}",
             input_rows=record.input_rows,
             output_rows=record.output_rows,
             seconds=record.seconds,
@@ -169,21 +193,14 @@ class PartitionFeed:
         if self.plan.throttle_seconds:
             time.sleep(self.plan.throttle_seconds)
 
-
-def _staged_lines(feed: PartitionFeed, partition: PlannedPartition) -> int:
-    """The lines of `partition`'s staged files; BackfillError if one is missing."""
-    lines = 0
-    for name, file_names in partition.files.items():
-        staged = feed.run.staged(name, partition.index)
-        for file_name in file_names:
-            path = staged / file_name
-            if not path.is_file():
-                raise BackfillError(
-                    f"partition {partition.label} of input {name!r}: {file_name} is not staged in "
-                    f"{staged}; plan the backfill again"
-                )
-            lines += count_lines(path)
-    return lines
+    def discard(self, batch: FeedBatch, files: list[Path]) -> None:
+        """Delete a committed batch's staged files (Spark never reads them again), and the
+        directories of the partitions it completed."""
+        for path in files:
+            path.unlink(missing_ok=True)
+        for partition in batch.completes:
+            for name in self.plan.sources:
+                shutil.rmtree(self.run.staged(name, partition), ignore_errors=True)
 
 
 def _await_commit(query: StreamingQuery, paths: JobPaths, batch: int) -> None:
@@ -208,108 +225,111 @@ def _phases_ms(query: StreamingQuery, batch: int) -> dict[str, int] | None:
     return None
 
 
-def feed_gated(spark: SparkSession, feed: PartitionFeed, todo: list[PlannedPartition]) -> None:
-    """Feed `todo` to ONE long-running query of the job, a partition per batch through the gate.
+def feed_gated(spark: SparkSession, feed: Feed, todo: list[FeedBatch]) -> None:
+    """Feed `todo` to ONE long-running query of the job, a feed batch per micro-batch through the gate.
 
-    The query's inputs read the staged partitions (`jobs.archive_source`); the driver releases one
-    partition, waits for its batch's commit, records it and releases the next. The query starts,
-    plans and loads its state once for the whole range; its state stores stay loaded between
-    batches. The last partition is released with the empty position after it, whose batch is the
-    closing no-data batch, and with the gate closed.
+    The query's inputs read the staged feed batches (`jobs.archive_source`); the driver releases
+    one, waits for its commit, records it and releases the next. The query starts, plans and loads
+    its state once for the whole range; its state stores stay loaded between batches. The last
+    feed batch is released with the empty position after it, whose micro-batch is the closing
+    no-data batch, and with the gate closed.
     """
     run, paths = feed.run, feed.paths
-    last = feed.plan.partitions[-1].index
+    last = feed.plan.batches[-1].index
     register_archive_source(spark)
     spark.conf.set(NO_DATA_BATCHES, "false")
-    # Released: the positions before the first partition to feed; the sources wait there.
+    # Released: the positions before the first batch to feed; the sources wait there.
     run.set_gate(todo[0].index)
     writer = plan_job(feed.scratch, feed.spec, read_archive(run))(spark)
     query = writer.trigger(processingTime="0 seconds").start()
     try:
-        for partition in todo:
+        for batch in todo:
             started = time.monotonic()
-            lines = _staged_lines(feed, partition)
-            first_batch = feed.first_batch(partition)
-            closing = partition.index == last
-            run.set_gate(partition.index + 1 + int(closing), closed=closing)
+            files = feed.staged_files(batch)
+            lines = sum(count_lines(path) for path in files)
+            first_batch = feed.first_batch(batch)
+            closing = batch.index == last
+            run.set_gate(batch.index + 1 + int(closing), closed=closing)
             _await_commit(query, paths, first_batch + int(closing))
-            feed.finish(partition, first_batch, lines, started, _phases_ms(query, first_batch + int(closing)))
-            # Committed: Spark never reads these files again.
-            for name in partition.files:
-                shutil.rmtree(run.staged(name, partition.index), ignore_errors=True)
+            feed.finish(batch, first_batch, lines, started, _phases_ms(query, first_batch + int(closing)))
+            feed.discard(batch, files)
     finally:
         # A closed gate lets a waiting source answer, so the query stops at once.
         run.set_gate(run.read_gate()[0], closed=True)
         query.stop()
 
 
-def stage_partition(run: BackfillRun, paths: JobPaths, partition: PlannedPartition) -> int:
-    """Make the query's landing directories hold exactly `partition`'s files; their lines.
+def stage_batch(feed: Feed, batch: FeedBatch) -> int:
+    """Make the query's landing directories hold exactly `batch`'s files; their lines.
 
-    Files of earlier partitions are removed first (their batches committed, and the file source
-    never reads a file twice), so listing the input costs one partition whatever the range. Moving
-    is a rename within the run directory; a file already moved by a killed attempt stays.
+    Files of earlier batches are removed first (they committed, and the file source never reads a
+    file twice), so listing the input costs one batch whatever the range. Moving is a rename
+    within the run directory; a file already moved by a killed attempt stays.
     """
     lines = 0
-    for name, landing in paths.landing.items():
-        wanted = set(partition.files.get(name, ()))
+    for name, landing in feed.paths.landing.items():
+        wanted = {
+            file_name: feed.run.staged(name, piece.partition) / file_name
+            for piece in batch.pieces
+            for file_name in piece.files.get(name, ())
+        }
         landing.mkdir(parents=True, exist_ok=True)
         for present in landing.iterdir():
             if present.is_file() and present.name not in wanted:
                 present.unlink()
-        staged = run.staged(name, partition.index)
-        for file_name in sorted(wanted):
+        for file_name, source in sorted(wanted.items()):
             target = landing / file_name
             if not target.is_file():
-                source = staged / file_name
                 if not source.is_file():
                     raise BackfillError(
-                        f"partition {partition.label} of input {name!r}: {file_name} is neither staged "
-                        f"in {staged} nor in the query's input {landing}; plan the backfill again"
+                        f"{batch.describe(feed.plan.partitions)} of input {name!r}: {file_name} is "
+                        f"neither staged in {source.parent} nor in the query's input {landing}; plan "
+                        "the backfill again"
                     )
                 source.rename(target)
             lines += count_lines(target)
     return lines
 
 
-def feed_per_partition(spark: SparkSession, feed: PartitionFeed, todo: list[PlannedPartition]) -> None:
-    """Feed `todo` to the job's own file-source query, an available-now run of it per partition.
+def feed_available_now(spark: SparkSession, feed: Feed, todo: list[FeedBatch]) -> None:
+    """Feed `todo` to the job's own file-source query, an available-now run of it per feed batch.
 
     A bootstrap backfill runs this way: its checkpoint becomes the live job's savepoint
     (`ops.backfill.bootstrap`), so its sources must be the job's file sources, whose logs name
-    the landing files read. It pays a query start and a state load per partition.
+    the landing files read. It pays a query start and a state load per feed batch.
     """
     paths = feed.paths
-    # One writer for every partition: building the plan (reading the schema, the transform and its
-    # pandas function) cost about a second of each partition.
+    # One writer for every batch: building the plan (reading the schema, the transform and its
+    # pandas function) cost about a second of each.
     writer = with_trigger(plan_job(feed.scratch, feed.spec), feed.spec, available_now=True)(spark)
     spark.conf.set(UNLOAD_ON_COMMIT, "true")
-    last = feed.plan.partitions[-1].index
-    for partition in todo:
+    last = feed.plan.batches[-1].index
+    for batch in todo:
         started = time.monotonic()
-        lines = stage_partition(feed.run, paths, partition)
-        first_batch = feed.first_batch(partition)
-        spark.conf.set(NO_DATA_BATCHES, str(partition.index == last).lower())
+        lines = stage_batch(feed, batch)
+        first_batch = feed.first_batch(batch)
+        spark.conf.set(NO_DATA_BATCHES, str(batch.index == last).lower())
         writer.start().awaitTermination()
-        feed.finish(partition, first_batch, lines, started)
-    # The input of the last partition is not needed any more: its batches committed.
+        feed.finish(batch, first_batch, lines, started)
+    # The input of the last batch is not needed any more: it committed.
     for landing in paths.landing.values():
         for present in landing.glob("*"):
             present.unlink()
 
 
-def run_partitions(spark: SparkSession, platform: PlatformConfig, run: BackfillRun) -> list[PartitionDone]:
-    """Feed every partition not yet done to the job's query, oldest first; the records of the run."""
+def run_batches(spark: SparkSession, platform: PlatformConfig, run: BackfillRun) -> list[BatchDone]:
+    """Feed every feed batch not yet done to the job's query, oldest first; the records of the run."""
     plan = run.read_plan()
-    feed = PartitionFeed(
+    feed = Feed(
         run=run, plan=plan, spec=backfill_spec(run, plan), scratch=run.platform(platform), done=run.done()
     )
-    todo = [partition for partition in plan.partitions if partition.index not in feed.done]
+    todo = [batch for batch in plan.batches if batch.index not in feed.done]
     if todo:
-        (feed_per_partition if plan.bootstrap else feed_gated)(spark, feed, todo)
+        (feed_available_now if plan.bootstrap else feed_gated)(spark, feed, todo)
     records = [feed.done[index] for index in sorted(feed.done)]
     summary = {
-        "partitions": len(records),
+        "batches": len(records),
+        "partitions": sum(len(record.partitions) for record in records),
         "input_rows": sum(record.input_rows for record in records),
         "output_rows": sum(record.output_rows for record in records),
         "last_batch": max((record.last_batch for record in records), default=-1),
@@ -338,20 +358,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     spark = build_session(platform, spec)
     try:
-        records = run_partitions(spark, platform, run)
+        records = run_batches(spark, platform, run)
     except ConfigError as exc:
         log.error("cannot plan the job's query", error=str(exc))
         push_task_outcome(platform.monitoring, BatchTask.BACKFILL, plan.job, succeeded=False)
         return EXIT_CONFIG_ERROR
     except Exception as exc:
-        # The outermost loop: a failed batch, a partition that cannot be fed. What
+        # The outermost loop: a failed batch, a feed batch that cannot be fed. What
         # completed stays recorded and a new attempt resumes after it.
         log.error("backfill failed", error_class=type(exc).__name__, error=str(exc).splitlines()[0])
         push_task_outcome(platform.monitoring, BatchTask.BACKFILL, plan.job, succeeded=False)
         return EXIT_QUERY_FAILED
     finally:
         spark.stop()
-    log.info("backfill done", partitions=len(records), output_rows=sum(r.output_rows for r in records))
+    log.info(
+        "backfill done",
+        batches=len(records),
+        partitions=sum(len(r.partitions) for r in records),
+        output_rows=sum(r.output_rows for r in records),
+    )
     push_task_outcome(
         platform.monitoring,
         BatchTask.BACKFILL,

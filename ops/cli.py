@@ -33,10 +33,12 @@ warden state JOB [--key K] [--json]
 warden archive [--list SOURCE | --verify SOURCE --hour T]
                                 archive the sealed arrival hours of every landing directory now,
                                 list a source's archived hours, or check one against its manifest
-warden backfill JOB --from T1 --to T2 [--whole-partitions] [--spec FILE] [--throttle S] [--dry-run]
+warden backfill JOB --from T1 --to T2 [--whole-partitions] [--spec FILE] [--max-batch-bytes N]
+                [--throttle S] [--dry-run]
 warden backfill JOB --bootstrap --to T
                                 run the job's own streaming query over the archived arrival hours
-                                [T1, T2), one hour per micro-batch (resumes a killed run); with
+                                [T1, T2), as many hours a micro-batch as --max-batch-bytes holds
+                                (an hour over it in slices; resumes a killed run); with a table it
                                 then publishes the target partitions into the warehouse table
                                 through the quality gate; --spec runs a candidate into a side
                                 table, diffed against the table, nothing published; --bootstrap
@@ -404,6 +406,19 @@ def cmd_platform(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bytes_argument(text: str) -> int:
+    """A byte count, plain or with a JVM-style unit (`256m`, `1g`)."""
+    from ops.driver.backfill import memory_bytes
+
+    try:
+        value = int(text) if text.isdigit() else memory_bytes(text)
+    except (KeyError, ValueError):
+        raise argparse.ArgumentTypeError(f"not a byte count: {text!r} (e.g. 268435456, 256m, 1g)") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"not a positive byte count: {text!r}")
+    return value
+
+
 def _moment_argument(text: str) -> datetime:
     from ops.recovery.rewind import parse_moment
 
@@ -587,6 +602,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
         throttle_seconds=args.throttle,
         bootstrap=args.bootstrap,
         whole_partitions=args.whole_partitions,
+        max_batch_bytes=args.max_batch_bytes,
     )
     if args.dry_run:
         run, plan, _ = plan_backfill(platform, request, utcnow())
@@ -821,9 +837,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     backfill.add_argument("--spec", type=Path, help="a candidate job file: run into a side table and diffed")
     backfill.add_argument(
-        "--throttle", type=float, default=0.0, metavar="SECONDS", help="pause after each partition"
+        "--throttle", type=float, default=0.0, metavar="SECONDS", help="pause after each micro-batch"
     )
-    backfill.add_argument("--dry-run", action="store_true", help="print the partitions it would run")
+    backfill.add_argument(
+        "--max-batch-bytes",
+        type=_bytes_argument,
+        metavar="N",
+        help="the archived bytes one micro-batch reads (e.g. 268435456, 256m, 1g); default: the platform's "
+        "backfill.max_batch_bytes, or a quarter of the job's task memory",
+    )
+    backfill.add_argument("--dry-run", action="store_true", help="print the micro-batches it would run")
     backfill.add_argument(
         "--bootstrap", action="store_true", help="end with a savepoint the live job continues from"
     )

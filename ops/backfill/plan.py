@@ -27,7 +27,14 @@ from botocore.client import BaseClient
 from ops import archive, progress
 from ops.atomic import write_atomically
 from ops.backfill.coverage import archive_feeds, assess, widen
-from ops.driver.backfill import BackfillPlan, BackfillRun, PlannedPartition
+from ops.driver.backfill import (
+    MEMORY_PER_BATCH_BYTE,
+    BackfillPlan,
+    BackfillRun,
+    PlannedPartition,
+    feed_batches,
+    memory_bytes,
+)
 from ops.exceptions import BackfillError, ConfigError
 from ops.s3 import file_digest, platform_client
 from ops.spec.job import JobSpec, find_job, job_file, load_job
@@ -46,6 +53,8 @@ class BackfillRequest:
     bootstrap: bool = False
     # Widen the range to the arrival hours that make every partition it writes whole.
     whole_partitions: bool = False
+    # The bytes one micro-batch reads; None: the platform's `backfill.max_batch_bytes`.
+    max_batch_bytes: int | None = None
 
 
 def whole_hour(moment: datetime, what: str) -> datetime:
@@ -61,6 +70,19 @@ def whole_hour(moment: datetime, what: str) -> datetime:
 def backfill_root(platform: PlatformConfig) -> Path:
     """Where backfill runs keep their directories."""
     return platform.runtime_root / "backfill"
+
+
+def batch_budget(platform: PlatformConfig, spec: JobSpec, request: BackfillRequest) -> int:
+    """The bytes one micro-batch of the backfill reads: the request's, the platform's, or a quarter
+    of the memory the job's tasks run in (the driver in local mode, an executor on a cluster)."""
+    if request.max_batch_bytes is not None:
+        return request.max_batch_bytes
+    if platform.backfill.max_batch_bytes is not None:
+        return platform.backfill.max_batch_bytes
+    resources = spec.operations.resources
+    local = (resources.master or platform.spark.master_url).startswith("local")
+    memory = resources.driver_memory if local else resources.executor_memory
+    return memory_bytes(memory) // MEMORY_PER_BATCH_BYTE
 
 
 def _spec_text(platform: PlatformConfig, request: BackfillRequest) -> tuple[JobSpec, bytes]:
@@ -147,18 +169,22 @@ def plan_backfill(
         raise BackfillError(
             f"the archive holds no input of {request.job!r} between {start.isoformat()} and {end.isoformat()}"
         )
+    # The budget decides which events are late (a batch's watermark moves at its end), so a run
+    # under another budget is another run.
+    budget = batch_budget(platform, spec, request)
     digest = hashlib.sha256(spec_bytes)
-    digest.update(json.dumps([start.isoformat(), end.isoformat(), request.bootstrap]).encode())
+    digest.update(json.dumps([start.isoformat(), end.isoformat(), request.bootstrap, budget]).encode())
     partitions = []
+    sizes: dict[int, dict[str, list[int]]] = {}
     for index, hour in enumerate(hours):
         files: dict[str, list[str]] = {}
-        size = 0
+        sizes[index] = {}
         for name, path in sources.items():
             entries = archive.read_manifest(platform, archive.Partition(path, hour), client) or []
             files[name] = [entry.name for entry in entries]
-            size += sum(entry.size for entry in entries)
+            sizes[index][name] = [entry.size for entry in entries]
             digest.update(json.dumps([name, hour.isoformat(), [e.__dict__ for e in entries]]).encode())
-        partitions.append(PlannedPartition(index, hour, files, size))
+        partitions.append(PlannedPartition(index, hour, files, sum(map(sum, sizes[index].values()))))
     kind = "candidate" if request.candidate is not None else "job"
     run_id = f"{request.job}-{start:%Y%m%dT%H}-{end:%Y%m%dT%H}-{kind}-{digest.hexdigest()[:10]}"
     plan = BackfillPlan(
@@ -174,6 +200,8 @@ def plan_backfill(
         bootstrap=request.bootstrap,
         compare_with=table_name(platform, installed) if request.candidate is not None else None,
         coverage=coverage,
+        batches=feed_batches(partitions, sizes, budget),
+        max_batch_bytes=budget,
     )
     return BackfillRun(backfill_root(platform) / run_id), plan, spec_bytes
 
@@ -190,22 +218,26 @@ def table_name(platform: PlatformConfig, spec: JobSpec) -> str:
 
 
 def describe(plan: BackfillPlan, run: BackfillRun) -> list[str]:
-    """The dry-run report: the partitions, in the order they would be fed, and where output goes."""
+    """The dry-run report: the micro-batches, in the order they would be fed, their partitions, and
+    where output goes."""
     done = run.done()
     lines = [
         f"backfill {plan.job} ({'candidate ' if plan.candidate else ''}config {plan.config_version}) "
         f"over arrival hours {plan.start:%Y-%m-%dT%H}:00 .. {plan.end:%Y-%m-%dT%H}:00: "
-        f"{len(plan.partitions)} partitions, one micro-batch each, oldest first",
-        f"  run directory {run.root}" + (f" ({len(done)} partitions done: resumes)" if done else ""),
+        f"{len(plan.partitions)} partitions in {len(plan.batches)} micro-batches of at most "
+        f"{plan.max_batch_bytes:,} bytes, oldest first",
+        f"  run directory {run.root}" + (f" ({len(done)} micro-batches done: resumes)" if done else ""),
     ]
     if plan.coverage is not None:
         lines += ["warehouse partitions (by event time):", *plan.coverage.lines()]
-    for partition in plan.partitions:
-        files = ", ".join(f"{name} {len(names)} files" for name, names in partition.files.items())
-        state = "done" if partition.index in done else "to run"
+    for batch in plan.batches:
+        state = "done" if batch.index in done else "to run"
         lines.append(
-            f"  {partition.index + 1:>4}  {partition.label}  {files}  {partition.bytes:,} bytes  {state}"
+            f"  batch {batch.index + 1:>4}  {batch.describe(plan.partitions)}  {batch.bytes:,} bytes  {state}"
         )
+        for piece in batch.pieces:
+            files = ", ".join(f"{name} {len(names)} files" for name, names in piece.files.items())
+            lines.append(f"    {plan.partitions[piece.partition].label}  {files}")
     return lines
 
 
@@ -256,7 +288,7 @@ def fetch_partitions(
     """Download every partition not yet done or fetched into the run's staging, each file checked
     against its manifest's size and sha256; the bytes downloaded."""
     client = platform_client(platform, client, BackfillError)
-    done = run.done()
+    done = run.partitions_done()
     todo = [p for p in plan.partitions if p.index not in done and not run.fetched_marker(p.index).is_file()]
     fetched = 0
     with progress.track(

@@ -33,7 +33,7 @@ from ops.backfill.submit import (
     application_env,
     submit_arguments,
 )
-from ops.driver.backfill import BackfillPlan, BackfillRun, PartitionDone
+from ops.driver.backfill import BackfillPlan, BackfillRun, BatchDone
 from ops.driver.checkpoint import sink_files
 from ops.exceptions import BackfillError
 from ops.spec.job import find_job, load_job
@@ -45,18 +45,22 @@ LOG_TAIL_LINES = 15
 
 
 def _status(
-    plan: BackfillPlan, records: list[PartitionDone], since_start: list[PartitionDone], elapsed: float
+    plan: BackfillPlan, records: list[BatchDone], since_start: list[BatchDone], elapsed: float
 ) -> str:
-    rows = sum(record.input_rows for record in since_start)
-    rate = rows / elapsed if elapsed > 0 else 0.0
-    left = len(plan.partitions) - len(records)
-    per_partition = elapsed / len(since_start) if since_start else None
-    eta = f"ETA {left * per_partition:,.0f} s" if per_partition is not None else "ETA unknown"
-    return f"{sum(r.input_rows for r in records):,} rows, {rate:,.0f} rows/s, {eta}"
+    """Batches done, rows, the rate since this attempt started, and the time left at that rate
+    (by the bytes left, since batches differ in size)."""
+    rate = sum(record.input_rows for record in since_start) / elapsed if elapsed > 0 else 0.0
+    done = {record.index for record in records}
+    left = sum(batch.bytes for batch in plan.batches if batch.index not in done)
+    read = sum(plan.batches[record.index].bytes for record in since_start)
+    eta = f"ETA {left * elapsed / read:,.0f} s" if read else "ETA unknown"
+    rows = sum(record.input_rows for record in records)
+    return f"{len(records)}/{len(plan.batches)} batches, {rows:,} rows, {rate:,.0f} rows/s, {eta}"
 
 
-def run_application(platform: PlatformConfig, run: BackfillRun, plan: BackfillPlan) -> list[PartitionDone]:
-    """Run the Spark application to the end of the plan, showing progress; the partitions done.
+def run_application(platform: PlatformConfig, run: BackfillRun, plan: BackfillPlan) -> list[BatchDone]:
+    """Run the Spark application to the end of the plan, showing progress (a bar over the
+    partitions, advanced as the feed batches that complete them commit); the batches done.
 
     BackfillError (with the end of the application's log) when it fails; what it completed stays
     recorded, so running it again resumes.
@@ -68,7 +72,8 @@ def run_application(platform: PlatformConfig, run: BackfillRun, plan: BackfillPl
         log_path.open("ab") as log_file,
         progress.track(f"backfill {plan.job}", total=len(plan.partitions), unit="partitions") as task,
     ):
-        task.advance(len(before))
+        shown = len(run.partitions_done())
+        task.advance(shown)
         process = subprocess.Popen(
             [sys.executable, "-m", APPLICATION_MODULE, *submit_arguments(run)],
             cwd=REPO_ROOT,
@@ -77,14 +82,14 @@ def run_application(platform: PlatformConfig, run: BackfillRun, plan: BackfillPl
             stdout=log_file,
             stderr=subprocess.STDOUT,
         )
-        shown = len(before)
         while True:
             ended = process.poll() is not None
             done = run.done()
             records = [done[index] for index in sorted(done)]
-            if len(records) > shown:
-                task.advance(len(records) - shown)
-                shown = len(records)
+            partitions = sum(len(record.partitions) for record in records)
+            if partitions > shown:
+                task.advance(partitions - shown)
+                shown = partitions
                 fresh = [record for record in records if record.index not in before]
                 task.status(_status(plan, records, fresh, time.monotonic() - started))
             if ended:
@@ -94,7 +99,7 @@ def run_application(platform: PlatformConfig, run: BackfillRun, plan: BackfillPl
         tail = log_path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
         raise BackfillError(
             f"the backfill application of {plan.job!r} exited {process.returncode} after "
-            f"{len(records)} of {len(plan.partitions)} partitions (run it again to resume); "
+            f"{shown} of {len(plan.partitions)} partitions (run it again to resume); "
             f"the end of {log_path}:\n" + "\n".join(tail)
         )
     return records
@@ -102,11 +107,11 @@ def run_application(platform: PlatformConfig, run: BackfillRun, plan: BackfillPl
 
 @dataclass(frozen=True)
 class StagedOutput:
-    """A finished run's staged output, checked: rows per completed partition and per sink partition."""
+    """A finished run's staged output, checked: rows per feed batch and per sink partition."""
 
     run: BackfillRun
     sink: Path
-    partitions: tuple[PartitionDone, ...]
+    batches: tuple[BatchDone, ...]
     rows_by_target: dict[str, int]
 
     @property
@@ -119,8 +124,8 @@ def verify_output(platform: PlatformConfig, run: BackfillRun) -> StagedOutput:
     plan = run.read_plan()
     if not run.is_complete():
         raise BackfillError(
-            f"backfill {plan.run_id} has not finished: {len(run.done())} of {len(plan.partitions)} "
-            "partitions done"
+            f"backfill {plan.run_id} has not finished: {len(run.partitions_done())} of "
+            f"{len(plan.partitions)} partitions done"
         )
     spec = load_job(run.spec_file(plan.job))
     paths = JobPaths.of(run.platform(platform), spec)
@@ -137,21 +142,22 @@ def verify_output(platform: PlatformConfig, run: BackfillRun) -> StagedOutput:
     records = tuple(done[index] for index in sorted(done))
     if sum(by_target.values()) != sum(record.output_rows for record in records):
         raise BackfillError(
-            f"the staged output of {plan.run_id} holds {sum(by_target.values()):,} rows, its partitions "
+            f"the staged output of {plan.run_id} holds {sum(by_target.values()):,} rows, its batches "
             f"recorded {sum(record.output_rows for record in records):,}"
         )
     return StagedOutput(run, paths.sink, records, dict(sorted(by_target.items())))
 
 
 def report_lines(plan: BackfillPlan, output: StagedOutput) -> list[str]:
-    """One line per partition (arrival hour, batches, rows, time), then the staged output."""
+    """One line per feed batch (its arrival hours, query batches, rows, time), then the staged output."""
     lines = []
-    for record in output.partitions:
-        partition = plan.partitions[record.index]
+    for record in output.batches:
+        batch = plan.batches[record.index]
         rate = f"{record.input_rows / record.seconds:,.0f} rows/s" if record.seconds else ""
         lines.append(
-            f"{partition.label}  batches {record.first_batch}..{record.last_batch}  "
-            f"{record.input_rows:,} rows in  {record.output_rows:,} rows out  {record.seconds:.1f} s  {rate}"
+            f"{batch.describe(plan.partitions)}  {batch.bytes:,} bytes  query batches "
+            f"{record.first_batch}..{record.last_batch}  {record.input_rows:,} rows in  "
+            f"{record.output_rows:,} rows out  {record.seconds:.1f} s  {rate}"
         )
     lines.append(
         f"staged: {output.rows:,} rows in {len(output.rows_by_target)} sink partitions under {output.sink}"

@@ -1,34 +1,39 @@
 """A backfill run's directory: the plan the control side writes, the progress the Spark app keeps.
 
 A backfill (`ops.backfill`, docs/architecture.md §6, Kappa+) runs a job's own streaming query over
-archived input, one archive partition (an arrival hour, every source of the job at once) per
-micro-batch. The control side plans the partitions, downloads and checks them; the Spark
-application (`jobs.backfill`, submitted like any bounded Spark work) feeds them to the query one at
-a time. Both sides share only this directory, so the application needs no S3 client:
+archived input. The archive's partitions are arrival hours; the plan groups them into feed
+batches, one micro-batch each: as many consecutive hours as fit the run's byte budget, every
+source of the job in lockstep over the same hours, and an hour larger than the budget split into
+slices of its files (`feed_batches`). The control side plans the batches, downloads and checks the
+partitions; the Spark application (`jobs.backfill`, submitted like any bounded Spark work) feeds
+the batches to the query one at a time. Both sides share only this directory, so the application
+needs no S3 client:
 
-    <root>/plan.json                 the job, the range and each partition's files by input
+    <root>/plan.json                 the job, the range, each partition's files by input, the batches
     <root>/spec/<job>.yaml           the job file the run computes with (installed or a candidate)
     <root>/staged/<input>/<NNNNN>/   partition NNNNN of an input, downloaded and checked
     <root>/fetched/<NNNNN>           written once every input's files of partition NNNNN are staged
     <root>/input/<source path>/      the query's landing directory: one partition at a time
     <root>/checkpoints/<job>/        the query's checkpoint (its state carries across partitions)
     <root>/lake/<sink path>/         the query's Parquet sink: the staged output
-    <root>/progress.json             every completed partition: batches, rows, seconds
-    <root>/running.json              the partition under way and the first batch it may use
-    <root>/gate.json                 the partitions the driver released to the query's sources
+    <root>/progress.json             every completed feed batch: its hours, query batches, rows, seconds
+    <root>/running.json              the feed batch under way and the first query batch it may use
+    <root>/gate.json                 the feed batches the driver released to the query's sources
     <root>/complete.json             written once every partition is done
     <root>/published.json            the publish into the warehouse table: each target partition's
                                      version, published or blocked (`ops.warehouse.publish`)
     <root>/diff.json                 a candidate's run instead: its output against the table's
 
-A completed partition is recorded after its batches commit, so a killed run resumes from the
-first partition not recorded (`BackfillRun.done`); Spark re-runs a batch whose offsets were logged
+A completed feed batch is recorded after its query batches commit, so a killed run resumes from
+the first one not recorded (`BackfillRun.done`); Spark re-runs a batch whose offsets were logged
 but not committed with exactly those offsets.
 """
 
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
@@ -38,7 +43,18 @@ from ops.atomic import write_atomically
 from ops.driver.event_windows import Coverage
 from ops.spec.platform import PlatformConfig, StorageConfig
 
-PLAN_FORMAT = 2
+PLAN_FORMAT = 3
+# The budget a job's memory gives a feed batch when the platform sets none: a quarter of the
+# memory its tasks run in (the driver's in local mode, an executor's on a cluster). The batch's
+# JSON lines are parsed, shuffled to the state operator and handed to the Python workers as
+# Arrow: several times their size in flight at once.
+MEMORY_PER_BATCH_BYTE = 4
+_MEMORY_UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def memory_bytes(setting: str) -> int:
+    """A JVM memory setting (`512m`, `1g`) in bytes."""
+    return int(setting[:-1]) * _MEMORY_UNITS[setting[-1].lower()]
 
 
 @dataclass(frozen=True)
@@ -68,6 +84,125 @@ class PlannedPartition:
 
 
 @dataclass(frozen=True)
+class Piece:
+    """What a feed batch reads of one partition: all its files, or slice `part` of `parts`."""
+
+    partition: int
+    files: dict[str, list[str]]
+    bytes: int
+    part: int = 1
+    parts: int = 1
+
+    @property
+    def ends_partition(self) -> bool:
+        return self.part == self.parts
+
+    @classmethod
+    def from_json(cls, document: dict[str, Any]) -> Piece:
+        return cls(
+            partition=int(document["partition"]),
+            files={name: list(files) for name, files in document["files"].items()},
+            bytes=int(document["bytes"]),
+            part=int(document["part"]),
+            parts=int(document["parts"]),
+        )
+
+
+@dataclass(frozen=True)
+class FeedBatch:
+    """One micro-batch of the backfill's query: consecutive whole hours, or one slice of an hour."""
+
+    index: int
+    pieces: tuple[Piece, ...]
+
+    @property
+    def bytes(self) -> int:
+        return sum(piece.bytes for piece in self.pieces)
+
+    @property
+    def completes(self) -> list[int]:
+        """The partitions whose last files this batch reads: done once it commits."""
+        return [piece.partition for piece in self.pieces if piece.ends_partition]
+
+    def describe(self, partitions: Sequence[PlannedPartition]) -> str:
+        """Its arrival hours: `06:00`, `06:00 .. 08:00 (3 hours)` or `06:00 slice 2/3`."""
+        first, last = self.pieces[0], self.pieces[-1]
+        label = partitions[first.partition].label
+        if first.parts > 1:
+            return f"{label} slice {first.part}/{first.parts}"
+        if first.partition == last.partition:
+            return label
+        return f"{label} .. {partitions[last.partition].label} ({len(self.pieces)} hours)"
+
+    def as_json(self) -> dict[str, Any]:
+        return {"index": self.index, "pieces": [asdict(piece) for piece in self.pieces]}
+
+    @classmethod
+    def from_json(cls, document: dict[str, Any]) -> FeedBatch:
+        return cls(int(document["index"]), tuple(Piece.from_json(piece) for piece in document["pieces"]))
+
+
+def _slices(sized: dict[str, list[tuple[str, int]]], parts: int) -> list[dict[str, list[tuple[str, int]]]]:
+    """Each input's files (in arrival order) cut into `parts` consecutive runs of about the same
+    bytes: slice k holds the files that start in the k-th `1/parts` of their input's bytes, so every
+    input moves through the hour in step."""
+    slices: list[dict[str, list[tuple[str, int]]]] = [{name: [] for name in sized} for _ in range(parts)]
+    for name, files in sized.items():
+        total = sum(size for _, size in files) or 1
+        offset = 0
+        for file_name, size in files:
+            slices[min(parts - 1, offset * parts // total)][name].append((file_name, size))
+            offset += size
+    return slices
+
+
+def _split(partition: PlannedPartition, sizes: dict[str, list[int]], budget: int) -> list[Piece]:
+    """`partition` in the fewest slices of at most `budget` bytes each that its files allow: a file
+    is never split, so a slice holds at least one file of an input, and an hour can be cut into as
+    many slices as its input with the most files has files."""
+    sized = {name: list(zip(files, sizes[name], strict=True)) for name, files in partition.files.items()}
+    most = max(1, max((len(files) for files in sized.values()), default=1))
+    parts = min(most, math.ceil(partition.bytes / budget))
+    while True:
+        slices = [piece for piece in _slices(sized, parts) if any(piece.values())]
+        largest = max(sum(size for files in piece.values() for _, size in files) for piece in slices)
+        if largest <= budget or parts == most:
+            break
+        parts += 1
+    return [
+        Piece(
+            partition.index,
+            {name: [file_name for file_name, _ in files] for name, files in piece.items()},
+            sum(size for files in piece.values() for _, size in files),
+            part,
+            len(slices),
+        )
+        for part, piece in enumerate(slices, start=1)
+    ]
+
+
+def feed_batches(
+    partitions: Sequence[PlannedPartition], sizes: dict[int, dict[str, list[int]]], budget: int
+) -> tuple[FeedBatch, ...]:
+    """The micro-batches of a range under a byte budget: consecutive whole hours while they fit
+    (every input in lockstep over the same hours), an hour over the budget alone, in slices.
+    `sizes` holds each partition's file sizes by input, in the order of its files."""
+    groups: list[list[Piece]] = []
+    room = 0
+    for partition in partitions:
+        if partition.bytes > budget:
+            groups += [[piece] for piece in _split(partition, sizes[partition.index], budget)]
+            room = 0
+            continue
+        if partition.bytes > room:
+            groups.append([])
+            room = budget
+        groups[-1].append(Piece(partition.index, partition.files, partition.bytes))
+        room -= partition.bytes
+    return tuple(FeedBatch(index, tuple(pieces)) for index, pieces in enumerate(groups))
+
+
+@dataclass(frozen=True)
 class BackfillPlan:
     """What a backfill computes: `job` over the arrival hours [start, end), partition by partition."""
 
@@ -87,6 +222,9 @@ class BackfillPlan:
     # The event windows the range recomputes whole and those it covers only in part; only
     # partitions of whole windows are published. None for a job without a warehouse table.
     coverage: Coverage | None = None
+    # The micro-batches the partitions are fed in (`feed_batches`) and the budget they were cut by.
+    batches: tuple[FeedBatch, ...] = ()
+    max_batch_bytes: int = 0
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -103,6 +241,8 @@ class BackfillPlan:
             "compare_with": self.compare_with,
             "coverage": None if self.coverage is None else self.coverage.as_json(),
             "partitions": [partition.as_json() for partition in self.partitions],
+            "max_batch_bytes": self.max_batch_bytes,
+            "batches": [batch.as_json() for batch in self.batches],
         }
 
     @classmethod
@@ -120,14 +260,18 @@ class BackfillPlan:
             compare_with=document["compare_with"],
             coverage=None if document["coverage"] is None else Coverage.from_json(document["coverage"]),
             partitions=tuple(PlannedPartition.from_json(p) for p in document["partitions"]),
+            max_batch_bytes=int(document["max_batch_bytes"]),
+            batches=tuple(FeedBatch.from_json(batch) for batch in document["batches"]),
         )
 
 
 @dataclass(frozen=True)
-class PartitionDone:
-    """A partition whose batches committed: what it read and wrote, and how long it took."""
+class BatchDone:
+    """A feed batch whose query batches committed: the partitions it completed, what it read and
+    wrote, and how long it took."""
 
     index: int
+    partitions: list[int]
     first_batch: int
     last_batch: int
     input_rows: int
@@ -197,15 +341,19 @@ class BackfillRun:
     def write_plan(self, plan: BackfillPlan) -> None:
         write_atomically(self.plan_file, json.dumps(plan.as_json(), indent=1))
 
-    def done(self) -> dict[int, PartitionDone]:
-        """The completed partitions by index (none before the first)."""
+    def done(self) -> dict[int, BatchDone]:
+        """The completed feed batches by index (none before the first)."""
         if not self.progress_file.is_file():
             return {}
         records = json.loads(self.progress_file.read_text())["done"]
-        return {int(record["index"]): PartitionDone(**record) for record in records}
+        return {int(record["index"]): BatchDone(**record) for record in records}
 
-    def record_done(self, record: PartitionDone) -> None:
-        """Add a completed partition, in one rename (a kill leaves the old record or the new)."""
+    def partitions_done(self) -> set[int]:
+        """The partitions every file of which a completed feed batch read."""
+        return {partition for record in self.done().values() for partition in record.partitions}
+
+    def record_done(self, record: BatchDone) -> None:
+        """Add a completed feed batch, in one rename (a kill leaves the old record or the new)."""
         done = {**self.done(), record.index: record}
         document = {"done": [asdict(done[index]) for index in sorted(done)]}
         write_atomically(self.progress_file, json.dumps(document, indent=1))
@@ -215,14 +363,14 @@ class BackfillRun:
         write_atomically(self.running_file, json.dumps({"index": index, "first_batch": first_batch}))
 
     def running(self) -> tuple[int, int] | None:
-        """(partition index, first batch) of the partition under way when the run stopped, if any."""
+        """(feed batch index, first query batch) of the batch under way when the run stopped, if any."""
         if not self.running_file.is_file():
             return None
         document = json.loads(self.running_file.read_text())
         return int(document["index"]), int(document["first_batch"])
 
     def set_gate(self, released: int, *, closed: bool = False) -> None:
-        """Release the plan's positions before `released` to the query's sources
+        """Release the plan's feed batches before `released` to the query's sources
         (`jobs.archive_source`); `closed`: no more will be."""
         write_atomically(self.gate_file, json.dumps({"released": released, "closed": closed}))
 

@@ -126,6 +126,18 @@ class ArchiveConfig(Model):
     retention_days: float = Field(30.0, gt=0, description="Older arrival hours are deleted.")
 
 
+class BackfillConfig(Model):
+    """How a backfill (`ops.backfill`) feeds the archive to a job's query."""
+
+    max_batch_bytes: int | None = Field(
+        None,
+        gt=0,
+        description="The archived bytes one micro-batch of a backfill reads: consecutive arrival hours "
+        "while they fit, an hour over it in slices of its files; null: a quarter of the memory the "
+        "job's tasks run in (its driver's in local mode, an executor's on a cluster).",
+    )
+
+
 class SlackConfig(Model):
     # An `env:` reference whose variable is unset, or null, means console + ledger only.
     webhook_url: SecretRef | None = "env:STREAMWARDEN_SLACK_WEBHOOK_URL"
@@ -237,6 +249,7 @@ class PlatformConfig(Model):
     s3: S3Config = Field(default_factory=S3Config)
     slack: SlackConfig = Field(default_factory=SlackConfig)
     archive: ArchiveConfig = Field(default_factory=ArchiveConfig)
+    backfill: BackfillConfig = Field(default_factory=BackfillConfig)
     airflow: AirflowConfig = Field(default_factory=AirflowConfig)
     spark: SparkDefaults = Field(default_factory=SparkDefaults)
     monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)

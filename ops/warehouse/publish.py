@@ -244,8 +244,8 @@ def finish_run(platform: PlatformConfig, run: BackfillRun) -> dict[str, Any]:
     plan = run.read_plan()
     if not run.is_complete():
         raise BackfillError(
-            f"backfill {plan.run_id} has not finished ({len(run.done())} of {len(plan.partitions)} "
-            "partitions done): nothing to publish"
+            f"backfill {plan.run_id} has not finished ({len(run.partitions_done())} of "
+            f"{len(plan.partitions)} partitions done): nothing to publish"
         )
     spec = load_job(run.spec_file(plan.job))
     installed = find_job(plan.job, platform.conf_dir)

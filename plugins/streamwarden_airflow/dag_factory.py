@@ -349,15 +349,16 @@ def compaction_dag(job: str, policy: CompactionPolicy) -> DAG:
 
 
 def backfill_dag(jobs: list[str]) -> DAG:
-    """Backfill a job the Kappa+ way: `prepare` plans the range and stages the archive partitions,
-    the Spark provider's SparkSubmitOperator runs the bounded work (the job's own query, one
-    partition per micro-batch, its log a line per partition), `publish` (another spark-submit)
-    takes the staged output through the quality gate into the warehouse table (a candidate: diffs
-    it), `report` checks the staged output and logs a row per partition and per published one,
-    failing when the gate blocked. A dry run stops after `prepare`'s plan."""
+    """Backfill a job the Kappa+ way: `prepare` plans the range (its micro-batches under the byte
+    budget) and stages the archive partitions, the Spark provider's SparkSubmitOperator runs the
+    bounded work (the job's own query, its log a line per micro-batch), `publish` (another
+    spark-submit) takes the staged output through the quality gate into the warehouse table (a
+    candidate: diffs it), `report` checks the staged output and logs a row per micro-batch and per
+    published partition, failing when the gate blocked. A dry run stops after `prepare`'s plan."""
     with _form_dag(
         "warden_backfill",
-        "Run a job's streaming query over archived input, one arrival hour per micro-batch",
+        "Run a job's streaming query over archived input, as many arrival hours a micro-batch as its "
+        "byte budget holds",
         "backfill",
         {
             "job": _job_param(jobs, "The job to backfill."),
@@ -375,7 +376,16 @@ def backfill_dag(jobs: list[str]) -> DAG:
                 type=["null", "string"],
                 description="A candidate job file (path): run into a side table and diffed, never published.",
             ),
-            "throttle_seconds": Param(0, type="number", minimum=0, description="Pause after each partition."),
+            "throttle_seconds": Param(
+                0, type="number", minimum=0, description="Pause after each micro-batch."
+            ),
+            "max_batch_bytes": Param(
+                None,
+                type=["null", "integer"],
+                minimum=1,
+                description="The archived bytes one micro-batch reads; empty: the platform's "
+                "backfill.max_batch_bytes (by default a quarter of the job's task memory).",
+            ),
             "bootstrap": Param(
                 False, type="boolean", description="End with a savepoint the live job starts from."
             ),
@@ -385,7 +395,7 @@ def backfill_dag(jobs: list[str]) -> DAG:
                 description="Widen the range to the arrival hours that make every warehouse partition it "
                 "writes whole (otherwise a range covering a partition only in part is refused).",
             ),
-            "dry_run": Param(False, type="boolean", description="Only list the partitions it would run."),
+            "dry_run": Param(False, type="boolean", description="Only list the micro-batches it would run."),
         },
         max_active_runs=1,
     ) as dag:
@@ -396,6 +406,7 @@ def backfill_dag(jobs: list[str]) -> DAG:
             end="{{ params.end }}",
             candidate="{{ params.spec or '' }}",
             throttle_seconds="{{ params.throttle_seconds }}",
+            max_batch_bytes="{{ params.max_batch_bytes or '' }}",
             bootstrap="{{ params.bootstrap }}",
             whole_partitions="{{ params.whole_partitions }}",
             dry_run="{{ params.dry_run }}",

@@ -271,6 +271,7 @@ class PrepareBackfillOperator(BaseOperator):
         "end",
         "candidate",
         "throttle_seconds",
+        "max_batch_bytes",
         "bootstrap",
         "whole_partitions",
         "dry_run",
@@ -284,6 +285,7 @@ class PrepareBackfillOperator(BaseOperator):
         start: str = "",
         candidate: str = "",
         throttle_seconds: str = "0",
+        max_batch_bytes: str = "",
         bootstrap: str = "False",
         whole_partitions: str = "False",
         dry_run: str = "False",
@@ -295,6 +297,7 @@ class PrepareBackfillOperator(BaseOperator):
         self.end = end
         self.candidate = candidate
         self.throttle_seconds = throttle_seconds
+        self.max_batch_bytes = max_batch_bytes
         self.bootstrap = bootstrap
         self.whole_partitions = whole_partitions
         self.dry_run = dry_run
@@ -312,6 +315,7 @@ class PrepareBackfillOperator(BaseOperator):
             start=parse_moment(self.start) if self.start.strip() else None,
             candidate=Path(self.candidate) if self.candidate.strip() else None,
             throttle_seconds=float(self.throttle_seconds),
+            max_batch_bytes=int(self.max_batch_bytes) if self.max_batch_bytes.strip() else None,
             bootstrap=_flag(self.bootstrap),
             whole_partitions=_flag(self.whole_partitions),
         )
@@ -325,7 +329,7 @@ class PrepareBackfillOperator(BaseOperator):
 
 
 class BackfillReportOperator(BaseOperator):
-    """Check a finished backfill's staged output and log a row per partition and what the publish
+    """Check a finished backfill's staged output and log a row per micro-batch and what the publish
     did with each target partition (failing when the quality gate blocked it); with bootstrap, take
     the savepoint the live job starts from."""
 

@@ -16,27 +16,31 @@ from pathlib import Path
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from jobs.archive_source import ArchiveStreamReader, count_lines, spread
-from ops.driver.backfill import BackfillPlan, BackfillRun, PlannedPartition
+from ops.driver.backfill import BackfillPlan, BackfillRun, PlannedPartition, feed_batches
 
 HOUR = datetime(2026, 11, 20, 6, tzinfo=UTC)
 INPUTS = ("web_events", "app_events")
 
 
-def planned_run(root: Path, contents: list[dict[str, bytes]]) -> BackfillRun:
-    """A run directory whose partition i stages `contents[i]` (input -> one file's bytes)."""
+def planned_run(root: Path, contents: list[dict[str, list[bytes]]], budget: int = 1) -> BackfillRun:
+    """A run directory whose partition i stages `contents[i]` (input -> its files' bytes), fed in
+    batches of at most `budget` bytes (by default one partition, or one file of each input, each)."""
     run = BackfillRun(root)
     partitions = []
+    sizes: dict[int, dict[str, list[int]]] = {}
     for index, by_input in enumerate(contents):
-        files = {}
+        files: dict[str, list[str]] = {}
+        sizes[index] = {}
         for name in INPUTS:
-            if name in by_input:
-                staged = run.staged(name, index)
-                staged.mkdir(parents=True)
-                (staged / f"{name}-{index}.json").write_bytes(by_input[name])
-                files[name] = [f"{name}-{index}.json"]
-            else:
-                files[name] = []
-        partitions.append(PlannedPartition(index, HOUR + timedelta(hours=index), files, 0))
+            staged = run.staged(name, index)
+            staged.mkdir(parents=True)
+            files[name], sizes[index][name] = [], []
+            for number, body in enumerate(by_input.get(name, [])):
+                (staged / f"{name}-{index}-{number}.json").write_bytes(body)
+                files[name].append(f"{name}-{index}-{number}.json")
+                sizes[index][name].append(len(body))
+        size = sum(map(sum, sizes[index].values()))
+        partitions.append(PlannedPartition(index, HOUR + timedelta(hours=index), files, size))
     run.write_plan(
         BackfillPlan(
             run_id="run",
@@ -47,6 +51,8 @@ def planned_run(root: Path, contents: list[dict[str, bytes]]) -> BackfillRun:
             end=HOUR + timedelta(hours=len(contents)),
             partitions=tuple(partitions),
             sources={name: name for name in INPUTS},
+            batches=feed_batches(partitions, sizes, budget),
+            max_batch_bytes=budget,
         )
     )
     return run
@@ -61,13 +67,13 @@ def read_lines(reader: ArchiveStreamReader, start: dict[str, object], end: dict[
     ]
 
 
-def test_every_input_moves_by_one_partition_per_batch_whenever_the_gate_opens(tmp_path: Path) -> None:
+def test_every_input_moves_by_one_feed_batch_whenever_the_gate_opens(tmp_path: Path) -> None:
     run = planned_run(
         tmp_path,
         [
-            {"web_events": b"w0\nw0b\n", "app_events": b"a0\n"},
-            {"web_events": b"w1\n"},  # the app was idle that hour
-            {"web_events": b"w2\n", "app_events": b"a2\n"},
+            {"web_events": [b"w0\nw0b\n"], "app_events": [b"a0\n"]},
+            {"web_events": [b"w1\n"]},  # the app was idle that hour
+            {"web_events": [b"w2\n"], "app_events": [b"a2\n"]},
         ],
     )
     readers = {name: ArchiveStreamReader(run, name) for name in INPUTS}
@@ -103,18 +109,45 @@ def test_every_input_moves_by_one_partition_per_batch_whenever_the_gate_opens(tm
     assert all(readers[name].latestOffset(offsets[name], limit) == offsets[name] for name in INPUTS)
 
 
+def test_a_batch_reads_every_hour_the_budget_groups_and_a_slice_of_an_hour_over_it(tmp_path: Path) -> None:
+    hour = {"web_events": [b"w\n" * 5], "app_events": [b"a\n" * 5]}  # 20 bytes
+    big = {"web_events": [b"x\n" * 5, b"y\n" * 5, b"z\n" * 5], "app_events": [b"b\n" * 5, b"c\n" * 5]}
+    run = planned_run(tmp_path, [hour, hour, hour, big], budget=45)
+    plan = run.read_plan()
+
+    # Two whole hours fit 45 bytes, the third starts the next batch; the 50-byte hour goes alone,
+    # in two slices, each input cut at the same point of its bytes.
+    assert [[(p.partition, p.part, p.parts) for p in b.pieces] for b in plan.batches] == [
+        [(0, 1, 1), (1, 1, 1)],
+        [(2, 1, 1)],
+        [(3, 1, 2)],
+        [(3, 2, 2)],
+    ]
+    assert [batch.completes for batch in plan.batches] == [[0, 1], [2], [], [3]]
+    assert [batch.bytes for batch in plan.batches] == [40, 20, 30, 20]
+    run.set_gate(5, closed=True)
+    for name, letters in {"web_events": ["w", "w", "xy", "z"], "app_events": ["a", "a", "b", "c"]}.items():
+        reader = ArchiveStreamReader(run, name)
+        read = [
+            "".join(sorted(set(read_lines(reader, {"next": position}, {"next": position + 1}))))
+            for position in range(4)
+        ]
+        assert read == letters
+        assert len(read_lines(reader, {"next": 0}, {"next": 1})) == 10
+
+
 def test_lines_are_split_and_counted_as_the_text_file_source_does(tmp_path: Path) -> None:
     body = b'{"a": 1}\r\n{"b": "\xc3\xa9"}\r\r\nlast without newline'
-    run = planned_run(tmp_path, [{"web_events": body, "app_events": b""}])
+    run = planned_run(tmp_path, [{"web_events": [body], "app_events": [b""]}])
     run.set_gate(1, closed=True)
     reader = ArchiveStreamReader(run, "web_events")
     start = reader.initialOffset()
     end = reader.latestOffset(start, ReadAllAvailable())
 
     assert read_lines(reader, start, end) == ['{"a": 1}', '{"b": "é"}', "", "last without newline"]
-    staged = run.staged("web_events", 0) / "web_events-0.json"
+    staged = run.staged("web_events", 0) / "web_events-0-0.json"
     assert count_lines(staged) == 4
-    assert count_lines(run.staged("app_events", 0) / "app_events-0.json") == 0
+    assert count_lines(run.staged("app_events", 0) / "app_events-0-0.json") == 0
 
 
 def test_a_partitions_files_are_spread_over_the_tasks_by_size(tmp_path: Path) -> None:

@@ -1,12 +1,13 @@
 """Kappa+ backfills on real Spark and a real S3 server: the job's own query over the archive.
 
 The reference is the streaming job itself, run live: its real query (`jobs.runner.plan_job`) over
-the same landing files, delivered hour by hour as they arrived and read with an available-now
-trigger after each hour, so that each arrival hour is one micro-batch and the watermark moves to
-its end after it (the per-partition rule). A backfill of the archived hours must give that output
-row for row, late-data decisions included (each scenario has events that arrive a day late).
-A team's jobs too, their code outside the repository: the stateless python job, the windowed one
-(windows spanning an arrival hour's end closed by the next hour's watermark) and the SQL join.
+the same landing files, delivered in the backfill's micro-batches (the arrival hours its byte
+budget groups, or the slices of an hour it splits) and read with an available-now trigger after
+each, so the watermark moves at the same points. A backfill of the archived hours must give that
+output row for row, late-data decisions included (each scenario has events that arrive a day
+late), at the default budget (the test's three hours are one batch) and at one that splits an
+hour. A team's jobs too, their code outside the repository: the stateless python job, the
+windowed one and the SQL join.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
+from jobs.backfill import without_file_limit
 from jobs.runner import plan_job
 from jobs.runtime import with_trigger
 from ops import archive
@@ -44,7 +46,7 @@ from ops.backfill.run import run_backfill
 from ops.backfill.submit import application_env, submit_arguments
 from ops.cli import main
 from ops.control.supervisor import Supervisor
-from ops.driver.backfill import BackfillRun
+from ops.driver.backfill import BackfillPlan, BackfillRun
 from ops.driver.session import state_conf
 from ops.event_times import stored_span, time_key
 from ops.exceptions import BackfillError
@@ -194,9 +196,11 @@ def write_input(platform: PlatformConfig, job: str, seed: int) -> dict[int, list
 
 
 def live_reference(
-    spark: SparkSession, platform: PlatformConfig, spec: JobSpec, by_hour: dict[int, list[Path]]
+    spark: SparkSession, platform: PlatformConfig, spec: JobSpec, arrivals: list[list[Path]]
 ) -> DataFrame:
-    """The streaming job's output when its input arrives hour by hour: one trigger per hour."""
+    """The streaming job's output when its input arrives in `arrivals`: one trigger, one
+    micro-batch, each (no per-trigger file limit, as in the backfill)."""
+    spec = without_file_limit(spec)
     live = platform.model_copy(
         update={
             "storage": StorageConfig(
@@ -207,8 +211,8 @@ def live_reference(
     for key, value in state_conf(spec).items():
         spark.conf.set(key, value)
     paths = JobPaths.of(live, spec)
-    for hour in sorted(by_hour):
-        for path in by_hour[hour]:
+    for arrived in arrivals:
+        for path in arrived:
             source = path.parent.relative_to(platform.landing_root)
             (live.landing_root / source).mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, live.landing_root / source / path.name)
@@ -218,10 +222,31 @@ def live_reference(
     return spark.read.parquet(str(paths.sink))
 
 
-@pytest.mark.parametrize("job", ["router", "sessionizer", "impressions_plays", *TEAM_JOBS])
+def as_fed(plan: BackfillPlan, by_hour: dict[int, list[Path]]) -> list[list[Path]]:
+    """The landing files in the plan's micro-batches (archived files keep their landing names)."""
+    landed = {path.name: path for paths in by_hour.values() for path in paths}
+    return [
+        [landed[name] for piece in batch.pieces for names in piece.files.values() for name in names]
+        for batch in plan.batches
+    ]
+
+
+# A budget that splits the test's largest arrival hour in two; None: the default (a quarter of the
+# job's 1g driver), which makes the three hours one batch.
+SPLIT_AN_HOUR = "split"
+LATE_COLUMNS = {"sessionizer": "output", "impressions_plays": "outcome"}
+
+
+@pytest.mark.parametrize(
+    ("job", "budget"),
+    [
+        *[(job, None) for job in ["router", "sessionizer", "impressions_plays", *TEAM_JOBS]],
+        *[(job, SPLIT_AN_HOUR) for job in ["router", "sessionizer", "impressions_plays"]],
+    ],
+)
 @pytest.mark.usefixtures("backfill_in_session")
 def test_a_backfill_of_the_archive_equals_the_streaming_job_row_for_row(
-    spark: SparkSession, platform: PlatformConfig, job: str, tmp_path: Path
+    spark: SparkSession, platform: PlatformConfig, job: str, budget: str | None, tmp_path: Path
 ) -> None:
     if job in TEAM_JOBS:
         TEAM_JOBS[job](platform, tmp_path / "team-code")
@@ -231,26 +256,40 @@ def test_a_backfill_of_the_archive_equals_the_streaming_job_row_for_row(
         platform, sorted(spec.pipeline.inputs[n].path for n in spec.pipeline.inputs), NOW
     )
     assert len(report.sealed) == HOURS * len(spec.pipeline.inputs)
+    request = BackfillRequest(job, start=FIRST_ARRIVAL, end=FIRST_ARRIVAL + timedelta(hours=HOURS))
+    if budget == SPLIT_AN_HOUR:
+        _, whole, _ = plan_backfill(platform, request, NOW)
+        request = replace(request, max_batch_bytes=max(p.bytes for p in whole.partitions) * 2 // 3)
 
-    plan, staged = run_backfill(
-        platform, BackfillRequest(job, start=FIRST_ARRIVAL, end=FIRST_ARRIVAL + timedelta(hours=HOURS)), NOW
-    )
+    plan, staged = run_backfill(platform, request, NOW)
 
-    # One partition per arrival hour, every input in each (lockstep), each its own micro-batch.
     assert [p.hour for p in plan.partitions] == [FIRST_ARRIVAL + timedelta(hours=h) for h in range(HOURS)]
     assert all(all(files for files in p.files.values()) for p in plan.partitions)
-    assert [record.first_batch for record in staged.partitions][:2] == [
-        0,
-        staged.partitions[0].last_batch + 1,
-    ]
+    fed = [[(p.partition, p.part, p.parts) for p in batch.pieces] for batch in plan.batches]
+    if budget is None:
+        # Every hour in one batch, every input in it (lockstep).
+        assert fed == [[(hour, 1, 1) for hour in range(HOURS)]]
+    else:
+        # The largest hour in slices, each its own batch; every batch within the budget but a
+        # slice of one file.
+        assert any(parts > 1 for pieces in fed for _, _, parts in pieces), fed
+        assert all(b.bytes <= plan.max_batch_bytes or len(b.pieces) == 1 for b in plan.batches)
+    # Each feed batch its own micro-batches, one after the other.
+    assert [record.index for record in staged.batches] == [batch.index for batch in plan.batches]
+    assert all(
+        later.first_batch == earlier.last_batch + 1
+        for earlier, later in zip(staged.batches, staged.batches[1:], strict=False)
+    )
     backfilled = spark.read.parquet(str(staged.sink))
     assert backfilled.count() == staged.rows > 0
-    reference = live_reference(spark, platform, spec, by_hour)
+    reference = live_reference(spark, platform, spec, as_fed(plan, by_hour))
     assertDataFrameEqual(backfilled, reference)
-    late_column = {"router": "route", "sessionizer": "output", "impressions_plays": "outcome"}.get(job)
-    if late_column is not None and job != "router":
-        # The late events were decided late, as live.
-        assert backfilled.where(F.col(late_column) == "late").count() > 0
+    if job in LATE_COLUMNS:
+        # The late-data rule: an event is late when older than the watermark its batch started
+        # under. The day-late events arrive in the last hour: in one batch with every hour they
+        # are not late (the watermark moves only after it); fed after an earlier batch, they are.
+        late = backfilled.where(F.col(LATE_COLUMNS[job]) == "late").count()
+        assert late == 0 if budget is None else late > 0
     if job == "sessionizer":
         # A session spanning the boundary between the first two arrival hours is one session.
         boundary = datetime(2025, 1, 1, 1, tzinfo=UTC)
@@ -295,10 +334,16 @@ def test_a_killed_backfill_resumes_without_redoing_partitions_and_a_rerun_change
     edit_job(platform, "router", router_routes("purchases"))
     write_input(platform, "router", seed=11)
     archive.archive_landing(platform, ["events"], NOW)
+    # A batch per file (a byte is less than any hour), so the run can be killed between batches.
     request = BackfillRequest(
-        "router", start=FIRST_ARRIVAL, end=FIRST_ARRIVAL + timedelta(hours=HOURS), throttle_seconds=4
+        "router",
+        start=FIRST_ARRIVAL,
+        end=FIRST_ARRIVAL + timedelta(hours=HOURS),
+        throttle_seconds=4,
+        max_batch_bytes=1,
     )
     run, plan, spec_bytes = plan_backfill(platform, request, NOW)
+    assert len(plan.batches) > HOURS  # the last hour's two files are two slices
     prepare_run(run, plan, spec_bytes)
     fetch_partitions(platform, run, plan)
     application = subprocess.Popen(
@@ -314,7 +359,7 @@ def test_a_killed_backfill_resumes_without_redoing_partitions_and_a_rerun_change
     os.killpg(application.pid, signal.SIGKILL)
     application.wait()
     first = run.done()
-    assert 1 <= len(first) < HOURS, first
+    assert 1 <= len(first) < len(plan.batches), first
     first_commit = JobPaths.of(run.platform(platform), find_job("router", platform.conf_dir)).commits / "0"
     committed_at = first_commit.stat().st_mtime_ns
 
@@ -335,16 +380,17 @@ def test_a_killed_backfill_resumes_without_redoing_partitions_and_a_rerun_change
         configure_platform(platform, "monitoring", pushgateway_url=None)
 
     assert resumed_plan.run_id == plan.run_id
-    assert {index: resumed.partitions[index] for index in first} == first  # not run again
+    assert {
+        record.index: record for record in resumed.batches if record.index in first
+    } == first  # not run again
     assert first_commit.stat().st_mtime_ns == committed_at
     resumed_rows = spark.read.parquet(str(resumed.sink)).collect()
     after_resume = published_rows(platform)
     # An uninterrupted run of the same range, published: the same rows, the same table. Its
     # processes are not the subject (the resumed run's were): it runs in the test's processes.
     run_in_test_processes(spark, monkeypatch)
-    rerun_plan, rerun = run_backfill(
-        platform, BackfillRequest("router", start=request.start, end=request.end), NOW
-    )
+    rerun_plan, rerun = run_backfill(platform, replace(request, throttle_seconds=0), NOW)
+    assert rerun_plan.run_id == plan.run_id
     assert rerun.rows_by_target == resumed.rows_by_target
     assertDataFrameEqual(spark.read.parquet(str(rerun.sink)), resumed_rows)
     backfill_run.publish_output(platform, rerun.run, rerun_plan)
@@ -388,7 +434,9 @@ def test_a_job_bootstrapped_from_a_backfill_savepoint_continues_live_as_if_it_ha
     )
     live = spark.read.parquet(str(JobPaths.of(platform, spec).sink))
 
-    reference = live_reference(spark, platform, spec, by_hour)
+    # The history in the bootstrap's batches (its two hours are one), then the live hour.
+    reference = live_reference(spark, platform, spec, [*as_fed(plan, by_hour), by_hour[HOURS - 1]])
+    assert [batch.completes for batch in plan.batches] == [list(range(HOURS - 1))]
     assert live.count() > 0
     assertDataFrameEqual(spark.read.parquet(str(staged.sink)).unionByName(live), reference)
 

@@ -28,7 +28,7 @@ from ops.spec.platform import PlatformConfig, load_platform
 from ops.warehouse.compact import needs_compaction
 from ops.warehouse.compaction import warehouse_table
 from ops.warehouse.sinklog import partition_end, sink_partitions
-from tests.ops.test_backfill import FIRST_ARRIVAL, HOURS, NOW, live_reference, write_input
+from tests.ops.test_backfill import FIRST_ARRIVAL, HOURS, NOW, as_fed, live_reference, write_input
 from tests.support.drivers import edit_job
 from tests.support.slack import SlackReceiver
 from tests.support.spark import run_available_now
@@ -97,7 +97,7 @@ def test_a_backfill_replaces_exactly_its_partitions_after_the_gate_and_a_failing
     backfill_run.publish_output(platform, staged.run, plan)
     lines, blocked = publication_lines(staged.run)
     assert not blocked, lines
-    reference = live_reference(spark, platform, spec, by_hour)
+    reference = live_reference(spark, platform, spec, as_fed(plan, by_hour))
     streamed = Counter(
         tuple(str(row[column]) for column in COLUMNS)
         for row in reference.where("event_date IS NOT NULL").select(*COLUMNS).collect()

@@ -4,7 +4,7 @@ subject.
 `warden backfill` runs the backfill application (`jobs.backfill`) and then its publish
 (`ops.warehouse.publish`) as processes of their own (`ops.backfill.run`): two JVM starts per
 backfill, the publish's a Hive-enabled one. Under `backfill_in_session` the same code runs in the
-worker's SparkSession (the application's `run_partitions`, under its job's query confs) and in the
+worker's SparkSession (the application's `run_batches`, under its job's query confs) and in the
 test's warehouse process (the publish's `main`, which needs the Hive catalog), and everything
 else of `ops.backfill.run` (planning, staging, checking the output, the CLI's lines) is unchanged.
 `ops.backfill.run`'s processes keep their own test (`tests/README.md` lists it).
@@ -15,10 +15,10 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import SparkSession
 
-from jobs.backfill import backfill_spec, run_partitions
+from jobs.backfill import backfill_spec, run_batches
 from ops.backfill import run as backfill_run
 from ops.backfill.submit import PUBLISH_MODULE, submit_arguments
-from ops.driver.backfill import BackfillPlan, BackfillRun, PartitionDone
+from ops.driver.backfill import BackfillPlan, BackfillRun, BatchDone
 from ops.driver.session import query_conf
 from ops.exceptions import BackfillError
 from ops.spec.platform import PlatformConfig
@@ -41,11 +41,9 @@ def run_in_test_processes(spark: SparkSession, monkeypatch: pytest.MonkeyPatch) 
     in the warehouse process: call them through the module (`backfill_run.publish_output`), as
     `warden backfill` does."""
 
-    def run_application(
-        platform: PlatformConfig, run: BackfillRun, plan: BackfillPlan
-    ) -> list[PartitionDone]:
+    def run_application(platform: PlatformConfig, run: BackfillRun, plan: BackfillPlan) -> list[BatchDone]:
         with session_confs(spark, query_conf(platform, backfill_spec(run, plan))):
-            return run_partitions(spark, platform, run)
+            return run_batches(spark, platform, run)
 
     monkeypatch.setattr(backfill_run, "run_application", run_application)
     monkeypatch.setattr(backfill_run, "publish_output", publish_in_warehouse_process)
