@@ -301,9 +301,9 @@ def test_state_stays_bounded(spark: SparkSession, platform_conf: PlatformConfig)
     )
     start = dt.datetime(2025, 1, 1)
     files = []
-    # The state levels off from the fifth batch on (window, slide and lateness): with 15, the
+    # The state levels off from the fifth batch on (window, slide and lateness): with 12, the
     # middle and last thirds both lie on the plateau.
-    for batch in range(15):
+    for batch in range(12):
         files.append(
             [
                 engagement(

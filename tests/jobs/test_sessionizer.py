@@ -249,8 +249,8 @@ def test_state_stays_bounded_while_the_watermark_advances(
     edit_job(platform_conf, "sessionizer", lambda spec: spec["pipeline"].update(state_buckets=1024))
     set_operations(platform_conf, trigger={"interval_seconds": 1, "max_files_per_trigger": 1})
     stream = Stream(spark, platform_conf)
-    # 24 files of 15 minutes each; every hour brings 8 new users, so keys ever seen keep growing.
-    for step in range(24):
+    # 20 files of 15 minutes each; every hour brings 8 new users, so keys ever seen keep growing.
+    for step in range(20):
         minute = step * 15
         lines = [
             event(
@@ -261,15 +261,15 @@ def test_state_stays_bounded_while_the_watermark_advances(
         stream.write("web_events", lines)
     stream.run()
     rows_in_state = [state_rows(p) or 0 for p in stream.progress]
-    assert len(rows_in_state) >= 24
+    assert len(rows_in_state) >= 20
     third = len(rows_in_state) // 3
     assert max(rows_in_state[-third:]) <= 24, rows_in_state
     assert max(rows_in_state[-third:]) <= max(rows_in_state[:third]) + 8, rows_in_state
     output = stream.output()
     assert output.where("output = 'late'").count() == 0
-    # Every user of the first five hours has its one session of four events.
+    # Every user of the first four hours has its one session of four events.
     sessions = output.where("output = 'sessions'").groupBy("event_count").count()
-    assertDataFrameEqual(sessions, [(4, 40)])
+    assertDataFrameEqual(sessions, [(4, 32)])
 
 
 def test_a_wrong_gap_is_a_compatible_change_new_key_fields_are_refused_by_spark(
