@@ -76,6 +76,13 @@ NO_DATA_BATCHES = "spark.sql.streaming.noDataMicroBatches.enabled"
 # their RocksDB instances grew the JVM by 15-20 MiB per batch (16 batches of 30,000 events: 926 ->
 # 1,253 MiB; closed on commit: 892 -> 989 MiB), i.e. with the range, not with one batch.
 UNLOAD_ON_COMMIT = "spark.sql.streaming.stateStore.unloadOnCommit"
+# The shuffle partitions of the gated query, i.e. its state stores. Each stateful task of a
+# micro-batch pays its own fixed cost, data or not (a Python worker for the pandas state function,
+# the RocksDB commit of its store, its scheduling): an empty batch of the sessionizer's backfill
+# (`benchmarks.backfill`, its fixed cost) ran 4 such tasks on 2 cores. The gated query's checkpoint
+# is the run's own (never a savepoint of the job's, unlike a bootstrap's), so it need not keep the
+# job's partitioning: it takes no more partitions than the cores it runs on, and a task a core.
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 # How often the driver looks for the commit of the batch it fed (a file in the checkpoint).
 COMMIT_POLL_SECONDS = 0.01
 # How long the driver waits for a committed batch's progress report, for its log line.
@@ -225,6 +232,13 @@ def _phases_ms(query: StreamingQuery, batch: int) -> dict[str, int] | None:
     return None
 
 
+def gated_partitions(spark: SparkSession, spec: JobSpec) -> int:
+    """The gated query's shuffle partitions: the job's, but no more than the session's cores (its
+    default parallelism: local[N]'s threads, or the executors' cores). A resumed run keeps those
+    its checkpoint recorded, as any query does."""
+    return max(1, min(spec.operations.resources.shuffle_partitions, spark.sparkContext.defaultParallelism))
+
+
 def feed_gated(spark: SparkSession, feed: Feed, todo: list[FeedBatch]) -> None:
     """Feed `todo` to ONE long-running query of the job, a feed batch per micro-batch through the gate.
 
@@ -238,6 +252,7 @@ def feed_gated(spark: SparkSession, feed: Feed, todo: list[FeedBatch]) -> None:
     last = feed.plan.batches[-1].index
     register_archive_source(spark)
     spark.conf.set(NO_DATA_BATCHES, "false")
+    spark.conf.set(SHUFFLE_PARTITIONS, str(gated_partitions(spark, feed.spec)))
     # Released: the positions before the first batch to feed; the sources wait there.
     run.set_gate(todo[0].index)
     writer = plan_job(feed.scratch, feed.spec, read_archive(run))(spark)
