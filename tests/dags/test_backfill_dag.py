@@ -50,7 +50,7 @@ def platform(
 # Three spark-submits (the backfill, its publish with GX) and Airflow, with the cores shared.
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
-def test_the_backfill_form_plans_submits_publishes_and_logs_a_row_per_partition(
+def test_the_backfill_form_plans_submits_publishes_and_logs_a_row_per_batch(
     platform: PlatformConfig, spark: SparkSession
 ) -> None:
     first = utcnow().replace(minute=0, second=0, microsecond=0) - timedelta(hours=5)
