@@ -4,7 +4,7 @@ before break (a standby at the new scale takes over), and the sink is compared w
 over the same input, row for row.
 
 The router runs under a load written by the test, a landing file per tick: a base rate, a step to
-8x until the autoscaler scales up, 4x while the rescale is carried out, and back. It starts at one
+6x until the autoscaler scales up, 3x while the rescale is carried out, and back. It starts at one
 core reading two files per batch, falls behind under the step, is scaled up to two cores (and four
 files per batch) from the backlog it builds, catches up, and after the load falls and the
 scale-down delay passes is scaled back down. The sessionizer (RocksDB state)
@@ -86,14 +86,17 @@ def test_the_router_scales_up_under_a_step_catches_up_and_scales_back_down(
     drive(supervisor, load, 1, batches(8), 120, "a window of batches at the base load")
     assert rescales(ledger, "router") == []
 
-    # 8x: eight files a tick, two read per batch. The backlog grows by a file and a half a second
-    # until it is more than the 30 s catch-up leaves to one core (about 80 files), and the
-    # autoscaler scales up; at 4x the same backlog took three times as long to build.
+    # 6x: six files a tick, two read per batch, and the backlog grows by a file a second. The
+    # scale-up comes once the window holds only the step's batches (ten, about 44 s: until then
+    # the base load's one-file batches fit as fixed cost), when the arrivals and the backlog
+    # (about 45 files) to drain in the 30 s catch-up ask 1.4 times what one core does (134
+    # against 96 rows/s in the run that set it). 8x built half as much backlog again for the two
+    # cores to drain; at 4x the backlog alone had to ask, three times as late.
     step_at = time.monotonic()
     drive(
         supervisor,
         load,
-        8,
+        6,
         lambda: any(op.to_cores == 2 for op in rescales(ledger, "router")),
         450,
         "a scale-up",
@@ -106,8 +109,9 @@ def test_the_router_scales_up_under_a_step_catches_up_and_scales_back_down(
         and decision.inputs["autoscaler"]["backlog_rows"] > 0
     )
     assert (up.from_cores, up.to_cores, up.to_max_files) == (1, 2, 4)
-    # 4x while the standby warms up: still more than one core reads, so the rescale goes on.
-    drive(supervisor, load, 4, running_at(2), 300, "the router running at 2 cores")
+    # 3x while the standby warms up: still more than one core reads (the backlog grows), so the
+    # rescale goes on.
+    drive(supervisor, load, 3, running_at(2), 300, "the router running at 2 cores")
     up = rescales(ledger, "router")[0]
     assert up.outcome is not None and up.restart_cost_seconds is not None and up.restart_cost_seconds > 0
 
