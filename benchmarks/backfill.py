@@ -257,9 +257,7 @@ def scratch_platform(workdir: Path) -> PlatformConfig:
     ports = free_seaweed_ports()
     conf_dir = workdir / "conf"
     (conf_dir / "jobs").mkdir(parents=True)
-    settings = rooted_platform(workdir)
-    settings["s3"] = {"endpoint_url": f"http://127.0.0.1:{ports.s3}", "bucket": "bench"}
-    (conf_dir / "platform.yaml").write_text(yaml.safe_dump(settings))
+    (conf_dir / "platform.yaml").write_text(yaml.safe_dump(rooted_platform(workdir, ports.s3)))
     job = yaml.safe_load((DEFAULT_CONF_DIR / "jobs" / "sessionizer.yaml").read_text())
     del job["operations"]["compaction"]
     (conf_dir / "jobs" / "sessionizer.yaml").write_text(yaml.safe_dump(job, sort_keys=False))

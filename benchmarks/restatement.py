@@ -65,9 +65,7 @@ def _conf(workdir: Path, s3_port: int) -> PlatformConfig:
     """A platform rooted in `workdir`, its S3 on `s3_port`, with the router and the state job."""
     conf_dir = workdir / "conf"
     (conf_dir / "jobs").mkdir(parents=True)
-    settings = rooted_platform(workdir)
-    settings["s3"] = {"endpoint_url": f"http://127.0.0.1:{s3_port}", "bucket": "bench"}
-    (conf_dir / "platform.yaml").write_text(yaml.safe_dump(settings))
+    (conf_dir / "platform.yaml").write_text(yaml.safe_dump(rooted_platform(workdir, s3_port)))
     router = yaml.safe_load((DEFAULT_CONF_DIR / "jobs" / "router.yaml").read_text())
     router["operations"]["trigger"]["max_files_per_trigger"] = 1
     (conf_dir / "jobs" / "router.yaml").write_text(yaml.safe_dump(router, sort_keys=False))

@@ -40,8 +40,9 @@ class Timing:
         return self.events / self.wall_seconds
 
 
-def rooted_platform(workdir: Path) -> dict:
-    """The repo's platform.yaml with every storage root and the ledger under `workdir`."""
+def rooted_platform(workdir: Path, s3_port: int | None = None) -> dict:
+    """The repo's platform.yaml with every storage root and the ledger under `workdir`; with
+    `s3_port`, its S3 a server of the benchmark's own on that port (bucket `bench`)."""
     platform = yaml.safe_load((DEFAULT_CONF_DIR / "platform.yaml").read_text())
     platform["storage"] = {
         "runtime_root": str(workdir / "runtime"),
@@ -50,6 +51,8 @@ def rooted_platform(workdir: Path) -> dict:
         "checkpoint_root": str(workdir / "checkpoints"),
     }
     platform["ledger"] = {"url": f"sqlite:///{workdir / 'ledger.db'}"}
+    if s3_port is not None:
+        platform["s3"] = {"endpoint_url": f"http://127.0.0.1:{s3_port}", "bucket": "bench"}
     return platform
 
 
