@@ -1,6 +1,12 @@
-"""A bounded CPU hog for tests of a busy machine: one spinning Python process per core, each
-ending by itself after `seconds` (a test that dies leaves no hog behind for long) and stopped when
-the context exits. The hogs get none of the test's environment: they are nobody's platform."""
+"""A bounded CPU hog for tests of a busy machine: spinning Python processes that bring the load to
+a number per core, each ending by itself after `seconds` (a test that dies leaves no hog behind for
+long) and stopped when the context exits. The hogs get none of the test's environment: they are
+nobody's platform.
+
+The hog counts what already runs: it spins only the processes the last minute's load average
+lacks. Alone, a test gets them all; inside `make test`, whose other workers keep two cores at a
+load of 4-9, it adds few or none, instead of taking their CPU for the minutes a platform start
+lasts."""
 
 from __future__ import annotations
 
@@ -18,18 +24,23 @@ while time.monotonic() < deadline:
 """
 
 
+def missing_load(per_core: int) -> int:
+    """Processes that would bring the load average to `per_core` per core (none when it is there)."""
+    return max(0, per_core * (os.cpu_count() or 1) - round(os.getloadavg()[0]))
+
+
 @contextmanager
-def cpu_hog(seconds: float, processes: int | None = None) -> Iterator[int]:
-    """Keep `processes` (default: one per core) busy for at most `seconds`; yields their number."""
-    count = processes or os.cpu_count() or 1
+def cpu_hog(seconds: float, per_core: int = 1) -> Iterator[int]:
+    """Keep the load at `per_core` processes per core for at most `seconds`, spinning what the
+    load lacks when it starts; yields how many spin."""
     hogs = [
         subprocess.Popen(
             [sys.executable, "-c", SPIN.format(seconds=seconds)], env={"PATH": os.environ["PATH"]}
         )
-        for _ in range(count)
+        for _ in range(missing_load(per_core))
     ]
     try:
-        yield count
+        yield len(hogs)
     finally:
         for hog in hogs:
             hog.terminate()
