@@ -194,7 +194,7 @@ def feed_batches(
             groups += [[piece] for piece in _split(partition, sizes[partition.index], budget)]
             room = 0
             continue
-        if partition.bytes > room:
+        if not groups or partition.bytes > room:
             groups.append([])
             room = budget
         groups[-1].append(Piece(partition.index, partition.files, partition.bytes))

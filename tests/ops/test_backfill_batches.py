@@ -60,6 +60,9 @@ def test_consecutive_hours_fill_a_batch_up_to_the_budget_every_input_in_step() -
     assert batches[0].pieces[1].files == {"web": ["web1-0"], "app": []}
     # A range within the budget is one batch.
     assert shape(feed_batches(partitions, sizes, budget=1000)) == [[(h, 1, 1) for h in range(4)]]
+    # An hour of empty files opens a range as well as any.
+    empty, empty_sizes = hours({"web": [0], "app": []}, {"web": [5], "app": [5]})
+    assert shape(feed_batches(empty, empty_sizes, budget=10)) == [[(0, 1, 1), (1, 1, 1)]]
 
 
 def test_an_hour_over_the_budget_goes_alone_in_slices_of_its_files_each_input_cut_at_the_same_point() -> None:
