@@ -126,14 +126,7 @@ class ArchiveStreamReader(DataSourceStreamReader):
         self.input_name = input_name
         self.tasks = tasks
         # Each feed batch's staged files of this input.
-        self.batch_files = [
-            [
-                run.staged(input_name, piece.partition) / file_name
-                for piece in batch.pieces
-                for file_name in piece.files.get(input_name, [])
-            ]
-            for batch in run.read_plan().batches
-        ]
+        self.batch_files = [run.staged_files(batch, input_name) for batch in run.read_plan().batches]
         # The process that started this reader's worker: when it is gone (the application was
         # killed), a reader waiting on the gate stops instead of polling for ever.
         self.parent = os.getppid()

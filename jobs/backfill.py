@@ -149,17 +149,13 @@ class Feed:
 
     def staged_files(self, batch: FeedBatch) -> list[Path]:
         """The staged files `batch` reads, every input's; BackfillError if one is missing."""
-        files = []
-        for piece in batch.pieces:
-            for name, file_names in piece.files.items():
-                staged = self.run.staged(name, piece.partition)
-                for file_name in file_names:
-                    if not (staged / file_name).is_file():
-                        raise BackfillError(
-                            f"partition {self.plan.partitions[piece.partition].label} of input {name!r}: "
-                            f"{file_name} is not staged in {staged}; plan the backfill again"
-                        )
-                    files.append(staged / file_name)
+        files = [path for name in self.plan.sources for path in self.run.staged_files(batch, name)]
+        missing = [path for path in files if not path.is_file()]
+        if missing:
+            raise BackfillError(
+                f"{batch.describe(self.plan.partitions)}: {len(missing)} files are not staged, e.g. "
+                f"{missing[0]}; plan the backfill again"
+            )
         return files
 
     def finish(
@@ -283,11 +279,7 @@ def stage_batch(feed: Feed, batch: FeedBatch) -> int:
     """
     lines = 0
     for name, landing in feed.paths.landing.items():
-        wanted = {
-            file_name: feed.run.staged(name, piece.partition) / file_name
-            for piece in batch.pieces
-            for file_name in piece.files.get(name, ())
-        }
+        wanted = {path.name: path for path in feed.run.staged_files(batch, name)}
         landing.mkdir(parents=True, exist_ok=True)
         for present in landing.iterdir():
             if present.is_file() and present.name not in wanted:

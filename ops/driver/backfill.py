@@ -319,6 +319,14 @@ class BackfillRun:
     def staged(self, input_name: str, index: int) -> Path:
         return self.root / "staged" / input_name / f"{index:05d}"
 
+    def staged_files(self, batch: FeedBatch, input_name: str) -> list[Path]:
+        """Where `batch`'s files of input `input_name` are staged, in the order it reads them."""
+        return [
+            self.staged(input_name, piece.partition) / file_name
+            for piece in batch.pieces
+            for file_name in piece.files.get(input_name, [])
+        ]
+
     def fetched_marker(self, index: int) -> Path:
         return self.root / "fetched" / f"{index:05d}"
 
