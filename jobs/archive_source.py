@@ -147,11 +147,14 @@ class ArchiveStreamReader(DataSourceStreamReader):
             time.sleep(GATE_POLL_SECONDS)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        # An empty file has no line to read: a feed batch of empty files (an hour with no events)
+        # runs no read task at all.
         paths = [
             path
             for position in range(int(start["next"]), int(end["next"]))
             if position < len(self.batch_files)
             for path in self.batch_files[position]
+            if path.stat().st_size > 0
         ]
         return [StagedFiles([str(path) for path in group]) for group in spread(paths, self.tasks)]
 

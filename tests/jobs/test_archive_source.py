@@ -148,6 +148,8 @@ def test_lines_are_split_and_counted_as_the_text_file_source_does(tmp_path: Path
     staged = run.staged("web_events", 0) / "web_events-0-0.json"
     assert count_lines(staged) == 4
     assert count_lines(run.staged("app_events", 0) / "app_events-0-0.json") == 0
+    # An empty file has nothing to read: the app's batch plans no read task.
+    assert ArchiveStreamReader(run, "app_events").partitions(start, end) == []
 
 
 def test_a_partitions_files_are_spread_over_the_tasks_by_size(tmp_path: Path) -> None:
