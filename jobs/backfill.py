@@ -5,13 +5,14 @@ layout) over archived input: the control side (`ops.backfill`) has planned the r
 feed batches under a byte budget and staged each archive partition under the run directory
 (`ops.driver.backfill` has the layout). This application runs ONE query for the whole range and
 feeds it one feed batch per micro-batch (consecutive arrival hours, or a slice of one hour; every
-input of the job at once: lockstep), oldest first: each input is read by the gated archive source
-(`jobs.archive_source`), and the driver releases the next feed batch once the previous one has
-committed. The watermark moves to the batch's end after it (Spark's own rule, `max event time -
-allowed lateness`), so the next batch runs under it: an event is late when it is older than the
-watermark its batch started under, so a bigger batch keeps every event its smaller parts would
-keep. No no-data batch runs between feed batches, and one closes the range (the empty position
-after the last). State carries across batches, so a session or a join spanning a batch boundary
+input of the job at once: lockstep), oldest first: the inputs are read by one text file source
+over the run's feed directory (`jobs.archive_source`), and the driver releases the next feed batch
+there, every input's files in one rename, once the previous one has committed. The watermark
+moves to the batch's end after it (Spark's own rule, `max event time - allowed lateness`), so the
+next batch runs under it: an event is late when it is older than the watermark its batch started
+under, so a bigger batch keeps every event its smaller parts would keep. No no-data batch runs
+between feed batches, and a batch without rows closes the range (the closing position after the
+last). State carries across batches, so a session or a join spanning a batch boundary
 is whole, while memory is bounded by the budget; the query starts, plans and loads its state once.
 
 A bootstrap backfill (`--bootstrap`) feeds the job's file-source query instead, an available-now
@@ -40,7 +41,6 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from jobs.archive_source import count_lines, read_archive
-from jobs.archive_source import register as register_archive_source
 from jobs.runner import plan_job
 from jobs.runtime import with_trigger
 from ops.atomic import write_atomically
@@ -63,12 +63,13 @@ log = structlog.get_logger("streamwarden.backfill")
 
 # Whether a query may run a batch without new input when the watermark has moved past state. It is
 # read when a query starts and is not frozen in the checkpoint. Off for the gated query: whether
-# one ran between two feed batches would depend on how fast the driver opened the gate, and it is
+# one ran between two feed batches would depend on how fast the driver released the next, and it is
 # redundant: the next data batch starts under the same watermark (the commit log carries it) and
 # Spark evicts and fires every timeout under it in that batch, before the new watermark applies,
 # so the rows are the same; skipping it saved 1.4-2.7 s of each batch (query planning, state
-# store load and commit, a Parquet sink commit). After the range's last feed batch it does run, so
-# the final state and output are those of the streaming job.
+# store load and commit, a Parquet sink commit). After the range's last feed batch the closing
+# position runs one (`BackfillRun.release_closing`), so the final state and output are those of the
+# streaming job.
 NO_DATA_BATCHES = "spark.sql.streaming.noDataMicroBatches.enabled"
 # Close a query's state stores when its tasks commit instead of leaving them to the maintenance
 # thread (every 60 s, and only once their query run has ended). A bootstrap's query is a new run
@@ -197,8 +198,9 @@ class Feed:
             time.sleep(self.plan.throttle_seconds)
 
     def discard(self, batch: FeedBatch, files: list[Path]) -> None:
-        """Delete a committed batch's staged files (Spark never reads them again), and the
-        directories of the partitions it completed."""
+        """Delete a committed batch's staged and released files (Spark never reads them again), and
+        the directories of the partitions it completed."""
+        self.run.withdraw(batch.index)
         for path in files:
             path.unlink(missing_ok=True)
         for partition in batch.completes:
@@ -236,21 +238,22 @@ def gated_partitions(spark: SparkSession, spec: JobSpec) -> int:
 
 
 def feed_gated(spark: SparkSession, feed: Feed, todo: list[FeedBatch]) -> None:
-    """Feed `todo` to ONE long-running query of the job, a feed batch per micro-batch through the gate.
+    """Feed `todo` to ONE long-running query of the job, a feed batch per micro-batch.
 
-    The query's inputs read the staged feed batches (`jobs.archive_source`); the driver releases
+    The query's inputs read the released feed batches (`jobs.archive_source`); the driver releases
     one, waits for its commit, records it and releases the next. The query starts, plans and loads
-    its state once for the whole range; its state stores stay loaded between batches. The last
-    feed batch is released with the empty position after it, whose micro-batch is the closing
-    no-data batch, and with the gate closed.
+    its state once for the whole range; its state stores stay loaded between batches. After the
+    last feed batch the driver releases the closing position, whose micro-batch is the closing
+    no-data batch.
     """
     run, paths = feed.run, feed.paths
+    inputs = list(feed.plan.sources)
     last = feed.plan.batches[-1].index
-    register_archive_source(spark)
     spark.conf.set(NO_DATA_BATCHES, "false")
     spark.conf.set(SHUFFLE_PARTITIONS, str(gated_partitions(spark, feed.spec)))
-    # Released: the positions before the first batch to feed; the sources wait there.
-    run.set_gate(todo[0].index)
+    # The source finds its partition columns in what the feed holds when the query is planned.
+    feed.first_batch(todo[0])
+    run.release(todo[0], inputs)
     writer = plan_job(feed.scratch, feed.spec, read_archive(run))(spark)
     query = writer.trigger(processingTime="0 seconds").start()
     try:
@@ -259,14 +262,15 @@ def feed_gated(spark: SparkSession, feed: Feed, todo: list[FeedBatch]) -> None:
             files = feed.staged_files(batch)
             lines = sum(count_lines(path) for path in files)
             first_batch = feed.first_batch(batch)
-            closing = batch.index == last
-            run.set_gate(batch.index + 1 + int(closing), closed=closing)
-            _await_commit(query, paths, first_batch + int(closing))
-            feed.finish(batch, first_batch, lines, started, _phases_ms(query, first_batch + int(closing)))
+            run.release(batch, inputs)
+            _await_commit(query, paths, first_batch)
+            if batch.index == last:
+                run.release_closing(inputs)
+                _await_commit(query, paths, first_batch + 1)
+            committed = max(log_entries(paths.commits))
+            feed.finish(batch, first_batch, lines, started, _phases_ms(query, committed))
             feed.discard(batch, files)
     finally:
-        # A closed gate lets a waiting source answer, so the query stops at once.
-        run.set_gate(run.read_gate()[0], closed=True)
         query.stop()
 
 

@@ -13,12 +13,14 @@ needs no S3 client:
     <root>/spec/<job>.yaml           the job file the run computes with (installed or a candidate)
     <root>/staged/<input>/<NNNNN>/   partition NNNNN of an input, downloaded and checked
     <root>/fetched/<NNNNN>           written once every input's files of partition NNNNN are staged
-    <root>/input/<source path>/      the query's landing directory: one partition at a time
+    <root>/input/<source path>/      a bootstrap's landing directory: one feed batch at a time
+    <root>/feed/batch=<NNNNN>/input=<input>/
+                                     feed batch NNNNN released to the query's file source: hard
+                                     links to its staged files, every input's in one directory rename
     <root>/checkpoints/<job>/        the query's checkpoint (its state carries across partitions)
     <root>/lake/<sink path>/         the query's Parquet sink: the staged output
     <root>/progress.json             every completed feed batch: its hours, query batches, rows, seconds
     <root>/running.json              the feed batch under way and the first query batch it may use
-    <root>/gate.json                 the feed batches the driver released to the query's sources
     <root>/complete.json             written once every partition is done
     <root>/published.json            the publish into the warehouse table: each target partition's
                                      version, published or blocked (`ops.warehouse.publish`)
@@ -33,7 +35,9 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+import os
+import shutil
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
@@ -298,10 +302,6 @@ class BackfillRun:
         return self.root / "running.json"
 
     @property
-    def gate_file(self) -> Path:
-        return self.root / "gate.json"
-
-    @property
     def diff_file(self) -> Path:
         return self.root / "diff.json"
 
@@ -377,18 +377,59 @@ class BackfillRun:
         document = json.loads(self.running_file.read_text())
         return int(document["index"]), int(document["first_batch"])
 
-    def set_gate(self, released: int, *, closed: bool = False) -> None:
-        """Release the plan's feed batches before `released` to the query's sources
-        (`jobs.archive_source`); `closed`: no more will be."""
-        write_atomically(self.gate_file, json.dumps({"released": released, "closed": closed}))
+    @property
+    def feed_root(self) -> Path:
+        """What the gated query's file source reads (`jobs.archive_source`): the released batches."""
+        return self.root / "feed"
 
-    def read_gate(self) -> tuple[int, bool]:
-        """(positions released, closed); nothing released before the driver first sets it."""
-        try:
-            document = json.loads(self.gate_file.read_text())
-        except FileNotFoundError:
-            return 0, False
-        return int(document["released"]), bool(document["closed"])
+    def released(self, index: int) -> Path:
+        """Feed batch `index` as the query's source sees it once released (`batch=` and `input=` are
+        partition columns of the source)."""
+        return self.feed_root / f"batch={index:05d}"
+
+    def release(self, batch: FeedBatch, inputs: Sequence[str]) -> None:
+        """Show `batch`'s staged files of every input to the query's source, all at once.
+
+        The files are linked into a directory outside the source's path, which one rename then
+        moves in: a listing of the source sees all of the batch or none of it, so every input
+        moves in the same micro-batch. A batch a killed attempt released stays as it is.
+        """
+
+        def link(directory: Path, input_name: str) -> None:
+            for path in self.staged_files(batch, input_name):
+                # Two partitions of a batch may stage files of the same name: the partition's
+                # directory (its index) keeps them apart.
+                os.link(path, directory / f"{path.parent.name}-{path.name}")
+
+        self._release(batch.index, inputs, link)
+
+    def release_closing(self, inputs: Sequence[str]) -> None:
+        """Release the position after the last feed batch: an empty file per input, whose micro-batch
+        reads no row and runs the stateful operators under the watermark the last batch left (the
+        no-data batch a streaming job runs once its input stops)."""
+        self._release(
+            len(self.read_plan().batches),
+            inputs,
+            lambda directory, _name: (directory / "closing.json").touch(),
+        )
+
+    def _release(self, index: int, inputs: Sequence[str], fill: Callable[[Path, str], None]) -> None:
+        target = self.released(index)
+        if target.is_dir():
+            return
+        preparing = self.root / "releasing" / target.name
+        shutil.rmtree(preparing, ignore_errors=True)
+        for name in inputs:
+            directory = preparing / f"input={name}"
+            directory.mkdir(parents=True)
+            fill(directory, name)
+        self.feed_root.mkdir(exist_ok=True)
+        preparing.rename(target)
+
+    def withdraw(self, index: int) -> None:
+        """Remove released batch `index` once it committed: the source never reads a file twice,
+        and its listing stays one batch long whatever the range."""
+        shutil.rmtree(self.released(index), ignore_errors=True)
 
     def is_complete(self) -> bool:
         return self.complete_file.is_file()

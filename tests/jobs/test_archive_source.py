@@ -1,21 +1,22 @@
-"""The gated archive source a backfill's query reads (its lockstep contract), on real run directories.
+"""The source a backfill's query reads the archive through (its lockstep contract), on real run
+directories and a real streaming query.
 
-The reader is driven as Spark drives it (`latestOffset` from each input in turn, `partitions`,
-`read`), without a query: what a backfill needs from it is that every input moves by exactly one
-partition per batch whenever the driver opens the gate, and that it reads the staged lines as the
-text file source would. The backfill tests (`tests/ops/test_backfill.py`) run it in the job's query.
+What a backfill needs from it: every input moves by exactly one feed batch per micro-batch, the
+one the driver released, and reads the staged lines as the live job's text file source would.
+The backfill tests (`tests/ops/test_backfill.py`) run it in the job's own query.
 """
 
 from __future__ import annotations
 
-import threading
-import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 
-from pyspark.sql.streaming.datasource import ReadAllAvailable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
-from jobs.archive_source import ArchiveStreamReader, count_lines, spread
+from jobs.archive_source import count_lines, read_archive
 from ops.driver.backfill import BackfillPlan, BackfillRun, PlannedPartition, feed_batches
 
 HOUR = datetime(2026, 11, 20, 6, tzinfo=UTC)
@@ -58,61 +59,106 @@ def planned_run(root: Path, contents: list[dict[str, list[bytes]]], budget: int 
     return run
 
 
-def read_lines(reader: ArchiveStreamReader, start: dict[str, object], end: dict[str, object]) -> list[str]:
-    return [
-        value
-        for partition in reader.partitions(start, end)
-        for batch in reader.read(partition)
-        for value in batch.column("value").to_pylist()
-    ]
+class FeedQuery:
+    """A streaming query over every input of a run, as the backfill's (the first feed batch
+    released before it starts, no no-data batches), collecting each micro-batch's lines by input."""
+
+    def __init__(self, spark: SparkSession, run: BackfillRun, checkpoint: Path) -> None:
+        self.batches: list[dict[str, list[str]]] = []
+        run.release(run.read_plan().batches[0], INPUTS)
+        spec = SimpleNamespace(pipeline=SimpleNamespace(inputs=dict.fromkeys(INPUTS)))
+        raw = read_archive(run)(spark, None, spec)  # type: ignore[arg-type]
+        web, app = (frame.withColumn("input", F.lit(name)) for name, frame in raw.items())
+        spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+        self.query = (
+            web.unionByName(app)
+            .writeStream.foreachBatch(self._collect)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(processingTime="0 seconds")
+            .start()
+        )
+
+    def _collect(self, frame: DataFrame, _batch_id: int) -> None:
+        rows = frame.collect()
+        self.batches.append({name: sorted(row.value for row in rows if row.input == name) for name in INPUTS})
+
+    def next(self, release: Callable[[], None] = lambda: None) -> dict[str, list[str]]:
+        """Run `release`, then the lines of the micro-batch that follows."""
+        seen = len(self.batches)
+        release()
+        while len(self.batches) == seen:
+            assert self.query.exception() is None
+            self.query.awaitTermination(0.05)
+        return self.batches[seen]
 
 
-def test_every_input_moves_by_one_feed_batch_whenever_the_gate_opens(tmp_path: Path) -> None:
+def feed_all(spark: SparkSession, run: BackfillRun, checkpoint: Path) -> list[dict[str, list[str]]]:
+    """Every feed batch of `run` and the closing position through a `FeedQuery`, as the backfill
+    feeds them: the micro-batches' lines."""
+    plan = run.read_plan()
+    feed = FeedQuery(spark, run, checkpoint)
+    try:
+        seen = [feed.next()]
+        for batch in plan.batches[1:]:
+            run.withdraw(batch.index - 1)
+            seen.append(feed.next(lambda batch=batch: run.release(batch, INPUTS)))
+        seen.append(feed.next(lambda: run.release_closing(INPUTS)))
+        # A batch released again (as a killed attempt's stays) is nothing new: no micro-batch.
+        run.release(plan.batches[-1], INPUTS)
+        feed.query.awaitTermination(1)
+        assert len(feed.batches) == len(plan.batches) + 1
+    finally:
+        feed.query.stop()
+    return seen
+
+
+def test_every_input_moves_by_exactly_the_feed_batch_released(spark: SparkSession, tmp_path: Path) -> None:
     run = planned_run(
-        tmp_path,
+        tmp_path / "run",
         [
             {"web_events": [b"w0\nw0b\n"], "app_events": [b"a0\n"]},
             {"web_events": [b"w1\n"]},  # the app was idle that hour
             {"web_events": [b"w2\n"], "app_events": [b"a2\n"]},
         ],
     )
-    readers = {name: ArchiveStreamReader(run, name) for name in INPUTS}
-    limit = ReadAllAvailable()
-    offsets = {name: reader.initialOffset() for name, reader in readers.items()}
-    run.set_gate(0)
 
-    batches = []
-    for position in range(4):  # three partitions, then the empty closing position
-        if position < 3:
-            # The gate opens while the first input's latestOffset is already waiting on it: the
-            # second input, asked after, must not move further than the first. The last partition
-            # is released with the closing position at once, and the gate closed.
-            released, closed = (4, True) if position == 2 else (position + 1, False)
-            opener = threading.Timer(0.05, run.set_gate, args=(released,), kwargs={"closed": closed})
-            opener.start()
-        asked = time.monotonic()
-        ends = {name: reader.latestOffset(offsets[name], limit) for name, reader in readers.items()}
-        if position < 3:
-            assert time.monotonic() - asked >= 0.04, "latestOffset answered before the gate opened"
-            opener.join()
-        assert {end["next"] for end in ends.values()} == {position + 1}
-        batches.append({name: read_lines(readers[name], offsets[name], ends[name]) for name in INPUTS})
-        offsets = ends
-
-    assert batches == [
+    assert feed_all(spark, run, tmp_path / "checkpoint") == [
         {"web_events": ["w0", "w0b"], "app_events": ["a0"]},
         {"web_events": ["w1"], "app_events": []},
         {"web_events": ["w2"], "app_events": ["a2"]},
         {"web_events": [], "app_events": []},
     ]
-    # Closed and fully read: no new data, at once.
-    assert all(readers[name].latestOffset(offsets[name], limit) == offsets[name] for name in INPUTS)
 
 
-def test_a_batch_reads_every_hour_the_budget_groups_and_a_slice_of_an_hour_over_it(tmp_path: Path) -> None:
+def test_a_release_shows_a_batch_whole_in_one_rename_and_a_killed_attempts_stays(tmp_path: Path) -> None:
+    run = planned_run(tmp_path, [{"web_events": [b"w\n", b"v\n"], "app_events": [b"a\n"]}], budget=100)
+    batch = run.read_plan().batches[0]
+    # A killed attempt left a half-made directory outside the source's path: made again.
+    (run.root / "releasing" / "batch=00000" / "input=web_events").mkdir(parents=True)
+
+    run.release(batch, INPUTS)
+
+    released = run.released(0)
+    assert sorted(str(path.relative_to(released)) for path in released.rglob("*.json")) == [
+        "input=app_events/00000-app_events-0-0.json",
+        "input=web_events/00000-web_events-0-0.json",
+        "input=web_events/00000-web_events-0-1.json",
+    ]
+    assert not (run.root / "releasing" / "batch=00000").exists()
+    # Hard links of the staged files: nothing copied.
+    staged = run.staged("web_events", 0) / "web_events-0-0.json"
+    assert (released / "input=web_events" / "00000-web_events-0-0.json").stat().st_ino == staged.stat().st_ino
+    run.release(batch, INPUTS)  # again: stays
+    run.withdraw(0)
+    assert not released.exists() and staged.is_file()
+
+
+def test_a_batch_reads_every_hour_the_budget_groups_and_a_slice_of_an_hour_over_it(
+    spark: SparkSession, tmp_path: Path
+) -> None:
     hour = {"web_events": [b"w\n" * 5], "app_events": [b"a\n" * 5]}  # 20 bytes
     big = {"web_events": [b"x\n" * 5, b"y\n" * 5, b"z\n" * 5], "app_events": [b"b\n" * 5, b"c\n" * 5]}
-    run = planned_run(tmp_path, [hour, hour, hour, big], budget=45)
+    run = planned_run(tmp_path / "run", [hour, hour, hour, big], budget=45)
     plan = run.read_plan()
 
     # Two whole hours fit 45 bytes, the third starts the next batch; the 50-byte hour goes alone,
@@ -125,42 +171,31 @@ def test_a_batch_reads_every_hour_the_budget_groups_and_a_slice_of_an_hour_over_
     ]
     assert [batch.completes for batch in plan.batches] == [[0, 1], [2], [], [3]]
     assert [batch.bytes for batch in plan.batches] == [40, 20, 30, 20]
-    run.set_gate(5, closed=True)
-    for name, letters in {"web_events": ["w", "w", "xy", "z"], "app_events": ["a", "a", "b", "c"]}.items():
-        reader = ArchiveStreamReader(run, name)
-        read = [
-            "".join(sorted(set(read_lines(reader, {"next": position}, {"next": position + 1}))))
-            for position in range(4)
-        ]
-        assert read == letters
-        assert len(read_lines(reader, {"next": 0}, {"next": 1})) == 10
+    seen = feed_all(spark, run, tmp_path / "checkpoint")
+    assert [{name: "".join(sorted(set(lines))) for name, lines in batch.items()} for batch in seen] == [
+        {"web_events": "w", "app_events": "a"},
+        {"web_events": "w", "app_events": "a"},
+        {"web_events": "xy", "app_events": "b"},
+        {"web_events": "z", "app_events": "c"},
+        {"web_events": "", "app_events": ""},
+    ]
+    assert [len(batch["web_events"]) for batch in seen] == [10, 5, 10, 5, 0]
 
 
-def test_lines_are_split_and_counted_as_the_text_file_source_does(tmp_path: Path) -> None:
+def test_lines_are_split_and_counted_as_the_text_file_source_does(
+    spark: SparkSession, tmp_path: Path
+) -> None:
     body = b'{"a": 1}\r\n{"b": "\xc3\xa9"}\r\r\nlast without newline'
-    run = planned_run(tmp_path, [{"web_events": [body], "app_events": [b""]}])
-    run.set_gate(1, closed=True)
-    reader = ArchiveStreamReader(run, "web_events")
-    start = reader.initialOffset()
-    end = reader.latestOffset(start, ReadAllAvailable())
+    run = planned_run(tmp_path / "run", [{"web_events": [body], "app_events": [b""]}])
+    feed = FeedQuery(spark, run, tmp_path / "checkpoint")
+    try:
+        lines = feed.next()
+    finally:
+        feed.query.stop()
 
-    assert read_lines(reader, start, end) == ['{"a": 1}', '{"b": "é"}', "", "last without newline"]
-    staged = run.staged("web_events", 0) / "web_events-0-0.json"
-    assert count_lines(staged) == 4
+    assert lines == {
+        "web_events": sorted(['{"a": 1}', '{"b": "é"}', "", "last without newline"]),
+        "app_events": [],
+    }
+    assert count_lines(run.staged("web_events", 0) / "web_events-0-0.json") == 4
     assert count_lines(run.staged("app_events", 0) / "app_events-0-0.json") == 0
-    # An empty file has nothing to read: the app's batch plans no read task.
-    assert ArchiveStreamReader(run, "app_events").partitions(start, end) == []
-
-
-def test_a_partitions_files_are_spread_over_the_tasks_by_size(tmp_path: Path) -> None:
-    sizes = {"a": 9, "b": 5, "c": 4, "d": 3, "e": 1}
-    for name, size in sizes.items():
-        (tmp_path / name).write_bytes(b"x\n" * size)
-    paths = [tmp_path / name for name in sizes]
-
-    groups = spread(paths, 2)
-
-    assert sorted(path.name for group in groups for path in group) == sorted(sizes)
-    assert sorted(sum(sizes[path.name] for path in group) for group in groups) == [10, 12]
-    assert spread(paths[:1], 4) == [[paths[0]]]
-    assert spread([], 2) == []
