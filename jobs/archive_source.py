@@ -11,7 +11,7 @@ partition columns of the source, and each input of the job is the source's rows 
 Lockstep is exact, not timed: the source lists the feed directory once per trigger for every
 input (the inputs share it), and a listing sees a released batch whole or not at all. The query
 runs without no-data batches, so between two feed batches none runs; once the last has committed
-the driver releases an empty file per input (`BackfillRun.release_closing`), whose micro-batch
+the driver releases an empty file (`BackfillRun.release_closing`), whose micro-batch
 reads no row and runs the stateful operators under the watermark the last batch left: the no-data
 batch a streaming job runs after its input stops.
 

@@ -50,6 +50,7 @@ from ops.driver.session import (
     EXIT_CONFIG_ERROR,
     EXIT_QUERY_FAILED,
     EXIT_STOPPED,
+    PARALLEL_LISTING_CONF,
     build_session,
     configure_logging,
 )
@@ -84,6 +85,11 @@ UNLOAD_ON_COMMIT = "spark.sql.streaming.stateStore.unloadOnCommit"
 # is the run's own (never a savepoint of the job's, unlike a bootstrap's), so it need not keep the
 # job's partitioning: it takes no more partitions than the cores it runs on, and a task a core.
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+# The directories one listing of a file source may hold before Spark lists them in a Spark job of
+# their own (`PARALLEL_LISTING_CONF`): the gated query's feed keeps the directories of the batches
+# it committed, emptied, until it stops (`BackfillRun.withdraw`), and lists them between every two
+# batches; in the driver, not in a Spark job each time.
+LISTING_IN_DRIVER = 1_000_000
 # How often the driver looks for the commit of the batch it fed (a file in the checkpoint).
 COMMIT_POLL_SECONDS = 0.01
 # How long the driver waits for a committed batch's progress report, for its log line.
@@ -251,7 +257,9 @@ def feed_gated(spark: SparkSession, feed: Feed, todo: list[FeedBatch]) -> None:
     last = feed.plan.batches[-1].index
     spark.conf.set(NO_DATA_BATCHES, "false")
     spark.conf.set(SHUFFLE_PARTITIONS, str(gated_partitions(spark, feed.spec)))
+    spark.conf.set(PARALLEL_LISTING_CONF, str(LISTING_IN_DRIVER))
     # The source finds its partition columns in what the feed holds when the query is planned.
+    run.prune_feed()
     feed.first_batch(todo[0])
     run.release(todo[0], inputs)
     writer = plan_job(feed.scratch, feed.spec, read_archive(run))(spark)
@@ -272,6 +280,7 @@ def feed_gated(spark: SparkSession, feed: Feed, todo: list[FeedBatch]) -> None:
             feed.discard(batch, files)
     finally:
         query.stop()
+        run.prune_feed()
 
 
 def stage_batch(feed: Feed, batch: FeedBatch) -> int:

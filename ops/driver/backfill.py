@@ -404,14 +404,10 @@ class BackfillRun:
         self._release(batch.index, inputs, link)
 
     def release_closing(self, inputs: Sequence[str]) -> None:
-        """Release the position after the last feed batch: an empty file per input, whose micro-batch
-        reads no row and runs the stateful operators under the watermark the last batch left (the
-        no-data batch a streaming job runs once its input stops)."""
-        self._release(
-            len(self.read_plan().batches),
-            inputs,
-            lambda directory, _name: (directory / "closing.json").touch(),
-        )
+        """Release the position after the last feed batch: no file of its own, so an empty one,
+        whose micro-batch reads no row and runs the stateful operators under the watermark the
+        last batch left (the no-data batch a streaming job runs once its input stops)."""
+        self._release(len(self.read_plan().batches), inputs, lambda _directory, _name: None)
 
     def _release(self, index: int, inputs: Sequence[str], fill: Callable[[Path, str], None]) -> None:
         target = self.released(index)
@@ -423,13 +419,26 @@ class BackfillRun:
             directory = preparing / f"input={name}"
             directory.mkdir(parents=True)
             fill(directory, name)
+        if not any(path.is_file() for path in preparing.rglob("*")):
+            # The source runs a micro-batch only for a new file: a position without one gets an
+            # empty file, which reads no row.
+            (preparing / f"input={inputs[0]}" / "empty.json").touch()
         self.feed_root.mkdir(exist_ok=True)
         preparing.rename(target)
 
     def withdraw(self, index: int) -> None:
-        """Remove released batch `index` once it committed: the source never reads a file twice,
-        and its listing stays one batch long whatever the range."""
-        shutil.rmtree(self.released(index), ignore_errors=True)
+        """Delete released batch `index`'s files once it committed (the source never reads a file
+        twice, and its listing stays short). Its directories stay while the query runs: a listing
+        skips a file that vanished under it, but fails on a directory that did (`prune_feed`)."""
+        for path in self.released(index).glob("input=*/*"):
+            path.unlink(missing_ok=True)
+
+    def prune_feed(self) -> None:
+        """Remove the released batches' directories that hold no file any more; only while no
+        query reads the feed."""
+        for released in self.feed_root.glob("batch=*"):
+            if not any(path.is_file() for path in released.rglob("*")):
+                shutil.rmtree(released)
 
     def is_complete(self) -> bool:
         return self.complete_file.is_file()

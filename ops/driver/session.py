@@ -79,7 +79,8 @@ def query_conf(platform: PlatformConfig, spec: JobSpec) -> dict[str, str]:
     return {**state_conf(spec), **listing_conf(spec), **platform.spark.extra_conf}
 
 
-# Spark's default: more paths than this are listed by a distributed job.
+# More paths than this setting (Spark's default: 32) are listed by a distributed job.
+PARALLEL_LISTING_CONF = "spark.sql.sources.parallelPartitionDiscovery.threshold"
 PARALLEL_LISTING_THRESHOLD = 32
 
 
@@ -94,7 +95,7 @@ def listing_conf(spec: JobSpec) -> dict[str, str]:
     max_files = spec.operations.trigger.max_files_per_trigger
     if max_files is None or max_files <= PARALLEL_LISTING_THRESHOLD:
         return {}
-    return {"spark.sql.sources.parallelPartitionDiscovery.threshold": str(max_files)}
+    return {PARALLEL_LISTING_CONF: str(max_files)}
 
 
 def state_conf(spec: JobSpec) -> dict[str, str]:

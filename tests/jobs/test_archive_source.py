@@ -8,16 +8,18 @@ The backfill tests (`tests/ops/test_backfill.py`) run it in the job's own query.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.archive_source import count_lines, read_archive
 from ops.driver.backfill import BackfillPlan, BackfillRun, PlannedPartition, feed_batches
+from tests.support.spark import session_confs
 
 HOUR = datetime(2026, 11, 20, 6, tzinfo=UTC)
 INPUTS = ("web_events", "app_events")
@@ -57,6 +59,14 @@ def planned_run(root: Path, contents: list[dict[str, list[bytes]]], budget: int 
         )
     )
     return run
+
+
+@pytest.fixture
+def feed_session(spark: SparkSession) -> Iterator[SparkSession]:
+    """The worker's session, its confs as they were after the test (a `FeedQuery` turns no-data
+    batches off, as the backfill does)."""
+    with session_confs(spark, {}):
+        yield spark
 
 
 class FeedQuery:
@@ -112,7 +122,9 @@ def feed_all(spark: SparkSession, run: BackfillRun, checkpoint: Path) -> list[di
     return seen
 
 
-def test_every_input_moves_by_exactly_the_feed_batch_released(spark: SparkSession, tmp_path: Path) -> None:
+def test_every_input_moves_by_exactly_the_feed_batch_released(
+    feed_session: SparkSession, tmp_path: Path
+) -> None:
     run = planned_run(
         tmp_path / "run",
         [
@@ -122,7 +134,7 @@ def test_every_input_moves_by_exactly_the_feed_batch_released(spark: SparkSessio
         ],
     )
 
-    assert feed_all(spark, run, tmp_path / "checkpoint") == [
+    assert feed_all(feed_session, run, tmp_path / "checkpoint") == [
         {"web_events": ["w0", "w0b"], "app_events": ["a0"]},
         {"web_events": ["w1"], "app_events": []},
         {"web_events": ["w2"], "app_events": ["a2"]},
@@ -149,12 +161,20 @@ def test_a_release_shows_a_batch_whole_in_one_rename_and_a_killed_attempts_stays
     staged = run.staged("web_events", 0) / "web_events-0-0.json"
     assert (released / "input=web_events" / "00000-web_events-0-0.json").stat().st_ino == staged.stat().st_ino
     run.release(batch, INPUTS)  # again: stays
+    # Committed: its files go at once, its directories (which a listing must not lose under it)
+    # once no query reads the feed.
     run.withdraw(0)
-    assert not released.exists() and staged.is_file()
+    assert not list(released.rglob("*.json")) and released.is_dir() and staged.is_file()
+    run.prune_feed()
+    assert not released.exists()
+    # A position without a file (the closing one) gets an empty one: the source runs a
+    # micro-batch only for a new file.
+    run.release_closing(INPUTS)
+    assert [path.stat().st_size for path in run.released(1).rglob("*.json")] == [0]
 
 
 def test_a_batch_reads_every_hour_the_budget_groups_and_a_slice_of_an_hour_over_it(
-    spark: SparkSession, tmp_path: Path
+    feed_session: SparkSession, tmp_path: Path
 ) -> None:
     hour = {"web_events": [b"w\n" * 5], "app_events": [b"a\n" * 5]}  # 20 bytes
     big = {"web_events": [b"x\n" * 5, b"y\n" * 5, b"z\n" * 5], "app_events": [b"b\n" * 5, b"c\n" * 5]}
@@ -171,7 +191,7 @@ def test_a_batch_reads_every_hour_the_budget_groups_and_a_slice_of_an_hour_over_
     ]
     assert [batch.completes for batch in plan.batches] == [[0, 1], [2], [], [3]]
     assert [batch.bytes for batch in plan.batches] == [40, 20, 30, 20]
-    seen = feed_all(spark, run, tmp_path / "checkpoint")
+    seen = feed_all(feed_session, run, tmp_path / "checkpoint")
     assert [{name: "".join(sorted(set(lines))) for name, lines in batch.items()} for batch in seen] == [
         {"web_events": "w", "app_events": "a"},
         {"web_events": "w", "app_events": "a"},
@@ -183,11 +203,11 @@ def test_a_batch_reads_every_hour_the_budget_groups_and_a_slice_of_an_hour_over_
 
 
 def test_lines_are_split_and_counted_as_the_text_file_source_does(
-    spark: SparkSession, tmp_path: Path
+    feed_session: SparkSession, tmp_path: Path
 ) -> None:
     body = b'{"a": 1}\r\n{"b": "\xc3\xa9"}\r\r\nlast without newline'
     run = planned_run(tmp_path / "run", [{"web_events": [body], "app_events": [b""]}])
-    feed = FeedQuery(spark, run, tmp_path / "checkpoint")
+    feed = FeedQuery(feed_session, run, tmp_path / "checkpoint")
     try:
         lines = feed.next()
     finally:
