@@ -258,8 +258,11 @@ def feed_gated(spark: SparkSession, feed: Feed, todo: list[FeedBatch]) -> None:
     spark.conf.set(NO_DATA_BATCHES, "false")
     spark.conf.set(SHUFFLE_PARTITIONS, str(gated_partitions(spark, feed.spec)))
     spark.conf.set(PARALLEL_LISTING_CONF, str(LISTING_IN_DRIVER))
-    # The source finds its partition columns in what the feed holds when the query is planned.
+    # The source finds its partition columns in what the feed holds when the query is planned, so
+    # the first batch is released before (its release in the loop is then a no-op); a file of it
+    # that is not staged is the BackfillError it is for every batch, before anything is linked.
     run.prune_feed()
+    feed.staged_files(todo[0])
     feed.first_batch(todo[0])
     run.release(todo[0], inputs)
     writer = plan_job(feed.scratch, feed.spec, read_archive(run))(spark)
