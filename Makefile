@@ -40,8 +40,11 @@ $(UV):
 # up-to-date install costs nothing and a changed lock re-syncs. Bytecode is compiled at install:
 # where PYTHONDONTWRITEBYTECODE is set (or the venv is read-only) Python never caches it, and every
 # `warden` call, DAG parse and driver start compiled each module it imported (seconds each time).
+# Spark's Python workers import PySpark from the zips in its home instead, which have no bytecode
+# until ops.driver.worker_bytecode adds it (0.6 CPU-seconds a worker otherwise).
 $(VENV)/.synced: uv.lock pyproject.toml Makefile | $(UV)
 	$(UV) sync --locked --compile-bytecode
+	$(VENV)/bin/python -m ops.driver.worker_bytecode
 	@touch $@
 
 install: $(VENV)/.synced

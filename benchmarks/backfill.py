@@ -18,9 +18,10 @@ Then the fixed cost of a micro-batch: the backfill application over `--empty-bat
 batches that read no row (an empty file per input), each a whole micro-batch of the query (the
 gated source, the parse, the shuffle, the state operator's load, Python call and commit, the sink's
 commit, the driver's bookkeeping). Its median time per batch (the first, which warms up, and the
-closing no-data one left out) is measured twice: with the cuts of the gated query (`jobs.backfill`,
-`GATED_CONF` and its state partitions) and without them (`benchmarks.backfill_uncut`, the same
-application as it ran before them).
+closing no-data one left out) is measured twice: with the gated query's state partitions no more
+than the cores (`jobs.backfill.gated_partitions`) and with the job's own (`benchmarks.backfill_uncut`,
+the same application as it ran before that cut). Both run with the worker zips' bytecode of
+`make install` (`ops.driver.worker_bytecode`).
 
 An archive partition is an arrival hour. The default size, 120,000 events an hour (33 events/s,
 a sixth of the demo generator's 200/s), is about 25 MB of JSON lines; the demo's whole hour

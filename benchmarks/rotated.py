@@ -36,11 +36,16 @@ def run_rounds(sets: Sequence[str], rounds: int, probe: Callable[[str], Timing])
 
 
 def print_table(
-    timings: Mapping[str, list[Timing]], labels: Mapping[str, str], heading: str, baseline: str
+    timings: Mapping[str, list[Timing]],
+    labels: Mapping[str, str],
+    heading: str,
+    baseline: str,
+    cpu_of: str = "JVM",
 ) -> None:
-    """A markdown row per set: its label, median CPU and wall, and its CPU over `baseline`'s."""
+    """A markdown row per set: its label, median CPU (of `cpu_of`) and wall, and its CPU over
+    `baseline`'s."""
     base = statistics.median(t.cpu for t in timings[baseline])
-    print(f"| {heading} | JVM cpu (median) | wall (median) | cpu ratio to {baseline} |")
+    print(f"| {heading} | {cpu_of} cpu (median) | wall (median) | cpu ratio to {baseline} |")
     print("|---|---|---|---|")
     for name, runs in timings.items():
         cpu = statistics.median(t.cpu for t in runs)

@@ -27,9 +27,13 @@ on product event streams a stalled app pipeline must not stop web sessions from 
 policy is a transform choice, not a session conf, because that conf is frozen in the checkpoint.
 
 An event is late when its time is at or behind the watermark of its micro-batch (Spark's own
-rule). A session is emitted once the watermark passes its `session_end`: no on-time event can
-change it any more, since any later event starts a new session. Until then its events stay in
-state, because an out-of-order event may still bridge two pending sessions or move a cap boundary.
+rule). A session is emitted once the watermark of the batches after it passes its `session_end`:
+no on-time event can change it any more, since any later event starts a new session. That
+watermark is set at the end of the batch, from its newest event; a bucket emits at once what its
+own newest events already put behind it (`SessionRules.next_watermark_us`), so a batch that covers
+hours (a backfill's) does not carry them all in state to the next. Until then a session's events
+stay in state, because an out-of-order event may still bridge two pending sessions or move a cap
+boundary.
 
 State: `applyInPandasWithState` with `EventTimeTimeout`, over RocksDB with checkpoint format 1 or
 2. Picked over `transformWithStateInPandas` because its state travels with the Arrow batches (no
@@ -107,6 +111,9 @@ class SessionRules:
     gap_us: int
     cap_us: int
     buckets: int
+    # The watermark's delay, and the sources it is the slowest of (none: one over the union).
+    lateness_ms: int
+    slowest_of: tuple[str, ...]
 
     @classmethod
     def of(cls, pipeline: SessionizerPipeline) -> SessionRules:
@@ -115,7 +122,34 @@ class SessionRules:
             gap_us=round(pipeline.gap_minutes * _MINUTE_US),
             cap_us=round(pipeline.max_session_minutes * _MINUTE_US),
             buckets=pipeline.state_buckets,
+            lateness_ms=lateness_ms(pipeline),
+            slowest_of=tuple(pipeline.sources) if pipeline.watermark == "slowest_source" else (),
         )
+
+    def next_watermark_us(self, arrived: pd.DataFrame) -> int:
+        """A floor of the watermark the next micro-batch gets, from one bucket's on-time events of
+        this one (0 when they cannot tell).
+
+        Spark sets it at the batch's end to the newest event time of the batch (in whole
+        milliseconds) minus the lateness, the newest over the union or the slowest source's, and
+        never lowers it; the newest of a bucket's own events can only be older than the batch's, and
+        a source without events in the bucket leaves the slowest one unknown.
+        """
+        if arrived.empty:
+            return 0
+        if self.slowest_of:
+            newest_each = arrived.groupby(SOURCE)[_TIME_US].max()
+            if len(newest_each) < len(self.slowest_of):
+                return 0
+            newest = int(newest_each.min())
+        else:
+            newest = int(arrived[_TIME_US].max())
+        return (newest // 1000 - self.lateness_ms) * 1000
+
+
+def lateness_ms(pipeline: SessionizerPipeline) -> int:
+    """The watermark's delay in milliseconds, as Spark is given it."""
+    return round(pipeline.allowed_lateness_minutes * 60_000)
 
 
 def unified_events(inputs: Mapping[str, DataFrame], pipeline: SessionizerPipeline) -> DataFrame:
@@ -125,7 +159,7 @@ def unified_events(inputs: Mapping[str, DataFrame], pipeline: SessionizerPipelin
     `raw` (only on malformed rows, so the shuffle does not carry every raw line). In a stream the
     watermark is on `_wm` (event time of good rows), per source or on the union by policy.
     """
-    lateness = f"{round(pipeline.allowed_lateness_minutes * 60_000)} milliseconds"
+    lateness = f"{lateness_ms(pipeline)} milliseconds"
     watermark_each = (
         inputs[next(iter(pipeline.sources))].isStreaming and pipeline.watermark == "slowest_source"
     )
@@ -410,10 +444,14 @@ class StreamSessionizer:
         late = valid[_TIME_US].to_numpy() <= watermark_us
         if late.any():
             yield _output_frame(valid[late], LATE, rules.key_fields)
-        arrived = valid.loc[~late, self.columns]
+        on_time = valid[~late]
+        arrived = on_time[self.columns]
         kept = read_state(state, "sessionizer", self.layout)
         pending = arrived if kept is None else kept if arrived.empty else pd.concat([kept, arrived])
-        closed, still_pending, first_end = sessionize_bucket(pending, rules, watermark_us)
+        # A session is final once its end is behind the watermark of the batches after this one:
+        # an on-time event after it comes after its end, and starts a new session.
+        final_before = max(watermark_us, rules.next_watermark_us(on_time))
+        closed, still_pending, first_end = sessionize_bucket(pending, rules, final_before)
         yield from closed
         # Woken when the first pending session is final: once the watermark is past its end.
         write_state(state, still_pending[self.columns], self.layout, lambda: timeout_reaching(first_end + 1))

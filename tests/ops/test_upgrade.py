@@ -21,13 +21,14 @@ from pyspark.testing import assertDataFrameEqual
 
 from jobs.batch import batch_rows
 from ops.control.supervisor import Supervisor, stop_all_jobs
+from ops.driver.checkpoint import log_entries
 from ops.exceptions import UpgradeError
 from ops.ledger.store import Ledger
 from ops.recovery.upgrade import upgrade
 from ops.spec.job import find_job
 from ops.spec.platform import PlatformConfig
 from synthetic.generator import write_batch
-from tests.support.drivers import caught_up, edit_job, fast_trigger, wait_for
+from tests.support.drivers import caught_up, edit_job, fast_trigger, files_read, wait_for
 from tests.support.slack import SlackReceiver
 from tests.support.team_jobs import (
     WINDOWED_JOB,
@@ -51,6 +52,25 @@ PAID_WINDOWS = WINDOWS_MODULE.replace(
     'events.where(F.col("event_type") == "purchase")',
     'events.where((F.col("event_type") == "purchase") & (F.col("amount") > 0))',
 )
+
+
+def driver_report(supervisor: Supervisor, ledger: Ledger, job: str) -> str:
+    """Whether the job's current driver lives, its committed batches and its log's last lines: what
+    a wait for its output that timed out needs to be told apart (a dead, idle or slow driver)."""
+    run = ledger.current_run(job)
+    alive = run is not None and supervisor.backend.is_alive(run)
+    platform = supervisor.platform
+    commits = sorted(log_entries(platform.checkpoint_root / job / "commits"))
+    logs = sorted(
+        (platform.runtime_root / "jobs" / job).glob("driver-*.log"), key=lambda path: path.stat().st_mtime
+    )
+    tail = logs[-1].read_text(errors="replace").splitlines()[-20:] if logs else ["(no driver log)"]
+    return "\n".join(
+        [
+            f"driver alive: {alive}; committed batches: {commits}; files read: {files_read(platform, job)}",
+            *tail,
+        ]
+    )
 
 
 def candidate(platform: PlatformConfig, job: str, edit: Callable[[dict[str, Any]], None], path: Path) -> Path:
@@ -169,7 +189,10 @@ def test_a_teams_code_change_is_refused_when_its_state_cannot_follow_and_deploye
         second = find_job(job, platform.conf_dir)
         assert second.config_version != first.config_version
         assert second.pipeline.code == str(tmp_path / "code-v3")
-        wait_for(lambda: windows_closed(platform, job, files=3), 180, "the new version's windows")
+        try:
+            wait_for(lambda: windows_closed(platform, job, files=3), 180, "the new version's windows")
+        except AssertionError as timeout:
+            raise AssertionError(f"{timeout}\n{driver_report(supervisor, ledger, job)}") from None
     finally:
         stop_all_jobs(platform)
 
