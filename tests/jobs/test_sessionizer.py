@@ -8,6 +8,7 @@ import re
 import time
 from typing import Any
 
+import pandas as pd
 import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
@@ -15,7 +16,7 @@ from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from jobs.parsing import parse_events
-from jobs.sessionizer.transform import sessionize
+from jobs.sessionizer.transform import SessionRules, sessionize
 from ops.driver.listener import state_rows
 from ops.spec.job import find_job
 from ops.spec.pipelines import SessionizerPipeline
@@ -316,3 +317,23 @@ def test_state_of_another_layout_is_refused_naming_both(
     refused = f"incompatible sessionizer state: the checkpoint has {written_with}, the job has {now}"
     with pytest.raises(StreamingQueryException, match=re.escape(refused)):
         stream.run()
+
+
+def test_the_next_watermarks_floor_is_a_buckets_newest_event_in_whole_ms_less_the_lateness() -> None:
+    """What a bucket may emit at once: sessions ending before the watermark Spark will set at the
+    end of the batch, which is at least this (the union's newest event, or the slowest source's)."""
+    minute_us = 60_000_000
+    union = SessionRules.of(PIPELINE.model_copy(update={"watermark": "union"}))
+    slowest = SessionRules.of(PIPELINE.model_copy(update={"watermark": "slowest_source"}))
+    assert union.slowest_of == () and slowest.slowest_of == tuple(PIPELINE.sources)
+    lateness_us = union.lateness_ms * 1000
+    arrived = pd.DataFrame(
+        {"_event_time_us": [10 * minute_us, 30 * minute_us + 999], "source": list(PIPELINE.sources)}
+    )
+    # Spark counts whole milliseconds of the newest event: the 999 microseconds do not count.
+    assert union.next_watermark_us(arrived) == 30 * minute_us - lateness_us
+    assert slowest.next_watermark_us(arrived) == 10 * minute_us - lateness_us
+    # A source without an event in the bucket leaves the slowest one unknown.
+    assert slowest.next_watermark_us(arrived.iloc[1:]) == 0
+    assert union.next_watermark_us(arrived.iloc[1:]) == 30 * minute_us - lateness_us
+    assert union.next_watermark_us(arrived.iloc[0:0]) == 0
