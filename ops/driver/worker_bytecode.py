@@ -16,7 +16,6 @@ starting meanwhile reads the old one or the new one.
 
 from __future__ import annotations
 
-import compileall
 import os
 import py_compile
 import re
@@ -33,8 +32,9 @@ def worker_zips() -> list[Path]:
     return sorted((Path(pyspark.__file__).resolve().parent / "python" / "lib").glob("*.zip"))
 
 
-# PySpark's own test modules, which no worker imports (and some of which warn as they compile).
-TESTS = re.compile(r"/tests/")
+# PySpark's own test modules (`pyspark/.../tests/...`), which no worker imports (and some of which
+# warn as they compile).
+TESTS = re.compile(r"(^|/)tests/")
 
 
 def uncompiled(archive: Path) -> list[str]:
@@ -57,17 +57,15 @@ def compile_zip(archive: Path) -> int:
         with zipfile.ZipFile(archive) as bundle:
             bundle.extractall(tree)
             entries = bundle.infolist()
-        # `ddir`: tracebacks name the module inside the zip, as when it is compiled from there.
-        compiled = compileall.compile_dir(
-            tree,
-            ddir=str(archive),
-            rx=TESTS,
-            legacy=True,
-            quiet=1,
-            invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
-        )
-        if not compiled:
-            raise RuntimeError(f"compiling the modules of {archive} failed")
+        for name in missing:
+            # `dfile`: tracebacks name the module inside the zip, as when it is compiled from there.
+            py_compile.compile(
+                str(tree / name),
+                cfile=str(tree / f"{name}c"),
+                dfile=f"{archive}/{name}",
+                doraise=True,
+                invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
+            )
         partial = Path(scratch) / archive.name
         with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as bundle:
             for entry in entries:
