@@ -61,10 +61,12 @@ def driver_report(supervisor: Supervisor, ledger: Ledger, job: str) -> str:
     alive = run is not None and supervisor.backend.is_alive(run)
     platform = supervisor.platform
     commits = sorted(log_entries(platform.checkpoint_root / job / "commits"))
-    logs = sorted(
-        (platform.runtime_root / "jobs" / job).glob("driver-*.log"), key=lambda path: path.stat().st_mtime
+    # The newest run's log, the current one's while it runs (the ledger lists the newest first).
+    newest = next(iter(ledger.runs(job)), None)
+    log = Path(newest.log_path) if newest is not None and newest.log_path else None
+    tail = (
+        log.read_text(errors="replace").splitlines()[-20:] if log and log.is_file() else ["(no driver log)"]
     )
-    tail = logs[-1].read_text(errors="replace").splitlines()[-20:] if logs else ["(no driver log)"]
     return "\n".join(
         [
             f"driver alive: {alive}; committed batches: {commits}; files read: {files_read(platform, job)}",
