@@ -115,6 +115,11 @@ def _process_start_ticks(pid: int) -> str | None:
 
 # How a driver's command line names its job; `driver_job` reads it back.
 DRIVER_JOB_FLAG = "--job"
+# A module run in place of `jobs.runner` by every driver this machine's backends start, whoever
+# starts them (an Airflow task, the CLI): the control plane's benchmark (benchmarks/fleet.py) names
+# a Spark-free stand-in here, so hundreds of jobs cost the control plane what they would and the
+# drivers almost nothing. Unset in every real use.
+DRIVER_MODULE_ENV = "STREAMWARDEN_DRIVER_MODULE"
 
 
 def driver_job(command: Sequence[str]) -> str | None:
@@ -147,7 +152,8 @@ class LocalProcessBackend:
     """Drivers as detached local processes (`local[N]` Spark), one process group each."""
 
     name = "local"
-    # What each driver process runs (`python -m`); tests put a Spark-free stand-in here.
+    # What each driver process runs (`python -m`) unless `DRIVER_MODULE_ENV` names another; tests
+    # put a Spark-free stand-in here.
     driver_module = "jobs.runner"
 
     def __init__(self, platform: PlatformConfig) -> None:
@@ -179,7 +185,7 @@ class LocalProcessBackend:
         argv = [
             sys.executable,
             "-m",
-            self.driver_module,
+            os.environ.get(DRIVER_MODULE_ENV, self.driver_module),
             DRIVER_JOB_FLAG,
             spec.name,
             "--run-id",
