@@ -122,6 +122,10 @@ def airflow_env(platform: PlatformConfig) -> dict[str, str]:
             "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": str(API_CALL_TIMEOUT_S),
         }
     )
+    postgres = EmbeddedPostgres.for_platform(platform)
+    if platform.airflow.metadata_database == "postgres" and postgres is not None:
+        url = postgres.url("airflow")
+        env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC"] = url
     return env
 
 
@@ -136,7 +140,8 @@ def airflow_processes(platform: PlatformConfig) -> list[ManagedProcess]:
 
 
 def migrate_airflow_db(platform: PlatformConfig) -> None:
-    """Create or upgrade Airflow's metadata database (SQLite in AIRFLOW_HOME)."""
+    """Create or upgrade Airflow's metadata database (SQLite in AIRFLOW_HOME, or the embedded
+    PostgreSQL server's `airflow` database)."""
     migration = subprocess.run(
         [str(venv_bin_dir() / "airflow"), *AIRFLOW_MIGRATE_COMMAND],
         env=airflow_env(platform),

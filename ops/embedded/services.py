@@ -497,8 +497,9 @@ def free_seaweed_ports() -> SeaweedPorts:
 POSTGRES_SERVICE_USER = "streamwarden-pg"
 # The server's superuser role: trusted on 127.0.0.1 without a password, like every embedded service.
 POSTGRES_ROLE = "streamwarden"
-# The databases the embedded server holds: the ledger's, and the warehouse's Hive metastore's.
-POSTGRES_DATABASES = ("ledger", "metastore")
+# The databases the embedded server holds: the ledger's, the warehouse's Hive metastore's, and
+# Airflow's metadata where `airflow.metadata_database` puts it there.
+POSTGRES_DATABASES = ("ledger", "metastore", "airflow")
 POSTGRES_HOST = "127.0.0.1"
 
 

@@ -236,6 +236,17 @@ class Ledger:
         """The job's newest run that has not been closed."""
         return next(iter(self._newest(runs_table, RunRecord, job, 1, open_only=True)), None)
 
+    def open_runs(self) -> dict[str, RunRecord]:
+        """Every job's newest open run, by job: one query for a whole fleet."""
+        with self._tx() as tx:
+            rows = tx.execute(
+                sa.select(runs_table)
+                .where(runs_table.c.stopped_at.is_(None))
+                .order_by(runs_table.c.started_at)
+            ).all()
+        # Oldest first, so each job keeps its newest.
+        return {row.job: from_row(RunRecord, row) for row in rows}
+
     def runs(self, job: str, limit: int = 20) -> list[RunRecord]:
         """The job's newest runs, newest first."""
         return self._newest(runs_table, RunRecord, job, limit)
@@ -561,6 +572,14 @@ class Ledger:
                 .limit(1)
             ).first()
         return None if row is None else from_row(OperationRecord, row)
+
+    def jobs_with_open_operations(self) -> set[str]:
+        """The jobs that have an open operation: one query for a whole fleet."""
+        with self._tx() as tx:
+            rows = tx.execute(
+                sa.select(operations_table.c.job).where(operations_table.c.finished_at.is_(None)).distinct()
+            ).all()
+        return {row.job for row in rows}
 
     def operation_by_id(self, operation_id: int) -> OperationRecord | None:
         with self._tx() as tx:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BeforeValidator, Field, ValidationError
@@ -28,6 +28,8 @@ LEDGER_URL_FORMS = "sqlite:///PATH or postgresql+psycopg://USER[:PASSWORD]@HOST:
 DEFAULT_CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 # Each job's supervision DAG is `<prefix><job>`; the DAG factory and `warden platform up` agree here.
 SUPERVISE_DAG_PREFIX = "warden_supervise_"
+# The one DAG that supervises every job of a platform with `supervision.fleet_from_jobs` jobs or more.
+FLEET_DAG_ID = "warden_fleet"
 
 
 def _secret_reference(value: object) -> str:
@@ -148,6 +150,10 @@ class SlackConfig(Model):
 class AirflowConfig(Model):
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=1, le=65535)
+    # Where the embedded Airflow keeps its metadata: a SQLite file in its home (enough for a
+    # handful of jobs), or the embedded PostgreSQL server's `airflow` database, which a fleet needs:
+    # with a hundred jobs, SQLite's one writer at a time locked the dag-processor out until it died.
+    metadata_database: Literal["sqlite", "postgres"] = "sqlite"
 
     @property
     def base_url(self) -> str:
@@ -239,6 +245,21 @@ class WarehouseConfig(Model):
     )
 
 
+class SupervisionConfig(Model):
+    """How the platform's jobs are supervised. Below `fleet_from_jobs` jobs, each has a continuous
+    supervision DAG whose watch trigger looks at it every second. From that many on, one
+    continuous DAG, `warden_fleet`, supervises them all from one task (`ops.control.fleet`), and
+    each job's supervision DAG is kept for a pass run by hand."""
+
+    fleet_from_jobs: int = Field(20, ge=1)
+    pass_every_seconds: float = Field(
+        60.0, gt=0, description="Under the fleet watch, how often a steady job gets a pass all the same."
+    )
+    fleet_task_minutes: float = Field(
+        60.0, gt=0, description="How long one `warden_fleet` task supervises; the next run's takes over."
+    )
+
+
 class PlatformConfig(Model):
     """The platform-wide settings of `conf/platform.yaml`."""
 
@@ -254,6 +275,7 @@ class PlatformConfig(Model):
     spark: SparkDefaults = Field(default_factory=SparkDefaults)
     monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)
     warehouse: WarehouseConfig = Field(default_factory=WarehouseConfig)
+    supervision: SupervisionConfig = Field(default_factory=SupervisionConfig)
     # The jobs whose supervision DAGs `warden platform up` unpauses (and so launches); the others'
     # DAGs are registered paused, to be unpaused from the UI. 2 cores run one or two drivers well.
     autostart_jobs: tuple[str, ...] = ("router",)
@@ -336,4 +358,8 @@ def load_platform(directory: Path | None = None) -> PlatformConfig:
     problem = ledger_url_problem(platform.ledger.url)
     if problem is not None:
         raise ConfigError(path, f"field 'ledger.url': {problem}")
+    if platform.airflow.metadata_database == "postgres" and platform.postgres is None:
+        raise ConfigError(
+            path, "field 'airflow.metadata_database': postgres needs the embedded server; 'postgres' is null"
+        )
     return platform

@@ -27,7 +27,7 @@ from ops.ledger.store import Ledger
 from ops.prometheus_targets import refresh_scrape_targets
 from ops.spec.analysis import with_verdicts
 from ops.spec.job import CompactionPolicy, JobLoadResult, RestatementSchedule, load_jobs
-from ops.spec.platform import SUPERVISE_DAG_PREFIX, load_platform
+from ops.spec.platform import FLEET_DAG_ID, SUPERVISE_DAG_PREFIX, SupervisionConfig, load_platform
 from streamwarden_airflow.compaction import (
     BackfillPublishOperator,
     CompactOperator,
@@ -45,6 +45,7 @@ from streamwarden_airflow.operators import (
     RestateOperator,
     SavepointOperator,
     ScaleOperator,
+    SuperviseFleetOperator,
     WatchJobOperator,
 )
 
@@ -56,12 +57,13 @@ REQUESTS = {
 }
 
 
-def supervision_dag(job: str, description: str) -> DAG:
-    """A continuous DAG: each run is one reconcile pass, then a watch that reacts within seconds."""
+def supervision_dag(job: str, description: str, *, watched: bool = True) -> DAG:
+    """A continuous DAG: each run is one reconcile pass, then a watch that reacts within seconds.
+    Under the fleet watch (`watched=False`) it is one pass, run by hand."""
     with DAG(
         dag_id=f"{SUPERVISE_DAG_PREFIX}{job}",
         description=description or f"Supervises streaming job {job}",
-        schedule="@continuous",
+        schedule="@continuous" if watched else None,
         start_date=START,
         catchup=False,
         max_active_runs=1,
@@ -69,7 +71,31 @@ def supervision_dag(job: str, description: str) -> DAG:
         tags=["streamwarden", "supervision", job],
         default_args={"retries": 2, "retry_delay": timedelta(seconds=5)},
     ) as dag:
-        ReconcileOperator(task_id="reconcile", job=job) >> WatchJobOperator(task_id="watch", job=job)
+        reconcile = ReconcileOperator(task_id="reconcile", job=job)
+        if watched:
+            reconcile >> WatchJobOperator(task_id="watch", job=job)
+    return dag
+
+
+def fleet_dag(supervision: SupervisionConfig) -> DAG:
+    """A continuous DAG supervising every job from one task (`ops.control.fleet`); each run's task
+    hands over to the next run's after `fleet_task_minutes`."""
+    with DAG(
+        dag_id=FLEET_DAG_ID,
+        description="Supervises every job of the fleet: a sweep a second, a pass for each job that needs one",
+        schedule="@continuous",
+        start_date=START,
+        catchup=False,
+        max_active_runs=1,
+        is_paused_upon_creation=False,
+        tags=["streamwarden", "supervision", "fleet"],
+        default_args={"retries": 2, "retry_delay": timedelta(seconds=5)},
+    ) as dag:
+        SuperviseFleetOperator(
+            task_id="supervise",
+            minutes=supervision.fleet_task_minutes,
+            pass_every_seconds=supervision.pass_every_seconds,
+        )
     return dag
 
 
@@ -495,11 +521,22 @@ def _valid_jobs() -> JobLoadResult:
     return with_verdicts(platform, loaded)
 
 
+def _supervision() -> SupervisionConfig:
+    try:
+        return load_platform().supervision
+    except ConfigError:
+        return SupervisionConfig()
+
+
 def build_dags() -> list[DAG]:
     """Every Streamwarden DAG for the current conf directory."""
     loaded = _valid_jobs()
     jobs = sorted(loaded.specs)
-    dags = [supervision_dag(name, loaded.specs[name].description) for name in jobs]
+    supervision = _supervision()
+    fleet = len(jobs) >= supervision.fleet_from_jobs
+    dags = [supervision_dag(name, loaded.specs[name].description, watched=not fleet) for name in jobs]
+    if fleet:
+        dags.append(fleet_dag(supervision))
     dags += [request_dag(action, jobs) for action in REQUESTS]
     dags.append(savepoint_dag(jobs))
     dags.append(scale_dag(jobs))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from datetime import timedelta
 from functools import cached_property
@@ -14,6 +15,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from ops.clock import utcnow
 from ops.console.authoring import create_job, edit_job
+from ops.control.fleet import FleetWatch
 from ops.control.supervisor import PassSummary, Supervisor
 from ops.exceptions import WardenError
 from ops.ledger.store import Ledger
@@ -81,6 +83,45 @@ class WatchJobOperator(SupervisorOperator):
             self.supervisor.record_detection(self.job, event["reason"], event["detected_at"])
             self.log.info("%s: %s (seen at %s)", self.job, event["reason"], event["detected_at"])
         return self.reconcile(self.job, context).state
+
+
+class SuperviseFleetOperator(SupervisorOperator):
+    """Supervises every job of a fleet for `minutes`, then ends (the continuous `warden_fleet` DAG
+    starts the next run's at once). Every `poll_interval` seconds it sweeps the fleet
+    (`ops.control.fleet.FleetWatch`) and runs a pass, in this process, for each job that needs
+    one: a detection is recorded first, as a job's own watch records it. A job whose pass raises
+    is logged and looked at again at the next sweep; the rest of the fleet goes on."""
+
+    def __init__(
+        self, *, minutes: float, pass_every_seconds: float, poll_interval: float = 1.0, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        self.minutes = minutes
+        self.pass_every_seconds = pass_every_seconds
+        self.poll_interval = poll_interval
+
+    def execute(self, context: Context) -> str:
+        watch = FleetWatch(self.supervisor, self.pass_every_seconds)
+        run_url = self.run_url(context)
+        deadline = time.monotonic() + self.minutes * 60
+        passes = acted = 0
+        while time.monotonic() < deadline:
+            started = time.monotonic()
+            for due in watch.sweep():
+                if due.reason is not None:
+                    self.supervisor.record_detection(due.job, due.reason, utcnow().isoformat())
+                try:
+                    summary = self.supervisor.reconcile(due.job, run_url=run_url)
+                except Exception:  # one job's broken pass must not leave the rest unwatched
+                    self.log.exception("%s: the pass failed; the next sweep looks at it again", due.job)
+                    continue
+                finally:
+                    watch.passed(due.job)
+                passes += 1
+                # The pass logs its own line.
+                acted += due.reason is not None or bool(summary.actions)
+            time.sleep(max(0.0, self.poll_interval - (time.monotonic() - started)))
+        return f"{passes} passes, {acted} of them for a reason or with an action"
 
 
 class JobRequestOperator(SupervisorOperator):

@@ -226,6 +226,15 @@ def test_platform_rejects_unknown_keys(tmp_path: Path) -> None:
     assert isinstance(load_platform(DEFAULT_CONF_DIR), PlatformConfig)
 
 
+def test_airflow_metadata_in_postgres_needs_the_embedded_server(tmp_path: Path) -> None:
+    (tmp_path / "platform.yaml").write_text("postgres: null\nairflow: {metadata_database: postgres}\n")
+    with pytest.raises(ConfigError, match=r"field 'airflow.metadata_database': postgres needs the embedded"):
+        load_platform(tmp_path)
+    (tmp_path / "platform.yaml").write_text("airflow: {metadata_database: mysql}\n")
+    with pytest.raises(ConfigError, match=r"field 'airflow.metadata_database'"):
+        load_platform(tmp_path)
+
+
 def test_warden_validate_exits_non_zero_naming_file_and_field(platform_conf: PlatformConfig) -> None:
     document = router_document() | {"name": "broken"}
     document["operations"] = document["operations"] | {"metrics_port": 80}
