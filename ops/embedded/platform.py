@@ -42,7 +42,13 @@ from ops.embedded.services import (
 from ops.exceptions import ServiceError
 from ops.ledger.store import Ledger
 from ops.spec.job import load_jobs
-from ops.spec.platform import CONF_DIR_ENV, SUPERVISE_DAG_PREFIX, PlatformConfig, url_without_password
+from ops.spec.platform import (
+    CONF_DIR_ENV,
+    FLEET_DAG_ID,
+    SUPERVISE_DAG_PREFIX,
+    PlatformConfig,
+    url_without_password,
+)
 
 # Where the code lives (dags/, plugins/, the ops and jobs packages); the conf dir may be elsewhere.
 CODE_ROOT = Path(__file__).resolve().parents[2]
@@ -255,7 +261,8 @@ def _unpause_supervision_dags(
     platform: PlatformConfig, airflow: list[ManagedProcess], timeout: float, echo: Echo
 ) -> None:
     """Wait until the dag-processor has registered every job's supervision DAG, then unpause those
-    of `autostart_jobs`."""
+    of `autostart_jobs`. A fleet's (`supervision.fleet_from_jobs` jobs or more) are passes run by
+    hand: `warden_fleet`, which registers unpaused, starts those jobs itself."""
     jobs = load_jobs(platform.conf_dir).specs
     unknown = sorted(set(platform.autostart_jobs) - set(jobs))
     if unknown:
@@ -263,18 +270,27 @@ def _unpause_supervision_dags(
             f"platform.yaml autostart_jobs names {unknown}, which are not valid jobs "
             f"in {platform.conf_dir / 'jobs'}"
         )
-    expected = {f"{SUPERVISE_DAG_PREFIX}{name}" for name in jobs}
-    query = f"/api/v2/dags?dag_id_prefix_pattern={quote(SUPERVISE_DAG_PREFIX)}&limit=1000"
+    fleet = len(jobs) >= platform.supervision.fleet_from_jobs
+    expected = {f"{SUPERVISE_DAG_PREFIX}{name}" for name in jobs} | ({FLEET_DAG_ID} if fleet else set())
+    query = f"/api/v2/dags?dag_id_prefix_pattern={quote(SUPERVISE_DAG_PREFIX)}&limit=100"
 
     def registered() -> set[str]:
         try:
-            dags = _airflow_api(platform, "GET", query)["dags"]
+            dags: set[str] = set()
+            # Page by page: the api-server answers at most `api.maximum_page_limit` (100) a call.
+            while True:
+                page = _airflow_api(platform, "GET", f"{query}&offset={len(dags)}")
+                dags |= {dag["dag_id"] for dag in page["dags"]}
+                if not page["dags"] or len(dags) >= page["total_entries"]:
+                    break
+            if fleet:
+                dags.add(_airflow_api(platform, "GET", f"/api/v2/dags/{FLEET_DAG_ID}")["dag_id"])
         except ServiceError:
             return set()
-        return {dag["dag_id"] for dag in dags if dag["dag_id"].startswith(SUPERVISE_DAG_PREFIX)}
+        return dags
 
     _wait("supervision DAGs", lambda: sorted(expected - registered()), airflow, timeout)
-    paused = sorted(f"{SUPERVISE_DAG_PREFIX}{name}" for name in platform.autostart_jobs)
+    paused = [] if fleet else sorted(f"{SUPERVISE_DAG_PREFIX}{name}" for name in platform.autostart_jobs)
 
     def still_paused() -> list[str]:
         # A busy api-server may time out on a call; unpausing is idempotent, so try again, and show
