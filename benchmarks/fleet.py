@@ -71,6 +71,7 @@ STAND_IN = "tests.support.stub_driver"
 # A stand-in commits a batch this often (the router's own trigger interval is 5 s).
 BATCH_SECONDS = 5.0
 KILL_EVERY_SECONDS = 2.0
+FIRST_METRICS_PORT = 10_000
 # Generous bounds on a loaded 2-core machine: they end a run that does not get there, they are
 # not figures.
 FLEET_UP_SECONDS_PER_JOB = 3.0
@@ -185,7 +186,8 @@ def write_fleet_conf(workdir: Path, jobs: int, ledger: str, design: str) -> Plat
     # run a Spark application as soon as it is registered, which is no part of supervising.
     router["operations"]["savepoints"]["interval_minutes"] = None
     router["operations"].pop("compaction", None)
-    ports = iter(range(30_000, 30_000 + jobs))
+    # Below SeaweedFS's block (20000+, `free_seaweed_ports`) and the kernel's ephemeral range.
+    ports = iter(range(FIRST_METRICS_PORT, FIRST_METRICS_PORT + jobs))
     for name in names:
         job = {**router, "name": name}
         job["operations"] = {**router["operations"], "metrics_port": next(ports)}
@@ -262,8 +264,8 @@ def measure_rest(airflow: list[ManagedProcess], seconds: float) -> RestFigures:
 
 
 def wait_for_fleet(ledger: Ledger, names: list[str], timeout: float) -> tuple[float, int]:
-    """Seconds until every job runs (its record RUNNING, its driver alive) or `timeout`, and how
-    many ran then."""
+    """Seconds until every job runs (its record RUNNING, its driver alive) or is held in a
+    terminal state (FAILED, SUSPENDED), or `timeout`; and how many ran then."""
     started = time.monotonic()
     while True:
         states = {record.name: record.state for record in ledger.jobs()}
@@ -273,8 +275,10 @@ def wait_for_fleet(ledger: Ledger, names: list[str], timeout: float) -> tuple[fl
             for name in names
             if states.get(name) == Lifecycle.RUNNING.name and name in runs and _alive(runs[name].pid)
         )
+        lifecycles = [Lifecycle.__members__.get(states.get(name, "")) for name in names]
+        held = sum(1 for lifecycle in lifecycles if lifecycle is not None and lifecycle.terminal)
         elapsed = time.monotonic() - started
-        if live == len(names) or elapsed >= timeout:
+        if live + held >= len(names) or elapsed >= timeout:
             return elapsed, live
         echo(f"  {live}/{len(names)} jobs running after {elapsed:.0f} s")
         time.sleep(5.0)
