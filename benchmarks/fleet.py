@@ -17,7 +17,9 @@ It prints, per N:
   `dag_processing.last_duration` and `scheduler.scheduler_loop_duration`, received on a loopback
   UDP port of the benchmark's);
 - the time from `up` returning to every job running (its record RUNNING, its driver alive);
-- the control plane at rest over `--rest-seconds` (every process of the four Airflow
+- the control plane at rest over `--rest-seconds`, once Spark's analyzer has a verdict on every
+  job file (the first platform DAG runs analyse every new version: minutes of Spark at 500 jobs,
+  once), every process of the four Airflow
   components' sessions, task processes included): CPU in cores (own and reaped children's time)
   and memory (PSS, shared pages divided among their users), the triggerer's apart;
 - kill -9 of `--kills` stand-ins spread over the fleet, one every `KILL_EVERY_SECONDS`:
@@ -63,6 +65,8 @@ from ops.embedded.services import EmbeddedPostgres, ManagedProcess, free_seaweed
 from ops.ledger.schema import alerts_table, decisions_table, runs_table
 from ops.ledger.store import Ledger
 from ops.ports import free_loopback_port
+from ops.spec.analysis import unanalysed
+from ops.spec.job import load_jobs
 from ops.spec.platform import CONF_DIR_ENV, DEFAULT_CONF_DIR, PlatformConfig, load_platform
 from ops.states import Lifecycle
 from tests.support.stub_driver import STUB_BATCH_SECONDS_ENV
@@ -284,6 +288,20 @@ def wait_for_fleet(ledger: Ledger, names: list[str], timeout: float) -> tuple[fl
         time.sleep(5.0)
 
 
+def wait_for_verdicts(platform: PlatformConfig, timeout: float) -> float:
+    """Seconds until Spark's analyzer has a verdict on every job file (the platform DAG's
+    `analyse_job_files`: a Spark application over the fleet's new versions, once per version, and
+    no part of the control plane at rest), or `timeout`."""
+    started = time.monotonic()
+    while True:
+        left = unanalysed(platform, load_jobs(platform.conf_dir))
+        elapsed = time.monotonic() - started
+        if not left or elapsed >= timeout:
+            return elapsed
+        echo(f"  {len(left)} job files still to analyse after {elapsed:.0f} s")
+        time.sleep(5.0)
+
+
 def _alive(pid: int | None) -> bool:
     return pid is not None and psutil.pid_exists(pid)
 
@@ -430,10 +448,11 @@ def run_fleet(
         up_seconds = time.monotonic() - started
         try:
             ledger = Ledger.open(platform.resolved_ledger_url)
-            fleet_up, live = wait_for_fleet(
-                ledger, names, max(FLEET_UP_FLOOR_SECONDS, jobs * FLEET_UP_SECONDS_PER_JOB)
-            )
+            bound = max(FLEET_UP_FLOOR_SECONDS, jobs * FLEET_UP_SECONDS_PER_JOB)
+            fleet_up, live = wait_for_fleet(ledger, names, bound)
             echo(f"  {live}/{jobs} jobs running {fleet_up:.0f} s after up")
+            analysed = wait_for_verdicts(platform, bound)
+            echo(f"  every job file analysed {analysed:.0f} s later")
             statsd.clear()
             rows_before, rest_started = history_rows(ledger), time.monotonic()
             rest = measure_rest(embedded.airflow_processes(platform), rest_seconds)
