@@ -15,8 +15,9 @@ only to the jobs that are not steady. A job is steady when all of these hold:
 - its job file is the one its last pass saw.
 
 A steady job still gets a pass every `supervision.pass_every_seconds`, as a job's own watch gives
-it one every minute. That pass records its progress and catches what only a full look sees: a
-savepoint due, a scale the autoscaler recommends, a driver that falls behind.
+it one every minute; those passes are spread over the sweeps, the longest waiting first. That
+pass records its progress and catches what only a full look sees: a savepoint due, a scale the
+autoscaler recommends, a driver that falls behind.
 
 The fleet supervises every valid job it has seen before (one the ledger has a record of) and
 those of `autostart_jobs`. A new job starts with `warden start JOB` (a resume request) or the
@@ -25,6 +26,7 @@ those of `autostart_jobs`. A new job starts with `warden start JOB` (a resume re
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -70,10 +72,16 @@ class FleetWatch:
     """Which jobs need a pass, sweep after sweep; `passed` is told of every pass it asked for."""
 
     def __init__(
-        self, supervisor: Supervisor, pass_every_seconds: float, clock: Callable[[], float] = time.monotonic
+        self,
+        supervisor: Supervisor,
+        pass_every_seconds: float,
+        sweep_seconds: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.supervisor = supervisor
         self.pass_every_seconds = pass_every_seconds
+        # How often the caller sweeps: the periodic passes are spread over that many sweeps.
+        self.sweep_seconds = sweep_seconds
         self.clock = clock
         self._passes: dict[str, _Pass] = {}
         self._specs: dict[str, JobSpec] = {}
@@ -99,25 +107,31 @@ class FleetWatch:
             alert.job for alert in ledger.due_alerts(self.supervisor.control.clock())
         }
         now = self.clock()
-        due = []
-        for name, spec in self.specs().items():
+        specs = self.specs()
+        due, periodic = [], []
+        for name, spec in specs.items():
             if name not in records and name not in platform.autostart_jobs:
                 continue
             last, record = self._passes.get(name), records.get(name)
-            periodic = last is None or now - last.at >= self.pass_every_seconds
+            since = now - last.at if last is not None else math.inf
             if (
                 last is not None
                 and record is not None
                 and name not in busy
                 and self._steady(spec, record, runs.get(name), last)
             ):
-                if periodic:
-                    due.append(Due(name, PERIODIC))
-                continue
-            reason = self.supervisor.attention(name)
-            if reason is not None or periodic:
+                reason = PERIODIC
+            else:
+                reason = self.supervisor.attention(name)
+            if reason is not None:
                 due.append(Due(name, reason))
-        return due
+            elif since >= self.pass_every_seconds:
+                periodic.append((since, name))
+        # The periodic passes spread over the interval, the longest waiting first: jobs started
+        # together come due together, and a sweep that passed them all at once would hold up the
+        # reaction to a kill for as long as those passes take.
+        share = math.ceil(len(specs) * self.sweep_seconds / self.pass_every_seconds)
+        return due + [Due(name, PERIODIC) for _, name in sorted(periodic, reverse=True)[:share]]
 
     def passed(self, job: str) -> None:
         """Note that `job` just had a pass."""

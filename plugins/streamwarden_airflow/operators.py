@@ -101,7 +101,7 @@ class SuperviseFleetOperator(SupervisorOperator):
         self.poll_interval = poll_interval
 
     def execute(self, context: Context) -> str:
-        watch = FleetWatch(self.supervisor, self.pass_every_seconds)
+        watch = FleetWatch(self.supervisor, self.pass_every_seconds, self.poll_interval)
         run_url = self.run_url(context)
         deadline = time.monotonic() + self.minutes * 60
         passes = acted = 0
