@@ -20,8 +20,8 @@ It prints, per N:
 - the control plane at rest over `--rest-seconds`, once Spark's analyzer has a verdict on every
   job file (the first platform DAG runs analyse every new version: minutes of Spark at 500 jobs,
   once), every process of the four Airflow
-  components' sessions, task processes included): CPU in cores (own and reaped children's time)
-  and memory (PSS, shared pages divided among their users), the triggerer's apart;
+  components' sessions, task processes included): CPU in cores (`CpuMeter`: each process's own
+  time, sampled every second) and memory (PSS, shared pages divided among their users), the triggerer's apart;
 - kill -9 of `--kills` stand-ins spread over the fleet, one every `KILL_EVERY_SECONDS`:
   kill -> detected (the watch's `detect` decision) and kill -> relaunched (the new run's start),
   p50 and p99;
@@ -202,14 +202,6 @@ def write_fleet_conf(workdir: Path, jobs: int, ledger: str, design: str) -> Plat
 # --- the control plane's processes -----------------------------------------------------------------
 
 
-@dataclass
-class Usage:
-    """CPU seconds and memory of a set of processes at one moment."""
-
-    cpu: float
-    pss: int
-
-
 def _session_processes(leaders: list[int]) -> list[psutil.Process]:
     """Every live process of the sessions these session leaders lead."""
     wanted = set(leaders)
@@ -223,18 +215,45 @@ def _session_processes(leaders: list[int]) -> list[psutil.Process]:
     return found
 
 
-def usage(leaders: list[int]) -> Usage:
-    """CPU (own and reaped children's, so short task processes count once reaped) and PSS."""
-    cpu, pss = 0.0, 0
+def cpu_seconds(leaders: list[int]) -> dict[tuple[int, float], float]:
+    """Each live process of the sessions, by pid and start time: its own CPU seconds so far."""
+    seconds = {}
     for process in _session_processes(leaders):
         try:
-            with process.oneshot():
-                times = process.cpu_times()
-                cpu += times.user + times.system + times.children_user + times.children_system
-                pss += process.memory_full_info().pss
+            times = process.cpu_times()
+            seconds[(process.pid, process.create_time())] = times.user + times.system
         except psutil.Error:
             continue
-    return Usage(cpu, pss)
+    return seconds
+
+
+def pss_bytes(leaders: list[int]) -> int:
+    """The sessions' memory now: PSS, shared pages divided among their users."""
+    total = 0
+    for process in _session_processes(leaders):
+        try:
+            total += process.memory_full_info().pss
+        except psutil.Error:
+            continue
+    return total
+
+
+class CpuMeter:
+    """CPU of a set of sessions over a window, sampled every second: each process's CPU between
+    the first and the last sample that saw it, its whole CPU if it started after the first. A
+    task process (a few seconds long at least) is caught; what one burns in its last second
+    before it exits is not, so the figure is a floor by that much."""
+
+    def __init__(self, leaders: list[int]) -> None:
+        self.leaders = leaders
+        self.first = cpu_seconds(leaders)
+        self.last = dict(self.first)
+
+    def sample(self) -> None:
+        self.last.update(cpu_seconds(self.leaders))
+
+    def seconds(self) -> float:
+        return sum(cpu - self.first.get(process, 0.0) for process, cpu in self.last.items())
 
 
 @dataclass
@@ -249,17 +268,21 @@ def measure_rest(airflow: list[ManagedProcess], seconds: float) -> RestFigures:
     """The control plane's CPU in cores and peak PSS over `seconds`, the triggerer's apart."""
     leaders = [pid for pid in (component.pid() for component in airflow) if pid is not None]
     triggerer = [pid for c in airflow if c.name == "airflow-triggerer" and (pid := c.pid()) is not None]
-    start, trig_start, started = usage(leaders), usage(triggerer), time.monotonic()
-    peak, trig_peak = start.pss, trig_start.pss
+    whole, trig, started = CpuMeter(leaders), CpuMeter(triggerer), time.monotonic()
+    peak, trig_peak = pss_bytes(leaders), pss_bytes(triggerer)
+    last_pss = started
     while time.monotonic() - started < seconds:
-        time.sleep(SAMPLE_EVERY_SECONDS)
-        now, trig_now = usage(leaders), usage(triggerer)
-        peak, trig_peak = max(peak, now.pss), max(trig_peak, trig_now.pss)
+        time.sleep(1.0)
+        whole.sample()
+        trig.sample()
+        if time.monotonic() - last_pss >= SAMPLE_EVERY_SECONDS:
+            peak, trig_peak = max(peak, pss_bytes(leaders)), max(trig_peak, pss_bytes(triggerer))
+            last_pss = time.monotonic()
     elapsed = time.monotonic() - started
     return RestFigures(
-        cores=(now.cpu - start.cpu) / elapsed,
+        cores=whole.seconds() / elapsed,
         peak_gb=peak / 2**30,
-        triggerer_cores=(trig_now.cpu - trig_start.cpu) / elapsed,
+        triggerer_cores=trig.seconds() / elapsed,
         triggerer_peak_mb=trig_peak / 2**20,
     )
 
