@@ -19,12 +19,12 @@ It prints, per N:
 - the time from `up` returning to every job running (its record RUNNING, its driver alive);
 - the control plane at rest over `--rest-seconds`, once Spark's analyzer has a verdict on every
   job file (the first platform DAG runs analyse every new version: minutes of Spark at 500 jobs,
-  once), every process of the four Airflow
-  components' sessions, task processes included): CPU in cores (`CpuMeter`: each process's own
-  time, sampled every second) and memory (PSS, shared pages divided among their users), the triggerer's apart;
+  once): every process of the four Airflow components' sessions, task processes included; CPU in
+  cores (`CpuMeter`: each process's own time, sampled every second) and memory (PSS, shared pages
+  divided among their users), the triggerer's apart;
 - kill -9 of `--kills` stand-ins spread over the fleet, one every `KILL_EVERY_SECONDS`:
-  kill -> detected (the watch's `detect` decision) and kill -> relaunched (the new run's start),
-  p50 and p99;
+  kill -> detected (the first of a `detect` decision and the run's close) and kill -> relaunched
+  (the new run's start), p50 and p99;
 - `warden status` and the board API (`GET /streamwarden/api/board` on the api-server) latency;
 - the ledger's growth per job per day (rows written during the rest window) and the rows a job
   holds once retention (`ledger.retention`) prunes at its defaults.
