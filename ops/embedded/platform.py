@@ -270,7 +270,7 @@ def _unpause_supervision_dags(
             f"platform.yaml autostart_jobs names {unknown}, which are not valid jobs "
             f"in {platform.conf_dir / 'jobs'}"
         )
-    fleet = len(jobs) >= platform.supervision.fleet_from_jobs
+    fleet = platform.supervision.watches_a_fleet(len(jobs))
     expected = {f"{SUPERVISE_DAG_PREFIX}{name}" for name in jobs} | ({FLEET_DAG_ID} if fleet else set())
     query = f"/api/v2/dags?dag_id_prefix_pattern={quote(SUPERVISE_DAG_PREFIX)}&limit=100"
 

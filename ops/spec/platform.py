@@ -259,6 +259,10 @@ class SupervisionConfig(Model):
         60.0, gt=0, description="How long one `warden_fleet` task supervises; the next run's takes over."
     )
 
+    def watches_a_fleet(self, jobs: int) -> bool:
+        """Whether a platform of `jobs` valid jobs is supervised by `warden_fleet`."""
+        return jobs >= self.fleet_from_jobs
+
 
 class PlatformConfig(Model):
     """The platform-wide settings of `conf/platform.yaml`."""

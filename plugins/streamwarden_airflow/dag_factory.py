@@ -509,31 +509,24 @@ def platform_dag() -> DAG:
     return dag
 
 
-def _valid_jobs() -> JobLoadResult:
-    """The job files that validate, less the versions Spark's analyzer rejected (no Spark here)."""
+def _valid_jobs() -> tuple[JobLoadResult, SupervisionConfig]:
+    """The job files that validate, less the versions Spark's analyzer rejected (no Spark here),
+    and how they are supervised."""
     loaded = load_jobs()
     try:
         platform = load_platform()
     except ConfigError:
         # Without platform.yaml there is no runtime root holding verdicts; the DAGs still load
-        # and every task reports the broken platform file.
-        return loaded
-    return with_verdicts(platform, loaded)
-
-
-def _supervision() -> SupervisionConfig:
-    try:
-        return load_platform().supervision
-    except ConfigError:
-        return SupervisionConfig()
+        # (supervised as the defaults say) and every task reports the broken platform file.
+        return loaded, SupervisionConfig()
+    return with_verdicts(platform, loaded), platform.supervision
 
 
 def build_dags() -> list[DAG]:
     """Every Streamwarden DAG for the current conf directory."""
-    loaded = _valid_jobs()
+    loaded, supervision = _valid_jobs()
     jobs = sorted(loaded.specs)
-    supervision = _supervision()
-    fleet = len(jobs) >= supervision.fleet_from_jobs
+    fleet = supervision.watches_a_fleet(len(jobs))
     dags = [supervision_dag(name, loaded.specs[name].description, watched=not fleet) for name in jobs]
     if fleet:
         dags.append(fleet_dag(supervision))
