@@ -90,7 +90,9 @@ class SuperviseFleetOperator(SupervisorOperator):
     starts the next run's at once). Every `poll_interval` seconds it sweeps the fleet
     (`ops.control.fleet.FleetWatch`) and runs a pass, in this process, for each job that needs
     one: a detection is recorded first, as a job's own watch records it. A job whose pass raises
-    is logged and looked at again at the next sweep; the rest of the fleet goes on."""
+    is logged and looked at again at the next sweep; the rest of the fleet goes on. A sweep that
+    raises (the ledger unreachable for a moment, a job file that cannot be read) is logged and
+    tried again a poll later: failing the task would leave every job unwatched until its retry."""
 
     def __init__(
         self, *, minutes: float, pass_every_seconds: float, poll_interval: float = 1.0, **kwargs: Any
@@ -107,10 +109,15 @@ class SuperviseFleetOperator(SupervisorOperator):
         passes = acted = 0
         while time.monotonic() < deadline:
             started = time.monotonic()
-            for due in watch.sweep():
-                if due.reason is not None:
-                    self.supervisor.record_detection(due.job, due.reason, utcnow().isoformat())
+            try:
+                needing = watch.sweep()
+            except Exception:  # the whole fleet's watch must outlast a moment's failure
+                self.log.exception("the fleet sweep failed; sweeping again in %.0f s", self.poll_interval)
+                needing = []
+            for due in needing:
                 try:
+                    if due.reason is not None:
+                        self.supervisor.record_detection(due.job, due.reason, utcnow().isoformat())
                     summary = self.supervisor.reconcile(due.job, run_url=run_url)
                 except Exception:  # one job's broken pass must not leave the rest unwatched
                     self.log.exception("%s: the pass failed; the next sweep looks at it again", due.job)
