@@ -1,7 +1,7 @@
 """The control plane's cost per job: N jobs supervised by the real embedded Airflow.
 
 python -m benchmarks.fleet [--jobs 10 100 500] [--ledger sqlite|postgresql] [--kills 20]
-                           [--rest-seconds 60] [--workdir DIR]
+                           [--rest-seconds 60] [--kill-fleet-task] [--workdir DIR]
 
 For each N it starts the embedded platform (`ops.embedded.platform.up`: SeaweedFS, Airflow's
 scheduler, dag-processor, triggerer and api-server, the event generator; PostgreSQL too with
@@ -25,6 +25,10 @@ It prints, per N:
 - kill -9 of `--kills` stand-ins spread over the fleet, one every `KILL_EVERY_SECONDS`:
   kill -> detected (the first of a `detect` decision and the run's close) and kill -> relaunched
   (the new run's start), p50 and p99;
+- with `--kill-fleet-task`, under the fleet watch: kill -9 of the `warden_fleet` task's process
+  and a stand-in a second later -> the stand-in relaunched; then the same with the task's Airflow
+  supervisor killed too, which Airflow sees only once the task's heartbeat is
+  `task_instance_heartbeat_timeout` old;
 - `warden status` and the board API (`GET /streamwarden/api/board` on the api-server) latency;
 - the ledger's growth per job per day (rows written during the rest window) and the rows a job
   holds once retention (`ledger.retention`) prunes at its defaults.
@@ -67,7 +71,7 @@ from ops.ledger.store import Ledger
 from ops.ports import free_loopback_port
 from ops.spec.analysis import unanalysed
 from ops.spec.job import load_jobs
-from ops.spec.platform import CONF_DIR_ENV, DEFAULT_CONF_DIR, PlatformConfig, load_platform
+from ops.spec.platform import CONF_DIR_ENV, DEFAULT_CONF_DIR, FLEET_DAG_ID, PlatformConfig, load_platform
 from ops.states import Lifecycle
 from tests.support.stub_driver import STUB_BATCH_SECONDS_ENV
 
@@ -81,6 +85,8 @@ FIRST_METRICS_PORT = 10_000
 FLEET_UP_SECONDS_PER_JOB = 3.0
 FLEET_UP_FLOOR_SECONDS = 180.0
 KILL_TIMEOUT_SECONDS = 300.0
+# Airflow's zombie detection waits out the task's heartbeat timeout (300 s by default) first.
+FLEET_TASK_KILL_TIMEOUT_SECONDS = 900.0
 SAMPLE_EVERY_SECONDS = 5.0
 LATENCY_ROUNDS = 5
 # The tables that grow with history, each with the retention setting that prunes it.
@@ -363,9 +369,9 @@ def _seen_dead(ledger: Ledger, kill: Kill) -> datetime | None:
     return min([*seen, *([closed] if closed is not None else [])], default=None)
 
 
-def follow_kills(ledger: Ledger, kills: list[Kill]) -> None:
-    """Fill in each kill's detection and relaunch, from the ledger, waiting up to the timeout."""
-    deadline = time.monotonic() + KILL_TIMEOUT_SECONDS
+def follow_kills(ledger: Ledger, kills: list[Kill], timeout: float = KILL_TIMEOUT_SECONDS) -> None:
+    """Fill in each kill's detection and relaunch, from the ledger, waiting up to `timeout`."""
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and any(k.relaunched is None for k in kills):
         for kill in kills:
             if kill.detected is None:
@@ -377,6 +383,46 @@ def follow_kills(ledger: Ledger, kills: list[Kill]) -> None:
                 if run is not None and run.run_id != kill.run_id:
                     kill.relaunched = (run.started_at - kill.at).total_seconds()
         time.sleep(0.5)
+
+
+def fleet_task_process(platform: PlatformConfig, timeout: float) -> psutil.Process:
+    """The running `warden_fleet` task's process, once there is one: Airflow titles it
+    `airflow worker -- <task instance id>`; its parent is the task's supervisor."""
+    server = EmbeddedPostgres.for_platform(platform)
+    assert server is not None
+    engine = sa.create_engine(server.url("airflow"))
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            with engine.connect() as connection:
+                ids = connection.execute(
+                    sa.text("SELECT id FROM task_instance WHERE dag_id = :dag AND state = 'running'"),
+                    {"dag": FLEET_DAG_ID},
+                ).scalars()
+                titles = {f"airflow worker -- {id_}" for id_ in ids}
+            for process in psutil.process_iter(["cmdline"]):
+                # The title takes the first argument; the rest of the old command line is blanked.
+                if next(iter(process.info["cmdline"] or []), None) in titles:
+                    return process
+            time.sleep(1.0)
+    finally:
+        engine.dispose()
+    raise TimeoutError(f"no running {FLEET_DAG_ID} task after {timeout:.0f} s")
+
+
+def kill_fleet_task(platform: PlatformConfig, ledger: Ledger, job: str, supervisor_too: bool) -> Kill:
+    """SIGKILL the fleet task's process (and its supervisor), then, a second later, `job`'s stand-in."""
+    task = fleet_task_process(platform, KILL_TIMEOUT_SECONDS)
+    victims = [task, task.parent()] if supervisor_too else [task]
+    for process in victims:
+        if process is not None:
+            process.kill()
+    time.sleep(1.0)
+    run = ledger.current_run(job)
+    assert run is not None and run.pid is not None and _alive(run.pid), f"{job} has no live driver"
+    at = utcnow()
+    os.kill(run.pid, signal.SIGKILL)
+    return Kill(job, run.run_id, at)
 
 
 def timed(call: Callable[[], object], rounds: int) -> list[float]:
@@ -439,6 +485,9 @@ class FleetResult:
     board_seconds: float = 0.0
     rows_per_job_day: float = 0.0
     retained_rows_per_job: float = 0.0
+    # With --kill-fleet-task: the stand-in killed after the fleet task, and after the task and
+    # its supervisor.
+    task_kills: list[Kill] = field(default_factory=list)
 
 
 @contextmanager
@@ -458,7 +507,13 @@ def stand_in_drivers() -> Iterator[None]:
 
 
 def run_fleet(
-    workdir: Path, jobs: int, ledger_kind: str, design: str, kills: int, rest_seconds: float
+    workdir: Path,
+    jobs: int,
+    ledger_kind: str,
+    design: str,
+    kills: int,
+    rest_seconds: float,
+    kill_task: bool = False,
 ) -> FleetResult:
     shutil.rmtree(workdir, ignore_errors=True)
     platform = write_fleet_conf(workdir, jobs, ledger_kind, design)
@@ -495,6 +550,16 @@ def run_fleet(
             echo(f"  warden status {status_seconds:.2f} s, board {board_seconds * 1000:.0f} ms")
             done = kill_spread(ledger, names, kills)
             follow_kills(ledger, done)
+            task_kills = []
+            if kill_task and design == "fleet":
+                # Jobs the spread did not kill, each after the fleet has its task back.
+                for job, supervisor_too in ((names[1], False), (names[2], True)):
+                    task_kills.append(kill_fleet_task(platform, ledger, job, supervisor_too))
+                    follow_kills(ledger, task_kills[-1:], FLEET_TASK_KILL_TIMEOUT_SECONDS)
+                    echo(
+                        f"  fleet task killed{' with its supervisor' if supervisor_too else ''}: "
+                        f"{job} relaunched after {_seconds([task_kills[-1].relaunched], 0.5)}"
+                    )
             retention = platform.ledger.retention
             retained = sum(rate * getattr(retention, setting) for setting, rate in growth.items())
             return FleetResult(
@@ -514,6 +579,7 @@ def run_fleet(
                 board_seconds=board_seconds,
                 rows_per_job_day=sum(growth.values()),
                 retained_rows_per_job=retained,
+                task_kills=task_kills,
             )
         finally:
             # All at once: `down` stops the drivers one after the other.
@@ -572,6 +638,9 @@ def main() -> None:
     parser.add_argument("--design", choices=["per-job", "fleet"], nargs="+", default=["per-job", "fleet"])
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--rest-seconds", type=float, default=60.0)
+    parser.add_argument(
+        "--kill-fleet-task", action="store_true", help="under the fleet watch, kill -9 its task too"
+    )
     parser.add_argument("--workdir", type=Path, default=Path(__file__).resolve().parent / "out" / "fleet")
     args = parser.parse_args()
     results = []
@@ -579,8 +648,19 @@ def main() -> None:
         for design in args.design:
             echo(f"== {jobs} jobs, {design} supervision, {args.ledger} ledger ==")
             workdir = args.workdir / f"{design}-{jobs}"
-            results.append(run_fleet(workdir, jobs, args.ledger, design, args.kills, args.rest_seconds))
+            results.append(
+                run_fleet(
+                    workdir, jobs, args.ledger, design, args.kills, args.rest_seconds, args.kill_fleet_task
+                )
+            )
             echo(table(results))
+    for r in results:
+        if r.task_kills:
+            task, both = (_seconds([kill.relaunched], 0.5) for kill in r.task_kills)
+            echo(
+                f"{r.jobs} jobs, {r.ledger} ledger: a stand-in killed a second after the fleet task "
+                f"was relaunched after {task}; after the task and its supervisor, {both}"
+            )
     echo(
         "targets at 500 jobs: detection p99 <= 10 s, relaunch p99 <= 30 s, at rest < 1 core and "
         "< 4 GB, board < 300 ms"

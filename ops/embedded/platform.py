@@ -68,6 +68,7 @@ AIRFLOW_COMPONENTS = ("scheduler", "dag_processor", "triggerer")
 AIRFLOW_STOP_TIMEOUT = 60.0
 # One API call; a busy 2-core machine has kept the api-server 5 s behind.
 API_CALL_TIMEOUT_S = 30.0
+TASK_HEARTBEAT_TIMEOUT_S = int(4 * API_CALL_TIMEOUT_S)
 
 Echo = Callable[[str], None]
 
@@ -126,6 +127,12 @@ def airflow_env(platform: PlatformConfig) -> dict[str, str]:
             # of tasks on a busy 2-core machine (each call timed out five times over); our own calls
             # to the same api-server get 30 s for the same reason.
             "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": str(API_CALL_TIMEOUT_S),
+            # A task whose supervisor died with it is failed (and retried) once its heartbeat is
+            # this old. Airflow's 300 s left a fleet unsupervised for five minutes when the fleet
+            # task went that way (`python -m benchmarks.fleet --kill-fleet-task`); four of the
+            # heartbeat calls' timeouts still keeps a live task on a slow api-server from being
+            # taken for dead. The supervisor heartbeats every 5 s.
+            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": str(TASK_HEARTBEAT_TIMEOUT_S),
         }
     )
     postgres = EmbeddedPostgres.for_platform(platform)
