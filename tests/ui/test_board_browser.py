@@ -201,3 +201,90 @@ def test_the_new_job_form_sends_a_sql_jobs_pipeline_as_its_file_says_and_shows_w
     }
     assert pipeline["partition_columns"] == ["event_id"] and pipeline["sink"] == {"path": "purchase_counts"}
     assert not (platform_conf.conf_dir / "jobs" / "purchase_counts.yaml").exists()
+
+
+@pytest.mark.browser
+def test_start_under_the_fleet_watch_asks_warden_resume_to_run_the_new_job(
+    platform_conf: PlatformConfig,
+) -> None:
+    """On a platform supervised by `warden_fleet`, the New job form's Start triggers `warden_resume`
+    for the job instead of unpausing its supervision DAG (which has no watch there). The plugin's
+    real app answers the page, except the draft's analyzer verdict (the file is drafted by the
+    app's own `draft_text`, its check taken as passed); Airflow's REST API is a stand-in that
+    records what the page sends: the runs of `warden_new_job` and `warden_resume` and the DAGs
+    the page asks about."""
+    from fastapi.testclient import TestClient
+    from playwright.sync_api import expect, sync_playwright
+
+    from ops.console.job_form import DraftRequest, draft_text
+    from streamwarden_airflow.console_app import app, authenticated, console
+
+    console.cache_clear()
+    app.dependency_overrides[authenticated] = lambda: None
+    sent: list[tuple[str, str, Any]] = []
+    airflow = {
+        ("POST", "/api/v2/dags/warden_new_job/dagRuns"): {"dag_run_id": "manual__new"},
+        ("GET", "/api/v2/dags/warden_new_job/dagRuns/manual__new"): {"state": "success"},
+        ("GET", "/api/v2/dags/warden_supervise_fleet_job"): {"is_paused": True},
+        ("GET", "/api/v2/dags/warden_fleet"): {"is_paused": False},
+        ("POST", "/api/v2/dags/warden_resume/dagRuns"): {"dag_run_id": "manual__resume"},
+    }
+    with TestClient(app) as client, sync_playwright() as playwright:
+
+        def plugin(route: Any) -> None:
+            request, url = route.request, urllib.parse.urlsplit(route.request.url)
+            path = url.path.removeprefix("/streamwarden")
+            if (request.method, path) == ("POST", "/api/drafts"):
+                values = DraftRequest.model_validate(json.loads(request.post_data))
+                text = draft_text(console().platform, values, None)
+                body = {"job": values.name, "text": text, "problems": {}}
+                route.fulfill(status=200, content_type="application/json", body=json.dumps(body))
+                return
+            served = client.request(request.method, f"{path}?{url.query}", headers=request.headers)
+            route.fulfill(
+                status=served.status_code, content_type=served.headers["content-type"], body=served.content
+            )
+
+        def stand_in_airflow(route: Any) -> None:
+            request, path = route.request, urllib.parse.urlsplit(route.request.url).path
+            sent.append((request.method, path, json.loads(request.post_data) if request.post_data else None))
+            answer = airflow.get((request.method, path))
+            route.fulfill(
+                status=404 if answer is None else 200,
+                content_type="application/json",
+                body=json.dumps(answer or {"detail": "not found"}),
+            )
+
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        page = browser.new_page(viewport={"width": 1600, "height": 1000})
+        try:
+            page.route(f"{BOARD_ORIGIN}/streamwarden/**", plugin)
+            page.route(f"{BOARD_ORIGIN}/api/v2/**", stand_in_airflow)
+            page.goto(f"{BOARD_ORIGIN}/streamwarden/board")
+            page.locator("#new-job").click()
+            form = page.locator("#job-form")
+            expect(form.locator(".route-filter")).to_be_visible(timeout=30_000)
+            form.locator(".job-name").fill("fleet_job")
+            form.locator(".sink-path").fill("fleet_job")
+            route = form.locator('tr[data-route-row="0"]')
+            route.locator(".route-name").fill("big")
+            route.locator(".route-filter").fill("amount > 100")
+            route.locator(".route-columns").fill("event_id, amount")
+            form.locator('button[type="submit"]').click()
+            expect(page.locator("#job-dag")).to_have_attribute("data-paused", "true", timeout=30_000)
+            page.locator("#start-job").click()
+            expect(page.locator("#job-dag")).to_have_text(
+                re.compile(r"^Started: warden_fleet runs the job"), timeout=30_000
+            )
+        finally:
+            browser.close()
+            app.dependency_overrides.clear()
+            console.cache_clear()
+
+    [new_job] = [body for method, path, body in sent if path.endswith("warden_new_job/dagRuns")]
+    assert "name: fleet_job" in new_job["conf"]["job_file"]
+    [resume] = [body for method, path, body in sent if path.endswith("warden_resume/dagRuns")]
+    assert resume["conf"] == {"job": "fleet_job", "reason": "started from the job board"}
+    # Nothing unpaused: under the fleet a job's own DAG is a pass run by hand.
+    assert not [path for method, path, _ in sent if method == "PATCH"]
+    assert not (platform_conf.conf_dir / "jobs" / "fleet_job.yaml").exists()
