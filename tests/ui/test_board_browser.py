@@ -48,6 +48,18 @@ def serve_console(page: Any, console: Console) -> None:
     page.route(f"{BOARD_ORIGIN}/streamwarden/**", answer)
 
 
+def forward_to_app(route: Any, client: Any) -> None:
+    """Answer an intercepted request to /streamwarden/... with the plugin's app (a TestClient)."""
+    request, url = route.request, urllib.parse.urlsplit(route.request.url)
+    served = client.request(
+        request.method,
+        f"{url.path.removeprefix('/streamwarden')}?{url.query}",
+        content=request.post_data,
+        headers=request.headers,
+    )
+    route.fulfill(status=served.status_code, content_type=served.headers["content-type"], body=served.content)
+
+
 def _settled_box(page: Any, cell: Any) -> Any:
     """The cell's bounding box, measured again while the board's refresh is re-rendering the table
     (an element it just replaced has no box)."""
@@ -130,17 +142,9 @@ def test_the_new_job_form_sends_a_sql_jobs_pipeline_as_its_file_says_and_shows_w
     with TestClient(app) as client, sync_playwright() as playwright:
 
         def answer(route: Any) -> None:
-            request = route.request
-            path = urllib.parse.urlsplit(request.url).path.removeprefix("/streamwarden")
-            query = urllib.parse.urlsplit(request.url).query
-            if request.method == "POST":
-                checks.append(json.loads(request.post_data))
-            served = client.request(
-                request.method, f"{path}?{query}", content=request.post_data, headers=request.headers
-            )
-            route.fulfill(
-                status=served.status_code, content_type=served.headers["content-type"], body=served.content
-            )
+            if route.request.method == "POST":
+                checks.append(json.loads(route.request.post_data))
+            forward_to_app(route, client)
 
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         page = browser.new_page(viewport={"width": 1600, "height": 1000})
@@ -240,10 +244,7 @@ def test_start_under_the_fleet_watch_asks_warden_resume_to_run_the_new_job(
                 body = {"job": values.name, "text": text, "problems": {}}
                 route.fulfill(status=200, content_type="application/json", body=json.dumps(body))
                 return
-            served = client.request(request.method, f"{path}?{url.query}", headers=request.headers)
-            route.fulfill(
-                status=served.status_code, content_type=served.headers["content-type"], body=served.content
-            )
+            forward_to_app(route, client)
 
         def stand_in_airflow(route: Any) -> None:
             request, path = route.request, urllib.parse.urlsplit(route.request.url).path
