@@ -29,7 +29,7 @@ from pyspark.sql import SparkSession
 from jobs.catalog import expression_problems, parsed_inputs
 from jobs.preview import stage_problems
 from jobs.script_udfs import register_script_udfs
-from jobs.user_code import ENTRYPOINT_FIELD, QUERY_FIELD, UserCodeError, user_rows
+from jobs.user_code import ENTRYPOINT_FIELD, QUERY_FIELD, UserCodeError, store_models, user_rows
 from ops.atomic import write_atomically
 from ops.clock import utcnow
 from ops.exceptions import ConfigError
@@ -73,11 +73,11 @@ def analyse(spark: SparkSession, platform: PlatformConfig, spec: JobSpec) -> dic
         except UserCodeError as error:
             return {error.field: str(error)}
     raw = {name: spark.createDataFrame([], RAW_SCHEMA) for name in spec.pipeline.inputs}
-    problems = {**expression_problems(spec, parsed_inputs(spec, raw)), **stage_problems(spec)}
-    return problems or stream_problems(spark, spec)
+    problems = {**expression_problems(platform, spec, parsed_inputs(spec, raw)), **stage_problems(spec)}
+    return problems or stream_problems(spark, platform, spec)
 
 
-def stream_problems(spark: SparkSession, spec: JobSpec) -> dict[str, str]:
+def stream_problems(spark: SparkSession, platform: PlatformConfig, spec: JobSpec) -> dict[str, str]:
     """What is wrong with a team job's logic (`jobs.user_code`: its code or query, the rows it
     returns) and what Spark's streaming engine refuses in it (an aggregation without a watermark
     in append mode, a join that would keep its state for ever): the logic run over empty streams
@@ -91,7 +91,7 @@ def stream_problems(spark: SparkSession, spec: JobSpec) -> dict[str, str]:
         empty.mkdir()
         raw = {name: spark.readStream.format("text").load(str(empty)) for name in pipeline.inputs}
         try:
-            rows = user_rows(parsed_inputs(spec, raw), pipeline, spec.name)
+            rows = user_rows(parsed_inputs(spec, raw), pipeline, spec.name, store_models(platform))
         except UserCodeError as error:
             return {error.field: str(error)}
         writer = rows.writeStream.format("noop").outputMode("append").trigger(availableNow=True)

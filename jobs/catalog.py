@@ -42,7 +42,7 @@ from jobs.parsing import invalid_time_formats, parse_events, with_event_partitio
 from jobs.router.transform import invalid_route_filters, route_events
 from jobs.script_udfs import register_script_udfs
 from jobs.sessionizer.transform import sessionize
-from jobs.user_code import UserCodeError, user_rows
+from jobs.user_code import UserCodeError, store_models, user_rows
 from ops.driver.listener import parse_observation
 from ops.exceptions import ConfigError
 from ops.spec.job import JobSpec, job_file
@@ -178,7 +178,7 @@ KINDS: dict[str, JobKind] = {
 }
 
 
-def kind_of(spec: JobSpec) -> JobKind:
+def kind_of(platform: PlatformConfig, spec: JobSpec) -> JobKind:
     """The catalog entry of a job's pipeline kind; for a team's own job, its function or its
     query (`jobs.user_code`), whose errors name the job file's field. The analyzer checks a
     team's logic by running it over empty streams (`jobs.analysis.stream_problems`)."""
@@ -187,7 +187,7 @@ def kind_of(spec: JobSpec) -> JobKind:
 
     def transform(inputs: Mapping[str, DataFrame], pipeline: TeamPipeline) -> DataFrame:
         try:
-            return user_rows(inputs, pipeline, spec.name)
+            return user_rows(inputs, pipeline, spec.name, store_models(platform))
         except UserCodeError as error:
             raise ConfigError(job_file(spec.name), f"field '{error.field}': {error}") from error
 
@@ -214,7 +214,9 @@ def parsed_inputs(spec: JobSpec, raw: Mapping[str, DataFrame]) -> dict[str, Data
     }
 
 
-def expression_problems(spec: JobSpec, inputs: Mapping[str, DataFrame]) -> dict[str, str]:
+def expression_problems(
+    platform: PlatformConfig, spec: JobSpec, inputs: Mapping[str, DataFrame]
+) -> dict[str, str]:
     """What Spark rejects in the pipeline's expressions (route filters, rule filters, `red_when`)
     over the parsed `inputs` and in its sources' datetime patterns, by dotted field of the job
     file; only the analyzer runs.
@@ -222,7 +224,7 @@ def expression_problems(spec: JobSpec, inputs: Mapping[str, DataFrame]) -> dict[
     The one check both a driver (before its query starts) and `jobs.analysis` (for `warden
     validate` and the DAG factory, over empty frames of the declared schema) run.
     """
-    kind = kind_of(spec)
+    kind = kind_of(platform, spec)
     spark = next(iter(inputs.values())).sparkSession
     problems = _time_format_problems(spark, spec)
     return problems | (kind.check(inputs, spec.pipeline) if kind.check else {})
@@ -237,7 +239,7 @@ def pipeline_stages(
     Raises `ConfigError` naming the job file's field when a UDF file does not load or the
     analyzer rejects an expression of the pipeline, before anything is read.
     """
-    kind = kind_of(spec)
+    kind = kind_of(platform, spec)
     inputs = parsed_inputs(spec, raw)
     if isinstance(spec.pipeline, ScriptUdfs):
         spark = next(iter(raw.values())).sparkSession
@@ -247,7 +249,7 @@ def pipeline_stages(
             raise ConfigError(
                 job_file(spec.name, platform.conf_dir), f"field '{error.field}': {error}"
             ) from error
-    problems = expression_problems(spec, inputs)
+    problems = expression_problems(platform, spec, inputs)
     if problems:
         field, why = next(iter(problems.items()))
         raise ConfigError(job_file(spec.name, platform.conf_dir), f"field '{field}': {why}")

@@ -38,6 +38,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import DataStreamWriter, StreamingQuery
 
+from jobs.output_shift import compare_with_running
 from jobs.parsing import LANDING_GLOB
 from ops.driver.checkpoint import landing_backlog
 from ops.driver.listener import TelemetryListener, describe_failure, serve_metrics
@@ -391,6 +392,8 @@ def _run_locked(
     """The replay and the query, run while this driver holds the job's checkpoint lock."""
     try:
         replay_pending(spark, platform, spec, plan, listener, shutdown)
+        if mode == "replay_only" and not shutdown.requested and spec.operations.upgrade.output_check:
+            compare_with_running(spark, platform, spec, JobPaths.of(platform, spec))
         if shutdown.requested or mode == "replay_only":
             log.info("replay ended", signal=shutdown.signal_name, mode=mode)
             listener.record_termination(None, None)

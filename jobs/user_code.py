@@ -10,7 +10,9 @@ imported from the job's `code` directory):
   run) of its valid events: the declared fields, typed, plus `event_date` and `event_hour` from
   the source's event time (UTC). A line that does not parse is not in it: the platform writes it
   to the sink itself, as a dead letter (below), as it does for every kind.
-- `context`: the job's name, its `parameters` (read-only) and the SparkSession.
+- `context`: the job's name, its `parameters` (read-only), the SparkSession, and
+  `context.model(name)`: the bytes of the model version the job file pins under that name
+  (`pipeline.models`, read from the platform's model store, `ops.models`).
 - It returns the rows to sink, holding every column of `partition_columns`. It may keep state
   (watermarks and windowed aggregations, `applyInPandasWithState`, `transformWithStateInPandas`);
   such a job says `operations.stateful: true`. It only builds the query: the analyzer calls it
@@ -47,19 +49,28 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType
 
 from jobs.parsing import DEAD_LETTER_REASON, RAW, with_event_partitions
+from ops.exceptions import ModelStoreError
+from ops.models import fetch_model
 from ops.spec.code import code_digest, code_files
 from ops.spec.pipelines import (
     DEAD_LETTER_ROUTE,
     EVENT_DATE,
     EVENT_HOUR,
+    ModelRef,
     PythonPipeline,
     SqlPipeline,
     TeamPipeline,
 )
+from ops.spec.platform import PlatformConfig
 
 ENTRYPOINT_FIELD = "pipeline.entrypoint"
 QUERY_FIELD = "pipeline.query"
 PARTITIONS_FIELD = "pipeline.partition_columns"
+MODELS_FIELD = "pipeline.models"
+
+
+# Reads a model version from the platform's model store (`ops.models.fetch_model`).
+ModelSource = Callable[[ModelRef], bytes]
 
 
 @dataclass(frozen=True)
@@ -69,6 +80,24 @@ class JobContext:
     job: str
     parameters: Mapping[str, Any]
     spark: SparkSession
+    models: Mapping[str, ModelRef] = field(default_factory=lambda: MappingProxyType({}))
+    model_source: ModelSource | None = None
+
+    def model(self, name: str) -> bytes:
+        """The bytes of the model version the job file pins under `name` (`pipeline.models`),
+        read from the platform's model store; a name the job file does not pin, or a version the
+        store does not hold, is an error of that field."""
+        ref = self.models.get(name)
+        if ref is None:
+            raise UserCodeError(
+                MODELS_FIELD, f"the code asks for model {name!r}, which pipeline.models does not name"
+            )
+        if self.model_source is None:
+            raise UserCodeError(f"{MODELS_FIELD}.{name}", "no model store is given to this run of the job")
+        try:
+            return self.model_source(ref)
+        except ModelStoreError as error:
+            raise UserCodeError(f"{MODELS_FIELD}.{name}", str(error)) from error
 
 
 class UserCodeError(Exception):
@@ -163,6 +192,7 @@ class _Logic:
     name: str
     code: str | None = None
     parameters: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    models: Mapping[str, ModelRef] = field(default_factory=lambda: MappingProxyType({}))
 
 
 def _logic(pipeline: TeamPipeline, spark: SparkSession) -> _Logic:
@@ -170,15 +200,24 @@ def _logic(pipeline: TeamPipeline, spark: SparkSession) -> _Logic:
         build = load_entrypoint(pipeline)
         if pipeline.code is not None:
             _ship_code(spark, Path(pipeline.code))
-        parameters = MappingProxyType(dict(pipeline.parameters))
-        return _Logic(build, ENTRYPOINT_FIELD, pipeline.entrypoint, pipeline.code, parameters)
+        return _Logic(
+            build,
+            ENTRYPOINT_FIELD,
+            pipeline.entrypoint,
+            pipeline.code,
+            MappingProxyType(dict(pipeline.parameters)),
+            MappingProxyType(dict(pipeline.models)),
+        )
     assert isinstance(pipeline, SqlPipeline)
     return _Logic(sql_logic(pipeline), QUERY_FIELD, "the query")
 
 
-def user_rows(inputs: Mapping[str, DataFrame], pipeline: TeamPipeline, job: str) -> DataFrame:
+def user_rows(
+    inputs: Mapping[str, DataFrame], pipeline: TeamPipeline, job: str, models: ModelSource | None = None
+) -> DataFrame:
     """The sink's rows: the team's logic (its function, or its query) over the valid events, with
-    the dead letters."""
+    the dead letters. `models` reads the versions `pipeline.models` pins (a job that pins none
+    needs none)."""
     spark = next(iter(inputs.values())).sparkSession
     logic = _logic(pipeline, spark)
     valid = {
@@ -188,8 +227,11 @@ def user_rows(inputs: Mapping[str, DataFrame], pipeline: TeamPipeline, job: str)
         .transform(with_event_partitions, source)
         for name, source in pipeline.sources.items()
     }
+    context = JobContext(job, logic.parameters, spark, logic.models, models)
     try:
-        rows = logic.build(valid, JobContext(job=job, parameters=logic.parameters, spark=spark))
+        rows = logic.build(valid, context)
+    except UserCodeError:
+        raise
     except Exception as error:  # whatever the team's logic raises is the job's error
         raise UserCodeError(
             logic.config_field, f"{logic.name} raised {described_error(error, logic.code)}"
@@ -246,6 +288,11 @@ def _ship_code(spark: SparkSession, code: Path) -> None:
                 bundle.write(path, path.relative_to(code).as_posix())
         partial.replace(archive)
     spark.sparkContext.addPyFile(str(archive))
+
+
+def store_models(platform: PlatformConfig) -> ModelSource:
+    """The platform's model store as the source of a job's pinned models."""
+    return lambda ref: fetch_model(platform, ref.name, ref.version)
 
 
 def described_error(error: BaseException, code: str | None) -> str:

@@ -50,6 +50,9 @@ warden table history JOB [--partition KEY]
                                 back, rows before/after, audit verdict, newest first
 warden table rollback JOB --partition KEY --version N
                                 point a warehouse partition back at an earlier published version
+warden model push NAME FILE     store a model file (e.g. ONNX) as the next version of NAME in the
+                                model store; a job pins a version in pipeline.models
+warden model list NAME          a model's stored versions
 warden scrape-targets [FILE]    write the Prometheus file_sd targets of the jobs meant to run (default:
                                 monitoring.scrape_targets_file; warden_platform does it every minute)
 
@@ -583,6 +586,25 @@ def cmd_archive(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_model_push(args: argparse.Namespace) -> int:
+    from ops.models import push_model
+
+    stored = push_model(load_platform(), args.name, args.file)
+    print(f"{stored.name} version {stored.version}: {stored.size:,} bytes at {stored.key}")
+    return 0
+
+
+def cmd_model_list(args: argparse.Namespace) -> int:
+    from ops.models import model_versions
+
+    versions = model_versions(load_platform(), args.name)
+    if not versions:
+        print(f"model {args.name!r} has no version yet (warden model push {args.name} FILE)")
+    for stored in versions:
+        print(f"{stored.name} version {stored.version}: {stored.size:,} bytes at {stored.key}")
+    return 0
+
+
 def cmd_backfill(args: argparse.Namespace) -> int:
     from ops.backfill.plan import BackfillRequest, describe, plan_backfill
     from ops.backfill.run import publication_lines, publish_output, publishes, report_lines, run_backfill
@@ -877,6 +899,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--version", type=int, required=True, help="a published version (warden table history)"
     )
     roll_back.set_defaults(run=cmd_table_rollback)
+    model = commands.add_parser("model", help="the model store: versions of the models jobs score with")
+    model_commands = model.add_subparsers(dest="model_command", required=True)
+    push = model_commands.add_parser("push", help="store a model file as the model's next version")
+    push.add_argument("name", help="the model's name, e.g. purchase_risk")
+    push.add_argument("file", type=Path, help="the model file, e.g. an .onnx graph")
+    push.set_defaults(run=cmd_model_push)
+    listed = model_commands.add_parser("list", help="a model's stored versions")
+    listed.add_argument("name")
+    listed.set_defaults(run=cmd_model_list)
     targets = commands.add_parser(
         "scrape-targets", help="write the Prometheus file_sd targets of the jobs meant to run"
     )

@@ -27,7 +27,8 @@ Hierarchy::
     ├── PreviewError            a preview tap is not enabled or has captured nothing yet
     ├── WarehouseError          a warehouse table or partition version cannot be staged, published,
     │                           rolled back or found (the catalog is left as it was)
-    └── BackfillError           a backfill cannot be planned (range not archived), fed or verified
+    ├── BackfillError           a backfill cannot be planned (range not archived), fed or verified
+    └── ModelStoreError         a model version cannot be stored, listed or read (nothing replaced)
 """
 
 from __future__ import annotations
@@ -186,3 +187,7 @@ class WarehouseError(WardenError):
 class BackfillError(WardenError):
     """A backfill cannot be planned (hours of the range not sealed in the archive, or expired), its
     partitions cannot be fed to the query, or its staged output does not check out."""
+
+
+class ModelStoreError(WardenError):
+    """A model version cannot be stored, listed or read from the object store (`ops.models`)."""

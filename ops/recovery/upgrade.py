@@ -11,7 +11,9 @@ step by step (`ops.control.policy` has the state machine); this module holds its
    it reads no input; the launch backend starts the candidate's driver there (`--replay-only`).
    That batch loads every state store and plans every operator, so a state schema or operator
    change Spark cannot restore from fails here (`dry_run_verdict` quotes Spark), and the upgrade
-   is refused before the running version is touched.
+   is refused before the running version is touched. A job with `operations.upgrade.output_check`
+   is also refused when the candidate's output over the savepoint's newest input moved too far
+   from the running version's (`ops.recovery.output_shift`).
 4. The loop stops the running version, installs the candidate (`install_spec`, keeping the
    previous spec in `<runtime>/jobs/<job>/upgrade/previous.yaml`) and starts it.
 5. Readiness: the new version must commit `restart.stable_batches` batches (or idle with nothing
@@ -41,6 +43,7 @@ from ops.exceptions import ConfigError, OperationInProgressError, UpgradeError
 from ops.ledger.records import SavepointRecord
 from ops.ports import free_loopback_port
 from ops.recovery.loop import ControlLoop
+from ops.recovery.output_shift import OutputShift
 from ops.recovery.refusals import Cause, Refusal, record_refusal
 from ops.savepoints.store import fetch_savepoint
 from ops.spec.job import JobSpec, anchor_paths, find_job, load_job
@@ -144,6 +147,10 @@ def prepare_dry_run(
         restored.rename(target)
     last = savepoint.batch_id
     write_log_entry(scratch.replay / str(last + 1), (scratch.offsets / str(last)).read_bytes())
+    if scratch_spec.operations.upgrade.output_check is not None:
+        running = (platform.conf_dir / "jobs" / f"{job}.yaml").read_text()
+        anchored = anchor_paths(yaml.safe_load(running), platform.conf_dir)
+        write_atomically(scratch.running_spec, yaml.safe_dump(anchored, sort_keys=False).encode())
     return scratch_spec, conf_dir
 
 
@@ -158,15 +165,31 @@ def dry_run_verdict(platform: PlatformConfig, job: str, dry_run_id: str, batch_i
     if not (conf_dir / "platform.yaml").is_file():
         return f"its scratch copy {conf_dir.parent} is gone"
     scratch_platform = load_platform(conf_dir)
-    scratch = JobPaths.of(scratch_platform, find_job(job, conf_dir))
+    candidate = find_job(job, conf_dir)
+    scratch = JobPaths.of(scratch_platform, candidate)
     if (scratch.commits / str(batch_id + 1)).is_file():
-        return None
+        return _output_shift_refusal(candidate, scratch)
     heartbeat = read_heartbeat(scratch.heartbeat)
     if heartbeat is not None and heartbeat.run_id == dry_run_id and heartbeat.error_class is not None:
         return heartbeat.error_message or heartbeat.error_class
     logs = sorted(scratch.runtime.glob("driver-*.log"))
     tail = logs[-1].read_text(errors="replace").strip()[-VERDICT_LOG_CHARS:] if logs else ""
     return f"the dry run did not commit batch {batch_id + 1}" + (f": {tail}" if tail else "")
+
+
+def _output_shift_refusal(candidate: JobSpec, scratch: JobPaths) -> str | None:
+    """Why the candidate's output moved too far from the running version's, by the comparison
+    its dry-run driver wrote (`jobs.output_shift`); None when it did not, or the job has no check."""
+    check = candidate.operations.upgrade.output_check
+    if check is None:
+        return None
+    try:
+        shift = OutputShift.model_validate_json(scratch.output_shift.read_text())
+    except FileNotFoundError:
+        heartbeat = read_heartbeat(scratch.heartbeat)
+        why = heartbeat.error_message if heartbeat is not None and heartbeat.error_message else None
+        return f"the dry run did not compare {check.column!r}" + (f": {why}" if why else "")
+    return shift.refusal()
 
 
 def discard_dry_runs(platform: PlatformConfig, job: str) -> None:

@@ -248,6 +248,24 @@ class CompactionPolicy(Model):
         return self
 
 
+class OutputShiftCheck(Model):
+    """An upgrade's check of what the candidate computes against what the running version does
+    (`warden upgrade`'s dry run, `jobs.output_shift`): both versions compute the rows of the input
+    the newest batch of the upgrade's savepoint read, and the candidate is refused when the
+    distribution of `column` moved by more than `max_shift`, the two-sample Kolmogorov-Smirnov
+    statistic (the largest gap between the two cumulative distributions: 0 for the same values,
+    1 for ranges that do not overlap)."""
+
+    column: str = Field(min_length=1, description="A numeric output column, e.g. a model's score.")
+    max_shift: float = Field(0.1, gt=0, le=1)
+
+
+class UpgradePolicy(Model):
+    """What `warden upgrade` checks besides the candidate's taking over the job's state."""
+
+    output_check: OutputShiftCheck | None = None
+
+
 class Operations(Model):
     stateful: bool = False
     # Stateful jobs keep state in RocksDB; format 2 loads state by the ids in the commit log.
@@ -265,6 +283,7 @@ class Operations(Model):
     autoscaling: AutoscalingPolicy = Field(default_factory=AutoscalingPolicy)
     compaction: CompactionPolicy | None = None
     quality: QualitySuite = Field(default_factory=QualitySuite)
+    upgrade: UpgradePolicy = Field(default_factory=UpgradePolicy)
 
     @model_validator(mode="after")
     def _fields_agree(self) -> Operations:

@@ -92,3 +92,14 @@ class JobPaths:
     def upgrade(self) -> Path:
         """Where an upgrade keeps the previous spec until the next upgrade."""
         return self.runtime / "upgrade"
+
+    @property
+    def running_spec(self) -> Path:
+        """In an upgrade's dry run: the running version's spec, which the candidate's output is
+        compared with (`operations.upgrade.output_check`)."""
+        return self.upgrade / "running" / f"{self.job}.yaml"
+
+    @property
+    def output_shift(self) -> Path:
+        """In an upgrade's dry run: the comparison's verdict (`jobs.output_shift`)."""
+        return self.upgrade / "output-shift.json"

@@ -632,17 +632,29 @@ class TeamPipeline(PipelineModel):
         return self
 
 
+class ModelRef(Model):
+    """A model version of the model store (`ops.models`) that a job's code scores with: pinned
+    here, so a new version is deployed through `warden upgrade` like any change of the job."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,62}$")
+    version: int = Field(ge=1)
+
+
 class PythonPipeline(TeamPipeline):
     """A job of PySpark code (`kind: python`): `entrypoint` (`package.module:function`) is
     imported from the directory `code` (absolute, or relative to the job file's directory; the
     loader makes it absolute) and called with the parsed `sources` by name and a read-only context
-    holding `parameters`. Without `code`, the entrypoint is one of the platform's own packages:
-    a job that ships with the platform, whose code's version is the platform's."""
+    holding `parameters` and the `models` (by the name the code knows each by). Without `code`,
+    the entrypoint is one of the platform's own packages: a job that ships with the platform,
+    whose code's version is the platform's."""
 
     kind: Literal["python"]
     code: str | None = Field(None, min_length=1, description="The directory the entrypoint is imported from.")
     entrypoint: str = Field(pattern=ENTRYPOINT_PATTERN, description="package.module:function")
     parameters: dict[str, JsonValue] = Field(default_factory=dict)
+    models: dict[str, ModelRef] = Field(
+        default_factory=dict, description="name the code uses -> a model store version"
+    )
 
     def code_dir(self, jobs_dir: Path) -> Path | None:
         """The code directory, a relative `code` taken from the job file's directory."""

@@ -118,6 +118,12 @@ class S3Config(Model):
     savepoint_prefix: str = "savepoints"
 
 
+class ModelStoreConfig(Model):
+    """The model store (`ops.models`): each model's versions in the object store, under `prefix`."""
+
+    prefix: str = "models"
+
+
 class ArchiveConfig(Model):
     """The archive of landing input in the object store (`ops.archive`), by arrival hour."""
 
@@ -274,6 +280,7 @@ class PlatformConfig(Model):
     s3: S3Config = Field(default_factory=S3Config)
     slack: SlackConfig = Field(default_factory=SlackConfig)
     archive: ArchiveConfig = Field(default_factory=ArchiveConfig)
+    models: ModelStoreConfig = Field(default_factory=ModelStoreConfig)
     backfill: BackfillConfig = Field(default_factory=BackfillConfig)
     airflow: AirflowConfig = Field(default_factory=AirflowConfig)
     spark: SparkDefaults = Field(default_factory=SparkDefaults)

@@ -138,15 +138,17 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
 
 
 def point_at_s3(platform: PlatformConfig, endpoint_url: str, bucket: str, prefix: str) -> PlatformConfig:
-    """Write the S3 settings into the platform's platform.yaml (drivers, the CLI and DAGs read it)."""
+    """Write the S3 settings into the platform's platform.yaml (drivers, the CLI and DAGs read it),
+    its savepoints under `prefix` and its model store under `prefix`-models."""
     path = platform.conf_dir / "platform.yaml"
     settings = yaml.safe_load(path.read_text())
     settings["s3"] = {"endpoint_url": endpoint_url, "bucket": bucket, "savepoint_prefix": prefix}
+    settings["models"] = {"prefix": f"{prefix}-models"}
     path.write_text(yaml.safe_dump(settings))
     return load_platform(platform.conf_dir)
 
 
 @pytest.fixture
 def platform_with_s3(platform_conf: PlatformConfig, s3_server: S3Server) -> PlatformConfig:
-    """The throwaway platform pointed at the session's S3 server, under a savepoint prefix of its own."""
+    """The throwaway platform pointed at the session's S3 server, under prefixes of its own."""
     return point_at_s3(platform_conf, s3_server.endpoint_url, s3_server.bucket, f"sp-{uuid.uuid4().hex[:8]}")

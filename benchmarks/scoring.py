@@ -1,0 +1,164 @@
+"""In-stream model scoring against a plain onnxruntime loop over the same rows, on 2 cores.
+
+    python -m benchmarks.scoring [--rows 2000000] [--rounds 3] [--hidden 0 64]
+
+Writes `--rows` rows of the purchase risk model's three features (float32, plus an id) to one
+Parquet file, then per model times two sides over that file, alternating, a warm-up of each
+first:
+
+- **spark**: `jobs.onnx_scoring.onnx_scores`, the pandas UDF the scoring jobs use, in a local[2]
+  SparkSession (the platform's session settings, `ops.driver.session.build_session`, two Python
+  workers), over the file read by Spark, evaluated to the end by the `noop` sink.
+- **onnxruntime**: one Python process reads the file with pyarrow and calls one `onnxruntime`
+  session (its default thread pool, every core) on chunks of 10,000 rows, the UDF's Arrow batch
+  size: the strongest plain loop over the same rows.
+
+Models: `--hidden 0` is the purchase risk job's logistic regression (`jobs.purchase_risk.model`),
+almost no arithmetic per row, so the two sides' fixed costs per batch show; `--hidden H` an
+MLP of two hidden layers of H units (ReLU; fixed random weights), a model with work in it.
+Prints rows/s per side and the ratio spark / onnxruntime (target >= 0.7x).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from onnx import TensorProto, helper, numpy_helper
+from pyspark.sql import SparkSession
+
+from jobs.onnx_scoring import model_session, onnx_scores, score_matrix
+from jobs.purchase_risk.model import FEATURES, OPSET, logistic_model
+from jobs.user_code import JobContext
+from ops.driver.session import build_session
+from ops.spec.job import find_job
+from ops.spec.pipelines import ModelRef
+from ops.spec.platform import load_platform
+
+HERE = Path(__file__).resolve().parent
+WORKDIR = HERE / "out" / "scoring"
+CHUNK_ROWS = 10_000
+
+
+def mlp_model(hidden: int, seed: int = 7) -> bytes:
+    """Two ReLU layers of `hidden` units over the features, then a sigmoid score."""
+    rng = np.random.default_rng(seed)
+    sizes = [len(FEATURES), hidden, hidden, 1]
+    nodes, initializers, current = [], [], "features"
+    for layer, (rows, cols) in enumerate(zip(sizes, sizes[1:], strict=False)):
+        weights, bias = f"w{layer}", f"b{layer}"
+        initializers += [
+            numpy_helper.from_array(
+                (rng.standard_normal((rows, cols)) / np.sqrt(rows)).astype(np.float32), weights
+            ),
+            numpy_helper.from_array(np.zeros(cols, dtype=np.float32), bias),
+        ]
+        nodes += [
+            helper.make_node("MatMul", [current, weights], [f"m{layer}"]),
+            helper.make_node("Add", [f"m{layer}", bias], [f"a{layer}"]),
+        ]
+        last = layer == len(sizes) - 2
+        nodes.append(
+            helper.make_node("Sigmoid" if last else "Relu", [f"a{layer}"], ["score" if last else f"h{layer}"])
+        )
+        current = f"h{layer}"
+    graph = helper.make_graph(
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("features", TensorProto.FLOAT, [None, len(FEATURES)])],
+        [helper.make_tensor_value_info("score", TensorProto.FLOAT, [None, 1])],
+        initializer=initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def write_features(path: Path, rows: int) -> None:
+    rng = np.random.default_rng(1)
+    table = pa.table(
+        {
+            "event_id": pa.array(np.arange(rows)),
+            FEATURES[0]: np.log1p(rng.uniform(0, 500, rows)).astype(np.float32),
+            FEATURES[1]: (rng.integers(0, 24, rows) / 23).astype(np.float32),
+            FEATURES[2]: (rng.random(rows) < 0.3).astype(np.float32),
+        }
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path, row_group_size=CHUNK_ROWS * 10)
+
+
+def onnxruntime_side(content: bytes, path: Path) -> tuple[float, float]:
+    """Wall seconds and the scores' sum: the file read, every chunk scored."""
+    import onnxruntime
+
+    started = time.monotonic()
+    session = onnxruntime.InferenceSession(content, providers=["CPUExecutionProvider"])
+    table = pq.read_table(path, columns=list(FEATURES))
+    matrix = np.column_stack([table.column(name).to_numpy() for name in FEATURES])
+    total = 0.0
+    for start in range(0, len(matrix), CHUNK_ROWS):
+        total += float(score_matrix(session, matrix[start : start + CHUNK_ROWS]).sum())
+    return time.monotonic() - started, total
+
+
+def spark_side(spark: SparkSession, content: bytes, path: Path) -> float:
+    """Wall seconds: the file read by Spark, scored by the jobs' UDF, evaluated to the end."""
+    pinned = {"model": ModelRef(name="benchmark", version=1)}
+    context = JobContext("benchmark", {}, spark, pinned, lambda _ref: content)
+    started = time.monotonic()
+    frame = spark.read.parquet(str(path))
+    scores = onnx_scores(context, "model", [frame[name] for name in FEATURES])
+    frame.select("event_id", scores.alias("score")).write.format("noop").mode("overwrite").save()
+    return time.monotonic() - started
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.scoring", description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=2_000_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--hidden", type=int, nargs="+", default=[0, 64], help="0: the job's logistic model")
+    args = parser.parse_args(argv)
+    path = WORKDIR / "features.parquet"
+    print(f"writing {args.rows:,} rows of features to {path} ...", flush=True)
+    write_features(path, args.rows)
+    # The platform's session settings for a job of this shape: the shipped warehouse writer's.
+    spark = build_session(load_platform(), find_job("warehouse_writer"))
+    lines = [
+        "| model | rows | spark rows/s (median) | onnxruntime rows/s (median) | ratio |",
+        "|---|---|---|---|---|",
+    ]
+    for hidden in args.hidden:
+        content = logistic_model() if hidden == 0 else mlp_model(hidden)
+        model_session(content)
+        name = "logistic regression (the job's)" if hidden == 0 else f"MLP {hidden}x{hidden}"
+        spark_side(spark, content, path)
+        onnxruntime_side(content, path)
+        spark_seconds, plain_seconds = [], []
+        for round_no in range(args.rounds):
+            spark_seconds.append(spark_side(spark, content, path))
+            plain_seconds.append(onnxruntime_side(content, path)[0])
+            print(
+                f"  {name}, round {round_no + 1}: spark {spark_seconds[-1]:.2f} s, "
+                f"onnxruntime {plain_seconds[-1]:.2f} s",
+                flush=True,
+            )
+        spark_rate = args.rows / statistics.median(spark_seconds)
+        plain_rate = args.rows / statistics.median(plain_seconds)
+        lines.append(
+            f"| {name} | {args.rows:,} | {spark_rate:,.0f} | {plain_rate:,.0f} "
+            f"| {spark_rate / plain_rate:.2f}x |"
+        )
+    spark.stop()
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
