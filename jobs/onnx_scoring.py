@@ -1,11 +1,13 @@
-"""Scoring with an ONNX model inside a job's query: a vectorized pandas UDF over `onnxruntime`.
+"""Scoring with an ONNX model inside a job's query: a vectorized Arrow UDF over `onnxruntime`.
 
 `onnx_scores(context, model, features)` is the column of scores the model the job file pins
 under `model` (`pipeline.models`, `context.model`) gives the feature columns. The model's bytes
 are read from the model store once by the driver and broadcast; each Python worker builds one
 `onnxruntime` session from them, the first time one of its batches needs it, and keeps it for its
 life (by the bytes' digest, so two versions in one session never mix). A batch of rows is one
-call of the model, its features a float32 matrix of one row per input row.
+call of the model, its features a float32 matrix of one row per input row, taken from the Arrow
+batch Spark sends without pandas in between (`arrow_udf`; a pandas UDF of the same took about
+a third longer, benchmarks/RESULTS.md, "In-stream model scoring").
 
 The model takes that matrix (`[rows, features]`) as its only input and gives one score per row as
 its first output (`[rows]` or `[rows, 1]`). Each worker's session runs on one thread: Spark
@@ -18,9 +20,9 @@ import hashlib
 from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+import pyarrow as pa
 from pyspark.sql import Column
-from pyspark.sql.functions import pandas_udf
+from pyspark.sql.functions import arrow_udf
 
 if TYPE_CHECKING:
     import onnxruntime
@@ -71,9 +73,10 @@ def onnx_scores(context: JobContext, model: str, features: list[Column]) -> Colu
     model_session(content)
     shared = context.spark.sparkContext.broadcast(content)
 
-    @pandas_udf("double")  # type: ignore[call-overload]
-    def scores(*columns: pd.Series) -> pd.Series:
-        matrix = np.column_stack([column.to_numpy(dtype=np.float32, na_value=np.nan) for column in columns])
-        return pd.Series(score_matrix(_worker_session(digest, shared), matrix))
+    @arrow_udf("double")  # type: ignore[call-overload, untyped-decorator]
+    def scores(*columns: pa.Array) -> pa.Array:
+        # float32 columns: a batch without nulls is read without a copy, a null is NaN.
+        matrix = np.column_stack([column.to_numpy(zero_copy_only=False) for column in columns])
+        return pa.array(score_matrix(_worker_session(digest, shared), matrix))
 
-    return scores(*features)  # type: ignore[no-any-return]
+    return scores(*(feature.cast("float") for feature in features))  # type: ignore[no-any-return]

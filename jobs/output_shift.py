@@ -2,7 +2,7 @@
 version's over the same input (`operations.upgrade.output_check`).
 
 Both versions' transforms run in batch over the files the newest batch of the upgrade's savepoint
-read (`ops.recovery.output_shift.newest_batch_input`), in the dry run's own session, and the
+read (`ops.driver.output_shift.newest_batch_input`), in the dry run's own session, and the
 checked column's values of the rows that are not dead letters are compared. The verdict is
 written where `ops.recovery.upgrade.dry_run_verdict` reads it, before the driver exits; nothing
 of the comparison is written to a sink.
@@ -20,8 +20,8 @@ from pyspark.sql import functions as F
 from jobs.catalog import sink_rows
 from jobs.parsing import DEAD_LETTER_REASON
 from ops.atomic import write_atomically
+from ops.driver.output_shift import OutputShift, ks_statistic, newest_batch_input
 from ops.exceptions import ConfigError
-from ops.recovery.output_shift import OutputShift, ks_statistic, newest_batch_input
 from ops.spec.job import JobSpec, job_file, load_job
 from ops.spec.paths import JobPaths
 from ops.spec.platform import PlatformConfig
@@ -82,8 +82,8 @@ def _column_values(
             f"field 'operations.upgrade.output_check.column': {column!r} is not a column of the rows "
             f"(they have {rows.columns})",
         )
-    values = rows.where(F.col(DEAD_LETTER_REASON).isNull()).select(F.col(column).cast("double")).toPandas()
-    return values.iloc[:, 0].dropna().to_numpy()
+    kept = rows.where(F.col(DEAD_LETTER_REASON).isNull() & F.col(column).isNotNull())
+    return np.array([row[0] for row in kept.select(F.col(column).cast("double")).collect()], dtype=np.float64)
 
 
 def _read(spark: SparkSession, paths: list[Path]) -> DataFrame:

@@ -50,7 +50,6 @@ from pyspark.sql.types import StringType
 
 from jobs.parsing import DEAD_LETTER_REASON, RAW, with_event_partitions
 from ops.exceptions import ModelStoreError
-from ops.models import fetch_model
 from ops.spec.code import code_digest, code_files
 from ops.spec.pipelines import (
     DEAD_LETTER_ROUTE,
@@ -292,7 +291,14 @@ def _ship_code(spark: SparkSession, code: Path) -> None:
 
 def store_models(platform: PlatformConfig) -> ModelSource:
     """The platform's model store as the source of a job's pinned models."""
-    return lambda ref: fetch_model(platform, ref.name, ref.version)
+
+    def fetch(ref: ModelRef) -> bytes:
+        # Imported here: the store's S3 client (boto3) loads only in a driver whose job pins a model.
+        from ops.models import fetch_model
+
+        return fetch_model(platform, ref.name, ref.version)
+
+    return fetch
 
 
 def described_error(error: BaseException, code: str | None) -> str:

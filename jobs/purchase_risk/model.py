@@ -44,7 +44,8 @@ def logistic_model(weights: Sequence[float] = DEFAULT_WEIGHTS, bias: float = DEF
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
     model.ir_version = 8
     onnx.checker.check_model(model)
-    return model.SerializeToString()
+    serialized: bytes = model.SerializeToString()
+    return serialized
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -3,7 +3,7 @@
 A python job that ships with the platform as an example of the team jobs' contract
 (`jobs.user_code`; its job file `conf/examples/purchase_risk.yaml`): the model is the version of
 `purchase_risk` in the model store that the job file pins (`pipeline.models.risk`, `warden model
-push`), scored by `jobs.onnx_scoring` in a pandas UDF. A new version is deployed by `warden
+push`), scored by `jobs.onnx_scoring` in an Arrow UDF. A new version is deployed by `warden
 upgrade` of the job file with the new version, and the dry run refuses it when its scores of the
 savepoint's newest input move too far from the running version's (`operations.upgrade
 .output_check`). Each row keeps the model version that scored it.

@@ -13,7 +13,7 @@ step by step (`ops.control.policy` has the state machine); this module holds its
    change Spark cannot restore from fails here (`dry_run_verdict` quotes Spark), and the upgrade
    is refused before the running version is touched. A job with `operations.upgrade.output_check`
    is also refused when the candidate's output over the savepoint's newest input moved too far
-   from the running version's (`ops.recovery.output_shift`).
+   from the running version's (`ops.driver.output_shift`).
 4. The loop stops the running version, installs the candidate (`install_spec`, keeping the
    previous spec in `<runtime>/jobs/<job>/upgrade/previous.yaml`) and starts it.
 5. Readiness: the new version must commit `restart.stable_batches` batches (or idle with nothing
@@ -38,12 +38,12 @@ from botocore.client import BaseClient
 
 from ops.atomic import write_atomically
 from ops.driver.checkpoint import write_log_entry
+from ops.driver.output_shift import OutputShift
 from ops.driver.telemetry import read_heartbeat
 from ops.exceptions import ConfigError, OperationInProgressError, UpgradeError
 from ops.ledger.records import SavepointRecord
 from ops.ports import free_loopback_port
 from ops.recovery.loop import ControlLoop
-from ops.recovery.output_shift import OutputShift
 from ops.recovery.refusals import Cause, Refusal, record_refusal
 from ops.savepoints.store import fetch_savepoint
 from ops.spec.job import JobSpec, anchor_paths, find_job, load_job
