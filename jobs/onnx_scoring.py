@@ -24,11 +24,11 @@ import pyarrow as pa
 from pyspark.sql import Column
 from pyspark.sql.functions import arrow_udf
 
+from jobs.user_code import MODELS_FIELD, JobContext, UserCodeError
+
 if TYPE_CHECKING:
     import onnxruntime
     from pyspark.core.broadcast import Broadcast
-
-    from jobs.user_code import JobContext
 
 # The sessions of this Python worker, by the digest of the model's bytes.
 _SESSIONS: dict[str, onnxruntime.InferenceSession] = {}
@@ -69,8 +69,15 @@ def onnx_scores(context: JobContext, model: str, features: list[Column]) -> Colu
     null is NaN to the model)."""
     content = context.model(model)
     digest = hashlib.sha256(content).hexdigest()
-    # Validated in the driver, so a model that does not load is the job's error before it runs.
-    model_session(content)
+    # Loaded once in the driver, so a model the runtime refuses is the job's error before it runs.
+    try:
+        model_session(content)
+    except Exception as refused:  # onnxruntime raises its own classes for a graph it cannot load
+        raise UserCodeError(
+            f"{MODELS_FIELD}.{model}",
+            f"onnxruntime cannot load version {context.models[model].version} of model "
+            f"{context.models[model].name!r}: {refused}".splitlines()[0],
+        ) from refused
     shared = context.spark.sparkContext.broadcast(content)
 
     @arrow_udf("double")  # type: ignore[call-overload, untyped-decorator]

@@ -3,8 +3,8 @@ real query over generated events, its model read from the model store of a real 
 
 The stream's rows equal the batch run's, and every score equals what a plain `onnxruntime`
 session gives the same purchases, their features computed here in pandas from the job's documented
-definition. A job file pinning a version the store does not hold is the job's error, naming its
-field.
+definition. A job file pinning a version the store does not hold, or one `onnxruntime` cannot
+load, is the job's error, naming its field.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from jobs.batch import batch_rows
 from jobs.onnx_scoring import model_session
 from jobs.purchase_risk.model import logistic_model
 from ops.exceptions import ConfigError
+from ops.models import push_model
 from ops.spec.job import find_job
 from ops.spec.platform import PlatformConfig
 from synthetic.generator import write_batch
@@ -59,7 +60,7 @@ def test_the_streams_scores_equal_the_batch_run_and_a_plain_onnxruntime_session(
     assert streamed.where("dead_letter_reason IS NOT NULL").count() == 3 * 15
 
 
-def test_a_model_version_the_store_does_not_hold_is_the_jobs_error(
+def test_a_model_version_the_store_does_not_hold_or_the_runtime_cannot_load_is_the_jobs_error(
     spark: SparkSession, platform_with_s3: PlatformConfig, tmp_path: Path
 ) -> None:
     platform = platform_with_s3
@@ -77,3 +78,13 @@ def test_a_model_version_the_store_does_not_hold_is_the_jobs_error(
         ConfigError, match=r"field 'pipeline\.models\.risk': model 'purchase_risk' has no version 2"
     ):
         batch_rows(spark, platform, spec, platform.landing_root)
+
+    # Version 2 exists now, but it is not a model onnxruntime loads.
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(b"not an onnx graph")
+    assert push_model(platform, "purchase_risk", broken).version == 2
+    problems = analyse(spark, platform, spec)
+    assert list(problems) == ["pipeline.models.risk"]
+    assert problems["pipeline.models.risk"].startswith(
+        "onnxruntime cannot load version 2 of model 'purchase_risk'"
+    )
