@@ -18,12 +18,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.catalog import sink_rows
-from jobs.parsing import DEAD_LETTER_REASON
 from ops.atomic import write_atomically
 from ops.driver.output_shift import OutputShift, ks_statistic, newest_batch_input
 from ops.exceptions import ConfigError
 from ops.spec.job import JobSpec, job_file, load_job
 from ops.spec.paths import JobPaths
+from ops.spec.pipelines import DEAD_LETTER_REASON
 from ops.spec.platform import PlatformConfig
 
 log = structlog.get_logger("streamwarden.output_shift")

@@ -47,9 +47,8 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from ops.driver.listener import BLANK_LINES, DUPLICATE_KEY_LINES
-from ops.spec.pipelines import EVENT_DATE, EVENT_HOUR, FieldType, FileSource, SourceField
+from ops.spec.pipelines import DEAD_LETTER_REASON, EVENT_DATE, EVENT_HOUR, FieldType, FileSource, SourceField
 
-DEAD_LETTER_REASON = "dead_letter_reason"
 RAW = "raw"
 # Landing files appear under a temporary name and are renamed to *.json once complete.
 LANDING_GLOB = "*.json"

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from types import FrameType
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import structlog
 from pyspark.errors import StreamingQueryException
@@ -51,10 +51,14 @@ from ops.driver.takeover import (
     wait_for_grant,
     write_standby_status,
 )
-from ops.exceptions import ConfigError
+from ops.exceptions import ConfigError, ViewStoreError
 from ops.spec.job import JobSpec, job_file, metrics_port_in_use
 from ops.spec.paths import JobPaths
+from ops.spec.pipelines import TeamPipeline
 from ops.spec.platform import PlatformConfig
+
+if TYPE_CHECKING:
+    from ops.driver.view_publisher import ViewPublisher
 
 # What a driver logs once a signal asked it to stop, before the running batch has committed.
 STOPPING = "stopping after current batch"
@@ -154,14 +158,18 @@ def _running_batch(query: StreamingQuery) -> int | None:
     return _last_batch(query) + 1 if query.status["isTriggerActive"] else None
 
 
-def _await_query(query: StreamingQuery, shutdown: ShutdownRequest, stop_timeout: float) -> None:
-    """Block until the query ends: by itself, by failing (raises), or stopped on a signal."""
+def _await_query(
+    query: StreamingQuery, shutdown: ShutdownRequest, stop_timeout: float, every_second: Callable[[], object]
+) -> None:
+    """Block until the query ends: by itself, by failing (raises), or stopped on a signal; call
+    `every_second` meanwhile."""
     while query.isActive:
         if shutdown.requested:
             log.info(STOPPING, signal=shutdown.signal_name)
             stop_between_batches(query, stop_timeout)
             break
         query.awaitTermination(1)
+        every_second()
     query.awaitTermination()
 
 
@@ -184,12 +192,14 @@ def replay_pending(
     plan: QueryPlan,
     listener: TelemetryListener,
     shutdown: ShutdownRequest,
+    after_batch: Callable[[], object] = lambda: None,
 ) -> int:
     """Replay the batches a rewind queued, one trigger-once query per batch; how many ran.
 
     Each batch runs with its original offsets (see `ops.recovery.rewind`), so it reads the same files under
     the same watermark as in the original run. A failing batch raises `StreamingQueryException`
     and stays queued; a stop request is honoured between batches and the rest stay queued.
+    `after_batch` is called after each replayed batch.
     """
     paths = JobPaths.of(platform, spec)
     queued = pending_replay(paths)
@@ -204,6 +214,7 @@ def replay_pending(
             listener.replay_runs.add(str(query.runId))
             query.awaitTermination()
             replayed += 1
+            after_batch()
         finish_replay_batch(paths, batch_id)
     return replayed
 
@@ -389,9 +400,14 @@ def _run_locked(
     shutdown: ShutdownRequest,
     taps: TapStarter | None,
 ) -> int:
-    """The replay and the query, run while this driver holds the job's checkpoint lock."""
+    """The replay and the query, run while this driver holds the job's checkpoint lock; a job's
+    view (`pipeline.view`) is reconciled with its sink first and published as batches commit."""
+    publisher = _view_publisher(platform, spec) if mode != "replay_only" else None
+    publish = publisher.poll if publisher is not None else lambda: 0
     try:
-        replay_pending(spark, platform, spec, plan, listener, shutdown)
+        if publisher is not None:
+            publisher.reconcile()
+        replay_pending(spark, platform, spec, plan, listener, shutdown, publish)
         if mode == "replay_only" and not shutdown.requested and spec.operations.upgrade.output_check:
             compare_with_running(spark, platform, spec, JobPaths.of(platform, spec))
         if shutdown.requested or mode == "replay_only":
@@ -402,9 +418,10 @@ def _run_locked(
         log.info("query started", query_id=str(query.id), metrics_port=spec.operations.metrics_port)
         tap_queries = taps(spark, mode == "available_now") if taps else []
         try:
-            _await_query(query, shutdown, spec.operations.shutdown_timeout_seconds)
+            _await_query(query, shutdown, spec.operations.shutdown_timeout_seconds, publish)
         finally:
             _end_taps(tap_queries, wait=mode == "available_now" and not shutdown.requested)
+            publish()
     except StreamingQueryException as exc:
         # The listener bus delivers the termination event asynchronously; write our own record
         # only if it has not arrived, so its account (with Spark's error condition) wins.
@@ -412,9 +429,29 @@ def _run_locked(
             listener.record_termination(*describe_failure(str(exc), None))
         log.error("query failed", error=listener.last_error)
         return EXIT_QUERY_FAILED
+    finally:
+        if publisher is not None:
+            publisher.close()
     listener.wait_terminated(timeout=10.0)
     log.info("query stopped", signal=shutdown.signal_name)
     return EXIT_STOPPED
+
+
+def _view_publisher(platform: PlatformConfig, spec: JobSpec) -> ViewPublisher | None:
+    """The publisher of the job's view, or None for a job without one; a view with no database to
+    publish to is an error of the job's config."""
+    pipeline = spec.pipeline
+    if not isinstance(pipeline, TeamPipeline) or pipeline.view is None:
+        return None
+    # Imported here: psycopg and pyarrow load only in the drivers of jobs with a view.
+    from ops.driver.view_publisher import ViewPublisher
+    from ops.views import database_url
+
+    try:
+        url = database_url(platform)
+    except ViewStoreError as error:
+        raise ConfigError(job_file(spec.name, platform.conf_dir), f"pipeline.view: {error}") from error
+    return ViewPublisher(spec.name, pipeline.view, JobPaths.of(platform, spec).sink_log, url)
 
 
 def _end_taps(tap_queries: list[StreamingQuery], wait: bool) -> None:

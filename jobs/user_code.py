@@ -13,10 +13,11 @@ imported from the job's `code` directory):
 - `context`: the job's name, its `parameters` (read-only), the SparkSession, and
   `context.model(name)`: the bytes of the model version the job file pins under that name
   (`pipeline.models`, read from the platform's model store, `ops.models`).
-- It returns the rows to sink, holding every column of `partition_columns`. It may keep state
-  (watermarks and windowed aggregations, `applyInPandasWithState`, `transformWithStateInPandas`);
-  such a job says `operations.stateful: true`. It only builds the query: the analyzer calls it
-  too, over empty inputs, to check the job before it runs.
+- It returns the rows to sink, holding every column of `partition_columns` (and, for a job with
+  a `view`, its key and value columns: the sink is then the view's changelog, `ops.views`). It
+  may keep state (watermarks and windowed aggregations, `applyInPandasWithState`,
+  `transformWithStateInPandas`); such a job says `operations.stateful: true`. It only builds the
+  query: the analyzer calls it too, over empty inputs, to check the job before it runs.
 
 A SQL job's query sees each source as a view under its name, holding the same valid events, with
 the watermark the job file gives it (`watermarks`, minutes behind the newest event time).
@@ -48,10 +49,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType
 
-from jobs.parsing import DEAD_LETTER_REASON, RAW, with_event_partitions
+from jobs.parsing import RAW, with_event_partitions
 from ops.exceptions import ModelStoreError
 from ops.spec.code import code_digest, code_files
 from ops.spec.pipelines import (
+    DEAD_LETTER_REASON,
     DEAD_LETTER_ROUTE,
     EVENT_DATE,
     EVENT_HOUR,
@@ -66,6 +68,7 @@ ENTRYPOINT_FIELD = "pipeline.entrypoint"
 QUERY_FIELD = "pipeline.query"
 PARTITIONS_FIELD = "pipeline.partition_columns"
 MODELS_FIELD = "pipeline.models"
+VIEW_FIELD = "pipeline.view"
 
 
 # Reads a model version from the platform's model store (`ops.models.fetch_model`).
@@ -245,6 +248,15 @@ def user_rows(
             PARTITIONS_FIELD,
             f"the rows {logic.name} returns lack the partition columns {missing} (they have {rows.columns})",
         )
+    if pipeline.view is not None:
+        lacking = [
+            column for column in (pipeline.view.key, pipeline.view.value) if column not in rows.columns
+        ]
+        if lacking:
+            raise UserCodeError(
+                VIEW_FIELD,
+                f"the rows {logic.name} returns lack the view's columns {lacking} (they have {rows.columns})",
+            )
     return rows.unionByName(_dead_letters(inputs, pipeline, rows), allowMissingColumns=True)
 
 

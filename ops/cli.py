@@ -30,6 +30,9 @@ warden platform generator start|stop
                                 the synthetic event generator alone (the jobs drain what it wrote)
 warden state JOB [--key K] [--json]
                                 a stateful job's latest committed state (per key), e.g. device health
+warden view JOB [--key K] [--json]
+                                the view a job publishes (pipeline.view): each key's value and the
+                                sink batch that wrote it, read from its PostgreSQL table
 warden archive [--list SOURCE | --verify SOURCE --hour T]
                                 archive the sealed arrival hours of every landing directory now,
                                 list a source's archived hours, or check one against its manifest
@@ -97,6 +100,7 @@ from ops.ledger.store import Ledger
 from ops.ports import port_holder
 from ops.spec.analysis import read_verdict, run_analysis, with_verdicts
 from ops.spec.job import METRICS_PORT_FIELD, JobSpec, find_job, job_file, load_jobs, metrics_port_in_use
+from ops.spec.pipelines import TeamPipeline
 from ops.spec.platform import PlatformConfig, load_platform
 from ops.warehouse.metastore import jdbc_driver_jar
 
@@ -554,6 +558,28 @@ def cmd_state(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_view(args: argparse.Namespace) -> int:
+    from ops import views
+
+    platform = load_platform()
+    spec = find_job(args.job, platform.conf_dir)
+    if not isinstance(spec.pipeline, TeamPipeline) or spec.pipeline.view is None:
+        print(
+            f"warden: job {args.job!r} publishes no view (its job file has no pipeline.view)", file=sys.stderr
+        )
+        return 2
+    with views.connected(views.database_url(platform)) as connection:
+        rows = views.read_view(connection, spec.name, args.key)
+    if args.json:
+        print(json.dumps([{"key": row.key, "value": row.value, "batch": row.batch} for row in rows]))
+    else:
+        _print_table(["key", "value", "batch"], [(row.key, json.dumps(row.value), row.batch) for row in rows])
+    if args.key is not None and not rows:
+        print(f"warden: no key {args.key!r} in the view of job {args.job!r}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def cmd_preview(args: argparse.Namespace) -> int:
     platform = load_platform()
     spec = find_job(args.job, platform.conf_dir)
@@ -833,6 +859,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="one JSON object (columns, rows) instead of a table"
     )
     state.set_defaults(run=cmd_state)
+    view = commands.add_parser("view", help="the view a job publishes, one row per key")
+    view.add_argument("job")
+    view.add_argument("--key", help="only this key")
+    view.add_argument(
+        "--json", action="store_true", help="a JSON list of {key, value, batch} instead of a table"
+    )
+    view.set_defaults(run=cmd_view)
     platform = commands.add_parser("platform", help="the embedded platform")
     platform_commands = platform.add_subparsers(dest="action", required=True)
     for action, summary in (

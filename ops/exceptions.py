@@ -28,7 +28,9 @@ Hierarchy::
     ├── WarehouseError          a warehouse table or partition version cannot be staged, published,
     │                           rolled back or found (the catalog is left as it was)
     ├── BackfillError           a backfill cannot be planned (range not archived), fed or verified
-    └── ModelStoreError         a model version cannot be stored, listed or read (nothing replaced)
+    ├── ModelStoreError         a model version cannot be stored, listed or read (nothing replaced)
+    └── ViewStoreError          a job's published view cannot be reached, written or read (nothing
+                                half-written: a batch is one transaction)
 """
 
 from __future__ import annotations
@@ -191,3 +193,8 @@ class BackfillError(WardenError):
 
 class ModelStoreError(WardenError):
     """A model version cannot be stored, listed or read from the object store (`ops.models`)."""
+
+
+class ViewStoreError(WardenError):
+    """A job's published view (`ops.views`) cannot be reached, written or read, or a batch of its
+    changelog holds a key twice; the view keeps what it had."""

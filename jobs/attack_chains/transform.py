@@ -52,8 +52,9 @@ from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
 from jobs.bucketed_state import operator_watermark, timeout_reaching
 from jobs.expressions import invalid_boolean_expressions
-from jobs.parsing import DEAD_LETTER_REASON, RAW
+from jobs.parsing import RAW
 from ops.spec.pipelines import (
+    DEAD_LETTER_REASON,
     DEAD_LETTER_ROUTE,
     AttackChainsPipeline,
     DistinctCountRule,

@@ -86,8 +86,8 @@ from jobs.bucketed_state import (
     timeout_reaching,
     write_state,
 )
-from jobs.parsing import DEAD_LETTER_REASON, RAW
-from ops.spec.pipelines import DEAD_LETTER_ROUTE, CampaignUniquesPipeline
+from jobs.parsing import RAW
+from ops.spec.pipelines import DEAD_LETTER_REASON, DEAD_LETTER_ROUTE, CampaignUniquesPipeline
 
 OUTPUT = "output"
 EVENT_DATE = "event_date"

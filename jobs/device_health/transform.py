@@ -82,8 +82,8 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 
 from jobs.expressions import invalid_boolean_expressions
-from jobs.parsing import DEAD_LETTER_REASON, RAW, with_event_partitions
-from ops.spec.pipelines import DEAD_LETTER_ROUTE, DataPointRule, DeviceHealthPipeline
+from jobs.parsing import RAW, with_event_partitions
+from ops.spec.pipelines import DEAD_LETTER_REASON, DEAD_LETTER_ROUTE, DataPointRule, DeviceHealthPipeline
 
 OUTPUT = "output"
 DIAGNOSIS = "diagnosis"

@@ -41,8 +41,8 @@ from pyspark.sql import types as T
 
 from jobs.enricher.mapping import MappingConflict, apply_mapping
 from jobs.enricher.side_inputs import MAPPING_JSON, MAPPING_PROBLEM, MAPPING_VERSION, REFERENCE_VERSION
-from jobs.parsing import DEAD_LETTER_REASON, RAW
-from ops.spec.pipelines import DEAD_LETTER_ROUTE, EVENT_DATE, EVENT_HOUR, EnricherPipeline
+from jobs.parsing import RAW
+from ops.spec.pipelines import DEAD_LETTER_REASON, DEAD_LETTER_ROUTE, EVENT_DATE, EVENT_HOUR, EnricherPipeline
 
 ROUTE = "route"
 ENRICHED_ROUTE = "enriched"

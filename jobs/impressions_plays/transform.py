@@ -84,8 +84,15 @@ from jobs.bucketed_state import (
     timeout_reaching,
     write_state,
 )
-from jobs.parsing import DEAD_LETTER_REASON, RAW
-from ops.spec.pipelines import DEAD_LETTER_ROUTE, EVENT_DATE, EVENT_HOUR, FileSource, ImpressionsPlaysPipeline
+from jobs.parsing import RAW
+from ops.spec.pipelines import (
+    DEAD_LETTER_REASON,
+    DEAD_LETTER_ROUTE,
+    EVENT_DATE,
+    EVENT_HOUR,
+    FileSource,
+    ImpressionsPlaysPipeline,
+)
 
 OUTCOME = "outcome"
 CONVERSION = "conversion"

@@ -33,8 +33,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.expressions import invalid_boolean_expressions
-from jobs.parsing import DEAD_LETTER_REASON, RAW
-from ops.spec.pipelines import DEAD_LETTER_ROUTE, EVENT_DATE, EVENT_HOUR, Route
+from jobs.parsing import RAW
+from ops.spec.pipelines import DEAD_LETTER_REASON, DEAD_LETTER_ROUTE, EVENT_DATE, EVENT_HOUR, Route
 
 ROUTE = "route"
 DEAD_LETTER_COLUMNS = (DEAD_LETTER_REASON, RAW)

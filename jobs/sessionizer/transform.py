@@ -85,8 +85,14 @@ from jobs.bucketed_state import (
     timeout_reaching,
     write_state,
 )
-from jobs.parsing import DEAD_LETTER_REASON, RAW
-from ops.spec.pipelines import DEAD_LETTER_ROUTE, EVENT_DATE, FileSource, SessionizerPipeline
+from jobs.parsing import RAW
+from ops.spec.pipelines import (
+    DEAD_LETTER_REASON,
+    DEAD_LETTER_ROUTE,
+    EVENT_DATE,
+    FileSource,
+    SessionizerPipeline,
+)
 
 OUTPUT = "output"
 SESSIONS = "sessions"

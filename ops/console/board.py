@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from ops import views
 from ops.console.diagnosis import Diagnosis, diagnose, master_cores
 from ops.console.drafts import DraftChecks
 from ops.console.job_form import edit_refusal
@@ -30,14 +31,16 @@ from ops.control.scaling import cores_label, desired_scale
 from ops.driver.history import MinuteRates, ProgressHistory, rates_since, read_history, read_rates
 from ops.driver.preview import load_preview_file, preview_path, preview_rows
 from ops.driver.telemetry import Heartbeat, read_heartbeat
-from ops.exceptions import ConfigError, StateReadError
+from ops.exceptions import ConfigError, StateReadError, ViewStoreError
 from ops.ledger.records import DecisionRecord, JobRecord, SavepointRecord
 from ops.ledger.store import Ledger
 from ops.spec.analysis import analysis_error
 from ops.spec.job import JobSpec, job_file, job_files, load_job
 from ops.spec.paths import HEARTBEAT_FILE, JobPaths
+from ops.spec.pipelines import TeamPipeline
 from ops.spec.platform import PlatformConfig
 from ops.states import INVALID, Lifecycle
+from ops.views import ViewSummary
 
 # A job in one of these states has no working driver: its row is shown red.
 DOWN_STATES = frozenset({Lifecycle.RESTARTING.name, Lifecycle.FAILED.name, INVALID})
@@ -193,6 +196,34 @@ class JobPage:
     state_lookup: StateLookupForm
     # Why the board's Edit form cannot edit the job (`ops.console.job_form`); None when it can.
     edit_refusal: str | None
+    view: PublishedView | None = None
+
+
+@dataclass(frozen=True)
+class PublishedView:
+    """The view a job publishes (`pipeline.view`): its summary, or why it cannot be read now."""
+
+    summary: ViewSummary | None
+    error: str | None
+
+
+# The job page lists this many keys of a published view (`warden view JOB` lists them all).
+VIEW_KEYS_SHOWN = 20
+
+
+def published_view(platform: PlatformConfig, spec: JobSpec | ConfigError) -> PublishedView | None:
+    """The job's published view as its page shows it; None for a job without one."""
+    if (
+        not isinstance(spec, JobSpec)
+        or not isinstance(spec.pipeline, TeamPipeline)
+        or spec.pipeline.view is None
+    ):
+        return None
+    try:
+        with views.connected(views.database_url(platform)) as connection:
+            return PublishedView(views.summarize_view(connection, spec.name, VIEW_KEYS_SHOWN), None)
+    except ViewStoreError as error:
+        return PublishedView(None, str(error))
 
 
 class Console:
@@ -238,6 +269,7 @@ class Console:
             diagnosis=diagnose(history.batches, spec if isinstance(spec, JobSpec) else None, row.cores),
             state_lookup=lookup_form(self.platform, spec),
             edit_refusal=edit_refusal(spec),
+            view=published_view(self.platform, spec),
         )
 
     def look_up_state(self, job: str, key: str) -> StateRows | None:

@@ -75,6 +75,22 @@ def sink_files(sink_log: Path, upto: int | None = None) -> set[Path]:
     return files
 
 
+def batch_files(sink_log: Path, batch: int) -> set[Path]:
+    """The data files batch `batch` of a file sink committed: those its log entry lists or, when the
+    entry is a compact one (which repeats every earlier entry), those it lists beyond the entry
+    before it."""
+    paths = log_entries(sink_log).get(batch, [])
+    if not paths:
+        return set()
+    if any(path.name.endswith(".compact") for path in paths):
+        return sink_files(sink_log, batch) - sink_files(sink_log, batch - 1)
+    return {
+        local_path(record["path"])
+        for record in _entry_lines(paths[0])
+        if record.get("action", "add") != "delete"
+    }
+
+
 def source_files(source_log: Path, after: int = -1, upto: int | None = None) -> list[Path]:
     """The files a file source read in its batches `after` < id <= `upto` (source log ids; all by default)."""
     return [

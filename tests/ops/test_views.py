@@ -1,0 +1,84 @@
+"""The view store (`ops.views`) on a real PostgreSQL server: batches apply once and whole, a
+revert recomputes what later batches wrote, and a reader never sees half a batch."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from ops import views
+from ops.exceptions import ViewStoreError
+from tests.support.ports import free_test_port
+
+JOB = "assets"
+
+
+def _current(url: str, job: str = JOB) -> dict[str, object]:
+    with views.connected(url) as connection:
+        return {row.key: (row.value, row.batch) for row in views.read_view(connection, job)}
+
+
+def test_batches_apply_once_with_deletes_and_a_revert_restores_the_earlier_values(
+    postgres_database: str,
+) -> None:
+    url = views.psycopg_url(postgres_database)
+    with views.connected(url) as connection:
+        assert views.applied_batch(connection, JOB) == -1
+        assert views.apply_batch(connection, JOB, 0, {"a": ["x"], "b": ["y", "z"]})
+        assert views.apply_batch(connection, JOB, 1, {"a": None, "c": ["x"]})
+        assert not views.apply_batch(connection, JOB, 1, {"a": ["never"]}), "batch 1 applied twice"
+        assert views.apply_batch(connection, JOB, 2, {"b": ["z"], "d": ["w"]})
+        views.apply_batch(connection, "other", 5, {"a": ["kept"]})
+    assert _current(url) == {"b": (["z"], 2), "c": (["x"], 1), "d": (["w"], 2)}
+
+    with views.connected(url) as connection:
+        assert views.revert_after(connection, JOB, 0) == 4
+        assert views.applied_batch(connection, JOB) == 0
+        assert [row.key for row in views.read_view(connection, JOB, key="b")] == ["b"]
+        summary = views.summarize_view(connection, JOB, limit=1)
+    # a and b as batch 0 left them; c and d, which only later batches wrote, are gone.
+    assert _current(url) == {"a": (["x"], 0), "b": (["y", "z"], 0)}
+    assert (summary.keys, summary.last_batch, [row.key for row in summary.rows]) == (2, 0, ["a"])
+    assert _current(url, "other") == {"a": (["kept"], 5)}
+
+
+def test_a_reader_polling_while_batches_apply_never_sees_half_a_batch(postgres_database: str) -> None:
+    url = views.psycopg_url(postgres_database)
+    names = [f"asset-{n:03d}" for n in range(200)]
+
+    def holding(batch: int) -> dict[str, list[str] | None]:
+        # Half the assets hold two locations each, the other half none; each batch swaps the halves.
+        return {
+            name: [f"{name}-a", f"{name}-b"] if i % 2 == batch % 2 else None for i, name in enumerate(names)
+        }
+
+    with views.connected(url) as connection:
+        views.apply_batch(connection, JOB, 0, holding(0))
+    totals: list[int] = []
+    done = threading.Event()
+
+    def read() -> None:
+        with views.connected(url) as connection:
+            while not done.is_set():
+                totals.append(sum(len(row.value) for row in views.read_view(connection, JOB)))
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        with views.connected(url) as connection:
+            for batch in range(1, 41):
+                views.apply_batch(connection, JOB, batch, holding(batch))
+    finally:
+        done.set()
+        reader.join()
+    assert len(totals) > 10 and set(totals) == {200}
+
+
+def test_an_unreachable_database_is_an_error_naming_it_without_its_password() -> None:
+    url = f"postgresql://streamwarden:s3cret@127.0.0.1:{free_test_port()}/views"
+    with pytest.raises(
+        ViewStoreError, match=r"cannot reach the views' database postgresql://streamwarden:\*\*\*@"
+    ) as error:
+        views.connect(url)
+    assert "s3cret" not in str(error.value)
