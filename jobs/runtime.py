@@ -402,7 +402,7 @@ def _run_locked(
 ) -> int:
     """The replay and the query, run while this driver holds the job's checkpoint lock; a job's
     view (`pipeline.view`) is reconciled with its sink first and published as batches commit."""
-    publisher = _view_publisher(platform, spec) if mode != "replay_only" else None
+    publisher = view_publisher(platform, spec) if mode != "replay_only" else None
     publish = publisher.poll if publisher is not None else lambda: 0
     try:
         if publisher is not None:
@@ -437,7 +437,7 @@ def _run_locked(
     return EXIT_STOPPED
 
 
-def _view_publisher(platform: PlatformConfig, spec: JobSpec) -> ViewPublisher | None:
+def view_publisher(platform: PlatformConfig, spec: JobSpec) -> ViewPublisher | None:
     """The publisher of the job's view, or None for a job without one; a view with no database to
     publish to is an error of the job's config."""
     pipeline = spec.pipeline

@@ -1,14 +1,25 @@
 """The view store (`ops.views`) on a real PostgreSQL server: batches apply once and whole, a
-revert recomputes what later batches wrote, and a reader never sees half a batch."""
+revert recomputes what later batches wrote, and a reader never sees half a batch; a changelog
+batch holding a key twice, or a view with no database, is refused with the view left as it was."""
 
 from __future__ import annotations
 
+import json
 import threading
+from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
+import yaml
 
+from jobs.runtime import view_publisher
 from ops import views
-from ops.exceptions import ViewStoreError
+from ops.driver.view_publisher import ViewPublisher
+from ops.exceptions import ConfigError, ViewStoreError
+from ops.spec.job import find_job
+from ops.spec.pipelines import DEAD_LETTER_REASON, ViewOutput
+from ops.spec.platform import PlatformConfig
 from tests.support.ports import free_test_port
 
 JOB = "assets"
@@ -82,3 +93,53 @@ def test_an_unreachable_database_is_an_error_naming_it_without_its_password() ->
     ) as error:
         views.connect(url)
     assert "s3cret" not in str(error.value)
+
+
+def test_a_batch_holding_a_key_twice_stops_the_publisher_and_the_view_keeps_what_it_had(
+    postgres_database: str, tmp_path: Path
+) -> None:
+    sink_log = tmp_path / "sink" / "_spark_metadata"
+    sink_log.mkdir(parents=True)
+    rows = pa.table(
+        {
+            "asset_id": ["a", "a"],
+            "locations": [["x"], ["y"]],
+            DEAD_LETTER_REASON: pa.array([None, None], pa.string()),
+        }
+    )
+    data_file = tmp_path / "sink" / "part-0.parquet"
+    pq.write_table(rows, data_file)
+    (sink_log / "0").write_text("v1\n" + json.dumps({"path": f"file://{data_file}", "action": "add"}) + "\n")
+    url = views.psycopg_url(postgres_database)
+    publisher = ViewPublisher(JOB, ViewOutput(key="asset_id", value="locations"), sink_log, url)
+
+    with pytest.raises(ViewStoreError, match=r"batch 0 of job 'assets' holds key 'a' twice"):
+        publisher.poll()
+    publisher.close()
+    with views.connected(url) as connection:
+        assert views.applied_batch(connection, JOB) == -1
+    assert _current(url) == {}
+
+
+def test_a_job_with_a_view_and_no_database_for_it_is_an_error_of_its_config(
+    platform_conf: PlatformConfig,
+) -> None:
+    assert platform_conf.postgres is None and platform_conf.views.url is None
+    spec = {
+        "name": "assets",
+        "pipeline": {
+            "kind": "sql",
+            "query": "SELECT * FROM events",
+            "sources": {
+                "events": {"path": "events", "fields": [{"name": "event_time", "type": "timestamp"}]}
+            },
+            "sink": {"path": "assets"},
+            "partition_columns": ["event_date"],
+            "view": {"key": "event_id", "value": "event_time"},
+        },
+        "operations": {"metrics_port": free_test_port()},
+    }
+    (platform_conf.conf_dir / "jobs" / "assets.yaml").write_text(yaml.safe_dump(spec))
+
+    with pytest.raises(ConfigError, match=r"pipeline\.view: no database for views: set views\.url"):
+        view_publisher(platform_conf, find_job("assets", platform_conf.conf_dir))
