@@ -852,20 +852,28 @@ def build_parser() -> argparse.ArgumentParser:
     upgrade_command.add_argument("--reason", required=True)
     upgrade_command.add_argument("--readiness-timeout", type=float, default=300.0)
     upgrade_command.set_defaults(run=cmd_upgrade)
-    state = commands.add_parser("state", help="a stateful job's latest committed state, one row per key")
-    state.add_argument("job")
-    state.add_argument("--key", help="only this key (the first key column, e.g. a device id)")
-    state.add_argument(
-        "--json", action="store_true", help="one JSON object (columns, rows) instead of a table"
-    )
-    state.set_defaults(run=cmd_state)
-    view = commands.add_parser("view", help="the view a job publishes, one row per key")
-    view.add_argument("job")
-    view.add_argument("--key", help="only this key")
-    view.add_argument(
-        "--json", action="store_true", help="a JSON list of {key, value, batch} instead of a table"
-    )
-    view.set_defaults(run=cmd_view)
+    # The readers of what a job holds per key: one row per key, or one key, as a table or JSON.
+    for name, summary, key_help, json_help, run in (
+        (
+            "state",
+            "a stateful job's latest committed state, one row per key",
+            "only this key (the first key column, e.g. a device id)",
+            "one JSON object (columns, rows) instead of a table",
+            cmd_state,
+        ),
+        (
+            "view",
+            "the view a job publishes, one row per key",
+            "only this key",
+            "a JSON list of {key, value, batch} instead of a table",
+            cmd_view,
+        ),
+    ):
+        reader = commands.add_parser(name, help=summary)
+        reader.add_argument("job")
+        reader.add_argument("--key", help=key_help)
+        reader.add_argument("--json", action="store_true", help=json_help)
+        reader.set_defaults(run=run)
     platform = commands.add_parser("platform", help="the embedded platform")
     platform_commands = platform.add_subparsers(dest="action", required=True)
     for action, summary in (

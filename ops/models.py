@@ -21,9 +21,9 @@ from botocore.exceptions import ClientError
 
 from ops.exceptions import ModelStoreError
 from ops.s3 import list_objects, platform_client, s3_errors
+from ops.spec.pipelines import MODEL_NAME_PATTERN
 from ops.spec.platform import PlatformConfig
 
-NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 DIGEST_METADATA = "sha256"
 
 
@@ -38,7 +38,7 @@ class ModelVersion:
 
 
 def _prefix(platform: PlatformConfig, name: str) -> str:
-    if not NAME_PATTERN.match(name):
+    if not re.match(MODEL_NAME_PATTERN, name):
         raise ModelStoreError(
             f"model name {name!r} is not a lower-case identifier (letters, digits, underscores)"
         )

@@ -585,6 +585,8 @@ class EnricherPipeline(StatelessPipeline):
 
 
 # `package.module:function`, the way Python entry points are written.
+# A model store name (`ops.models`): a lower-case identifier.
+MODEL_NAME_PATTERN = r"^[a-z][a-z0-9_]{0,62}$"
 ENTRYPOINT_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
 
 
@@ -653,7 +655,7 @@ class ModelRef(Model):
     """A model version of the model store (`ops.models`) that a job's code scores with: pinned
     here, so a new version is deployed through `warden upgrade` like any change of the job."""
 
-    name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,62}$")
+    name: str = Field(pattern=MODEL_NAME_PATTERN)
     version: int = Field(ge=1)
 
 

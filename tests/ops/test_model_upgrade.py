@@ -24,8 +24,7 @@ from ops.recovery.upgrade import upgrade
 from ops.spec.job import find_job
 from ops.spec.platform import PlatformConfig
 from synthetic.generator import write_batch
-from tests.ops.test_upgrade import candidate
-from tests.support.drivers import caught_up, wait_for
+from tests.support.drivers import caught_up, edited_job_file, wait_for
 from tests.support.purchase_risk import CLOSE_BIAS, JOB, SHIFTED_BIAS, install_risk_job, push_risk_model
 
 
@@ -47,7 +46,7 @@ def test_a_model_whose_scores_moved_is_refused_before_the_running_version_stops_
         def edit(spec: dict[str, Any]) -> None:
             spec["pipeline"]["models"]["risk"]["version"] = version
 
-        return candidate(platform, JOB, edit, tmp_path / f"{JOB}-model-{version}.yaml")
+        return edited_job_file(platform, JOB, edit, tmp_path / f"{JOB}-model-{version}.yaml")
 
     try:
         wait_for(lambda: supervisor.reconcile(JOB).state == "RUNNING", 300, "version 1 RUNNING")

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from pyspark.sql import SparkSession
 from pyspark.testing import assertDataFrameEqual
 
@@ -37,7 +36,7 @@ from ops.spec.job import find_job
 from ops.spec.platform import CONF_DIR_ENV, PlatformConfig, load_platform
 from synthetic.generator import write_batch
 from tests.ops.test_restate_differential import run_available
-from tests.support.drivers import REPO_ROOT, caught_up, edit_job, wait_for
+from tests.support.drivers import REPO_ROOT, caught_up, edit_job, edited_job_file, wait_for
 from tests.support.platform import job_paths
 from tests.support.s3 import S3Server, SlowLink, point_at_s3
 
@@ -264,13 +263,6 @@ def test_a_rewind_interrupted_between_its_swaps_is_redone_without_leftover_files
 # --- upgrade ---------------------------------------------------------------------------------------
 
 
-def candidate(platform: PlatformConfig, edit: Callable[[dict[str, Any]], None], path: Path) -> Path:
-    spec = yaml.safe_load((platform.conf_dir / "jobs" / f"{JOB}.yaml").read_text())
-    edit(spec)
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    return path
-
-
 def running_router(platform: PlatformConfig, files: int) -> Supervisor:
     supervisor = Supervisor.for_platform(platform)
     write_input(platform, range(files))
@@ -291,7 +283,7 @@ def test_an_upgrade_killed_mid_dry_run_is_deployed_by_the_next_reconcile_passes(
     def keep_fewer_savepoints(spec: dict[str, Any]) -> None:
         spec["operations"]["savepoints"]["keep_count"] = 4
 
-    new = candidate(platform, keep_fewer_savepoints, tmp_path / "router-v2.yaml")
+    new = edited_job_file(platform, JOB, keep_fewer_savepoints, tmp_path / "router-v2.yaml")
     command = Warden(platform, "upgrade", JOB, "--spec", str(new), "--reason", "kill mid dry run")
     command.kill_when(
         lambda: at_step(ledger, "dry_run", lambda op: op.dry_run_pid is not None), "the dry-run driver"
@@ -328,7 +320,7 @@ def test_an_upgrade_killed_mid_readiness_is_rolled_back_by_the_next_reconcile_pa
         # Valid to the analyzer (so the dry run passes), fails on the first row it routes.
         spec["pipeline"]["routes"][0]["filter"] = "raise_error(concat('bad version ', event_id)) IS NULL"
 
-    new = candidate(platform, failing_purchases, tmp_path / "router-v2.yaml")
+    new = edited_job_file(platform, JOB, failing_purchases, tmp_path / "router-v2.yaml")
     command = Warden(
         platform,
         "upgrade",

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import shutil
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from pyspark.sql import SparkSession
 from pyspark.testing import assertDataFrameEqual
 
@@ -28,7 +27,7 @@ from ops.recovery.upgrade import upgrade
 from ops.spec.job import find_job
 from ops.spec.platform import PlatformConfig
 from synthetic.generator import write_batch
-from tests.support.drivers import caught_up, edit_job, fast_trigger, files_read, wait_for
+from tests.support.drivers import caught_up, edit_job, edited_job_file, fast_trigger, files_read, wait_for
 from tests.support.slack import SlackReceiver
 from tests.support.team_jobs import (
     WINDOWED_JOB,
@@ -75,13 +74,6 @@ def driver_report(supervisor: Supervisor, ledger: Ledger, job: str) -> str:
     )
 
 
-def candidate(platform: PlatformConfig, job: str, edit: Callable[[dict[str, Any]], None], path: Path) -> Path:
-    spec = yaml.safe_load((platform.conf_dir / "jobs" / f"{job}.yaml").read_text())
-    edit(spec)
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    return path
-
-
 @pytest.fixture
 def supervised(platform_with_s3: PlatformConfig, slack_webhook: SlackReceiver) -> Iterator[Supervisor]:
     def quick_restarts(spec: dict[str, Any]) -> None:
@@ -111,7 +103,7 @@ def test_an_upgrade_that_crash_loops_is_rolled_back_to_its_savepoint(
         # Valid to the analyzer (so the dry run passes), fails on the first row it routes.
         spec["pipeline"]["routes"][0]["filter"] = "raise_error(concat('bad version ', event_id)) IS NULL"
 
-    new = candidate(platform, "router", failing_purchases, tmp_path / "router-v2.yaml")
+    new = edited_job_file(platform, "router", failing_purchases, tmp_path / "router-v2.yaml")
 
     # New input arrives once the new version runs, so it is the one to meet it and crash.
     def feed_the_new_version() -> None:
@@ -150,7 +142,7 @@ def test_a_teams_code_change_is_refused_when_its_state_cannot_follow_and_deploye
         def edit(spec: dict[str, Any]) -> None:
             spec["pipeline"]["code"] = str(write_windowed_code(tmp_path / f"code-{version}", module))
 
-        return candidate(platform, job, edit, tmp_path / f"{job}-{version}.yaml")
+        return edited_job_file(platform, job, edit, tmp_path / f"{job}-{version}.yaml")
 
     try:
         # An hour of events: its last windows are still open, in the first version's state.

@@ -40,10 +40,18 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
 
 def edit_job(platform: PlatformConfig, job: str, edit: Callable[[dict[str, Any]], None]) -> None:
     """Rewrite `conf/jobs/<job>.yaml` of the throwaway platform through `edit`."""
-    path = platform.conf_dir / "jobs" / f"{job}.yaml"
-    spec = yaml.safe_load(path.read_text())
+    edited_job_file(platform, job, edit, platform.conf_dir / "jobs" / f"{job}.yaml")
+
+
+def edited_job_file(
+    platform: PlatformConfig, job: str, edit: Callable[[dict[str, Any]], None], path: Path
+) -> Path:
+    """`conf/jobs/<job>.yaml` of the throwaway platform through `edit`, written to `path` (a
+    candidate for `warden upgrade`, say)."""
+    spec = yaml.safe_load((platform.conf_dir / "jobs" / f"{job}.yaml").read_text())
     edit(spec)
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
 
 
 def fast_trigger(spec: dict[str, Any]) -> None:
