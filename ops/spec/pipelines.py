@@ -585,9 +585,9 @@ class EnricherPipeline(StatelessPipeline):
 
 
 # `package.module:function`, the way Python entry points are written.
+ENTRYPOINT_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
 # A model store name (`ops.models`): a lower-case identifier.
 MODEL_NAME_PATTERN = r"^[a-z][a-z0-9_]{0,62}$"
-ENTRYPOINT_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
 
 
 class ViewOutput(Model):
