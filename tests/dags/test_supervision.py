@@ -9,9 +9,9 @@ import signal
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-import yaml
 from airflow.dag_processing.dagbag import DagBag
 from pyspark.sql import SparkSession
 
@@ -23,7 +23,7 @@ from ops.spec.job import find_job
 from ops.spec.pipelines import DEAD_LETTER_ROUTE
 from ops.spec.platform import PlatformConfig
 from synthetic.generator import GeneratedBatch, write_batch
-from tests.support.drivers import wait_for
+from tests.support.drivers import edit_job, wait_for
 from tests.support.platform import job_paths
 from tests.support.slack import SlackReceiver
 
@@ -46,11 +46,12 @@ def expected_routes(event: dict) -> list[str]:
 @pytest.fixture
 def fast_router(platform_conf: PlatformConfig) -> Iterator[PlatformConfig]:
     """The router with a 1 s trigger, one file per batch and a short backoff; drivers stopped after."""
-    path = platform_conf.conf_dir / "jobs" / "router.yaml"
-    spec = yaml.safe_load(path.read_text())
-    spec["operations"]["trigger"] = {"interval_seconds": 1, "max_files_per_trigger": 1}
-    spec["operations"]["restart"]["initial_backoff_seconds"] = 1
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+
+    def quick(spec: dict[str, Any]) -> None:
+        spec["operations"]["trigger"] = {"interval_seconds": 1, "max_files_per_trigger": 1}
+        spec["operations"]["restart"]["initial_backoff_seconds"] = 1
+
+    edit_job(platform_conf, "router", quick)
     yield platform_conf
     stop_all_jobs(platform_conf)
 

@@ -67,7 +67,7 @@ from synthetic.scenarios import (
 )
 from tests.monitoring.servers import pushed, pushgateway
 from tests.support.backfill import run_in_test_processes
-from tests.support.drivers import edit_job
+from tests.support.drivers import edit_job, edited_job_file
 from tests.support.secrets import configure_platform
 from tests.support.team_jobs import (
     SQL_JOB,
@@ -472,12 +472,17 @@ def test_a_candidate_runs_into_a_side_table_and_is_diffed_per_partition_without_
     ledger = Ledger.open(platform.resolved_ledger_url)
     versions = ledger.partition_versions("router")
     assert versions and all(v.status == "published" for v in versions)
-    candidate_file = platform.runtime_root / "candidate.yaml"
-    document = yaml.safe_load((platform.conf_dir / "jobs" / "router.yaml").read_text())
-    routes = {route["name"]: route for route in document["pipeline"]["routes"]}
-    routes["purchases"]["filter"] = "event_type = 'purchase' AND amount > 100"
-    routes["eu_views"]["filter"] = "event_type = 'view' AND country IN ('DE', 'FR', 'ES', 'IT', 'NL', 'GB')"
-    candidate_file.write_text(yaml.safe_dump(document, sort_keys=False))
+
+    def new_filters(document: dict[str, Any]) -> None:
+        routes = {route["name"]: route for route in document["pipeline"]["routes"]}
+        routes["purchases"]["filter"] = "event_type = 'purchase' AND amount > 100"
+        routes["eu_views"]["filter"] = (
+            "event_type = 'view' AND country IN ('DE', 'FR', 'ES', 'IT', 'NL', 'GB')"
+        )
+
+    candidate_file = edited_job_file(
+        platform, "router", new_filters, platform.runtime_root / "candidate.yaml"
+    )
 
     exit_code = main(
         [

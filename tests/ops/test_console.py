@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from ops.cli import main
 from ops.clock import utcnow
@@ -23,6 +22,7 @@ from ops.ledger.records import RunRecord, SavepointRecord
 from ops.ledger.store import Ledger
 from ops.spec.job import JobSpec, find_job
 from ops.spec.platform import PlatformConfig
+from tests.support.drivers import edit_job
 from tests.support.platform import job_paths
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "progress"
@@ -36,14 +36,15 @@ def recorded(name: str) -> list[dict[str, Any]]:
 
 def spec_with(platform: PlatformConfig, job: str, **trigger: Any) -> JobSpec:
     """The job's spec with its trigger section changed, as loaded from a rewritten job file."""
-    path = platform.conf_dir / "jobs" / f"{job}.yaml"
-    document = yaml.safe_load(path.read_text())
-    document["operations"]["trigger"] = {**document["operations"].get("trigger", {}), **trigger}
-    document["operations"]["resources"] = {
-        **document["operations"].get("resources", {}),
-        "master": "local[2]",
-    }
-    path.write_text(yaml.safe_dump(document, sort_keys=False))
+
+    def with_trigger(document: dict[str, Any]) -> None:
+        document["operations"]["trigger"] = {**document["operations"].get("trigger", {}), **trigger}
+        document["operations"]["resources"] = {
+            **document["operations"].get("resources", {}),
+            "master": "local[2]",
+        }
+
+    edit_job(platform, job, with_trigger)
     return find_job(job, platform.conf_dir)
 
 
@@ -370,9 +371,11 @@ def test_the_job_page_has_decisions_savepoints_previews_and_a_diagnosis(
             }
         )
     )
-    document = yaml.safe_load((platform_conf.conf_dir / "jobs" / "router.yaml").read_text())
-    document["operations"]["preview"] = {"stages": ["parsed", "output"], "records": 10}
-    (platform_conf.conf_dir / "jobs" / "router.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
+
+    def with_preview(document: dict[str, Any]) -> None:
+        document["operations"]["preview"] = {"stages": ["parsed", "output"], "records": 10}
+
+    edit_job(platform_conf, "router", with_preview)
 
     page = Console(platform_conf, ledger).job_page("router", NOW)
 
