@@ -24,11 +24,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import psycopg
 from psycopg.types.json import Jsonb
 
-from ops.exceptions import ViewStoreError
+from ops.exceptions import SecretNotFoundError, ViewStoreError
+from ops.secrets import lookup_secret
 from ops.spec.platform import PlatformConfig, url_without_password
 
 # Serializes the tables' creation: two drivers creating them at once collide on PostgreSQL's
@@ -70,14 +72,27 @@ class ViewSummary:
 
 
 def database_url(platform: PlatformConfig) -> str:
-    """The views' database, as psycopg takes it; a `ViewStoreError` when platform.yaml names none."""
+    """The views' database, as psycopg takes it, with the password `views.password` names when it
+    names one; a `ViewStoreError` when platform.yaml names no database or the password cannot be
+    read."""
     url = platform.view_database_url
     if url is None:
         raise ViewStoreError(
             "no database for views: set views.url in platform.yaml, or keep the embedded PostgreSQL "
             "server (postgres)"
         )
-    return psycopg_url(url)
+    try:
+        password = lookup_secret(platform.views.password)
+    except SecretNotFoundError as error:
+        raise ViewStoreError(f"views.password: {error}") from error
+    return psycopg_url(url if password is None else with_password(url, password.reveal()))
+
+
+def with_password(url: str, password: str) -> str:
+    """`url` (with a user and no password) with `password` for its user, quoted for a URL."""
+    parts = urlsplit(url)
+    user, _, host = parts.netloc.rpartition("@")
+    return urlunsplit(parts._replace(netloc=f"{user}:{quote(password, safe='')}@{host}"))
 
 
 def psycopg_url(url: str) -> str:

@@ -14,7 +14,7 @@ output "secret_names" {
 }
 
 output "postgres_address" {
-  description = "Host name of the PostgreSQL instance with the airflow, ledger and metastore databases."
+  description = "Host name of the PostgreSQL instance with the airflow, ledger, metastore and views databases."
   value       = module.database.address
 }
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import BeforeValidator, Field, ValidationError
+from pydantic import BeforeValidator, Field, ValidationError, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
 from ops.exceptions import ConfigError
@@ -132,9 +132,21 @@ class ModelStoreConfig(Model):
 class ViewStoreConfig(Model):
     """Where the views jobs publish (`pipeline.view`, `ops.views`) live: a PostgreSQL database,
     `postgresql://USER[:PASSWORD]@HOST:PORT/DATABASE`; null: the embedded server's `views`
-    database."""
+    database. `password` names the URL's password by reference instead (the team stack's
+    `file:/run/secrets/views_db_password`), so that no value sits in the file."""
 
     url: str | None = None
+    password: SecretRef | None = None
+
+    @field_validator("password")
+    @classmethod
+    def _password_of_the_url(cls, password: str | None, info: ValidationInfo) -> str | None:
+        # Checked on this field, so that an error quotes the reference, never the URL (which may
+        # hold a password).
+        url = info.data.get("url")
+        if password is not None and (url is None or urlsplit(url).password is not None):
+            raise ValueError("the password of views.url's user: set it with a url that holds none")
+        return password
 
 
 class ArchiveConfig(Model):

@@ -257,6 +257,7 @@ run "every_secret_the_platform_reads_exists_without_a_value" {
       airflow_db_password   = "streamwarden-test/airflow-db-password"
       ledger_db_password    = "streamwarden-test/ledger-db-password"
       metastore_db_password = "streamwarden-test/metastore-db-password"
+      views_db_password     = "streamwarden-test/views-db-password"
     }
     error_message = "one secret per file the platform and Airflow read, named after it"
   }

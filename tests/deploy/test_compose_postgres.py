@@ -17,12 +17,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import psycopg
 import pytest
 import sqlalchemy as sa
 
+from ops import views
 from ops.ledger.schema import SCHEMA_REVISION, schema_revision
 from ops.spec.platform import load_platform
 from tests.deploy.test_compose import EXAMPLE_ENV, REPO, run_compose
@@ -125,11 +126,11 @@ def test_each_database_belongs_to_its_own_role_and_no_other(initialised: Server)
         owners = dict(
             admin.execute(
                 "SELECT datname, pg_get_userbyid(datdba) FROM pg_database"
-                " WHERE datname IN ('airflow', 'ledger', 'metastore')"
+                " WHERE datname IN ('airflow', 'ledger', 'metastore', 'views')"
             ).fetchall()
         )
-    assert owners == {"airflow": "airflow", "ledger": "ledger", "metastore": "metastore"}
-    for role in ("airflow", "ledger", "metastore"):
+    assert owners == {"airflow": "airflow", "ledger": "ledger", "metastore": "metastore", "views": "views"}
+    for role in ("airflow", "ledger", "metastore", "views"):
         with psycopg.connect(initialised.url(role, role)) as own:
             assert own.execute("SELECT current_user").fetchone() == (role,)
     with pytest.raises(psycopg.OperationalError, match="permission denied for database"):
@@ -146,7 +147,7 @@ def test_a_password_with_quotes_is_stored_literally(stack_services: dict[str, An
             roles = {
                 row[0] for row in admin.execute("SELECT rolname FROM pg_authid WHERE rolpassword IS NOT NULL")
             }
-        assert roles == {"airflow", "ledger", "metastore"}
+        assert roles == {"airflow", "ledger", "metastore", "views"}
         # The script refuses to run twice (roles are server-wide) rather than half-apply.
         again = run_init_script(server, stack_services)
         assert again.returncode != 0 and 'role "airflow" already exists' in again.stderr
@@ -223,6 +224,33 @@ def test_the_stacks_metastore_settings_reach_the_metastore_database(
         ).fetchone() == (warehouse.metastore_user, warehouse.metastore_user)
 
 
+def test_the_stacks_views_reach_the_views_database_as_its_owner(
+    initialised: Server, stack_services: dict[str, Any], tmp_path: Path
+) -> None:
+    """The views' URL conf/platform-compose.yaml names, with the password its reference reads (the
+    mounted secret; here a file holding .env's value, as Compose would mount it): the `views`
+    database the init script made, as the role that owns it, where a job's batch applies."""
+    (tmp_path / "views_db_password").write_text(example_env()["VIEWS_DB_PASSWORD"] + "\n")
+    conf_dir = tmp_path / "conf"
+    conf_dir.mkdir()
+    platform_text = (REPO / "conf" / "platform-compose.yaml").read_text()
+    (conf_dir / "platform.yaml").write_text(platform_text.replace("file:/run/secrets/", f"file:{tmp_path}/"))
+    url = urlsplit(views.database_url(load_platform(conf_dir)))
+    assert url.hostname in stack_services and f"@{url.hostname}:{url.port}/" == COMPOSE_ADDRESS
+    # The password the drivers and the board send is the one the init script gave the role.
+    assert unquote(url.password or "") == stack_services["postgres"]["environment"]["VIEWS_DB_PASSWORD"]
+    # The same role and database on the test server's socket (trust authentication).
+    with views.connected(initialised.url(url.username or "", url.path.lstrip("/"))) as connection:
+        assert views.apply_batch(connection, "asset_locations", 0, {"asset-1": ["edge-a"]})
+        assert [(row.key, row.value) for row in views.read_view(connection, "asset_locations")] == [
+            ("asset-1", ["edge-a"])
+        ]
+        owners = connection.execute(
+            "SELECT current_user, pg_get_userbyid(datdba) FROM pg_database WHERE datname = current_database()"
+        ).fetchone()
+    assert owners == ("views", "views")
+
+
 def test_the_init_script_runs_as_a_master_user_that_is_no_superuser(stack_services: dict[str, Any]) -> None:
     """Managed PostgreSQL (RDS, terraform/) gives a master role with CREATEROLE and CREATEDB, not a
     superuser; since PostgreSQL 16 such a role must be able to SET ROLE the owner of a database it
@@ -232,6 +260,6 @@ def test_the_init_script_runs_as_a_master_user_that_is_no_superuser(stack_servic
             admin.execute("CREATE ROLE master LOGIN CREATEROLE CREATEDB")
         result = run_init_script(server, stack_services, POSTGRES_USER="master")
         assert result.returncode == 0, result.stdout + result.stderr
-        for role in ("airflow", "ledger", "metastore"):
+        for role in ("airflow", "ledger", "metastore", "views"):
             with psycopg.connect(server.url(role, role)) as own:
                 assert own.execute("SELECT current_user").fetchone() == (role,)

@@ -150,19 +150,20 @@ def test_every_secret_file_the_platform_reads_on_aws_is_a_terraform_secret(tmp_p
         for reference in (
             platform.slack.webhook_url,
             platform.warehouse.metastore_password,
+            platform.views.password,
             platform.s3.access_key_id,
             platform.s3.secret_access_key,
         )
         if reference and reference.startswith("file:/run/secrets/")
     }
     s3_keys = {"s3_access_key_id", "s3_secret_access_key"}
-    assert files - s3_keys == {"slack_webhook_url", "metastore_db_password"}
+    assert files - s3_keys == {"slack_webhook_url", "metastore_db_password", "views_db_password"}
     assert files - s3_keys <= terraform_secrets
     # The roles of conf/postgres/init-databases.sh each have their password's secret.
     roles = set(
         re.findall(r"CREATE ROLE (\w+) LOGIN", (REPO / "conf" / "postgres" / "init-databases.sh").read_text())
     )
-    assert roles == {"airflow", "ledger", "metastore"}
+    assert roles == {"airflow", "ledger", "metastore", "views"}
     assert {f"{role}_db_password" for role in roles} <= terraform_secrets
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -19,7 +20,7 @@ from ops.driver.view_publisher import ViewPublisher
 from ops.exceptions import ConfigError, ViewStoreError
 from ops.spec.job import find_job
 from ops.spec.pipelines import DEAD_LETTER_REASON, ViewOutput
-from ops.spec.platform import PlatformConfig
+from ops.spec.platform import PlatformConfig, ViewStoreConfig, load_platform
 from tests.support.ports import free_test_port
 
 JOB = "assets"
@@ -93,6 +94,39 @@ def test_an_unreachable_database_is_an_error_naming_it_without_its_password() ->
     ) as error:
         views.connect(url)
     assert "s3cret" not in str(error.value)
+
+
+def test_a_password_by_reference_joins_the_url_quoted_and_never_shows(
+    platform_conf: PlatformConfig, tmp_path: Path
+) -> None:
+    """`views.password` (the team stack's mounted secret) is the password of the URL's user,
+    quoted, so one with URL syntax in it is itself; messages show it as ***. A URL with a password
+    of its own beside it, or a reference that reads nothing, is refused."""
+    secret = tmp_path / "views_db_password"
+    secret.write_text("p@ss:w/rd%20?\n")
+    url = f"postgresql://views@127.0.0.1:{free_test_port()}/views"
+    platform = platform_conf.model_copy(update={"views": ViewStoreConfig(url=url, password=f"file:{secret}")})
+    with_password = views.database_url(platform)
+    parts = urlsplit(with_password)
+    assert (parts.username, unquote(parts.password or ""), parts.path) == ("views", "p@ss:w/rd%20?", "/views")
+    with pytest.raises(
+        ViewStoreError, match=r"cannot reach the views' database postgresql://views:\*\*\*@"
+    ) as error:
+        views.connect(with_password)
+    assert "p%40ss" not in str(error.value) and "p@ss" not in str(error.value)
+
+    (platform_conf.conf_dir / "platform.yaml").write_text(
+        yaml.safe_dump(
+            {"views": {"url": "postgresql://views:s3cret@127.0.0.1:5432/views", "password": f"file:{secret}"}}
+        )
+    )
+    with pytest.raises(ConfigError, match=r"field 'views\.password': .*a url that holds none") as refused:
+        load_platform(platform_conf.conf_dir)
+    assert "s3cret" not in str(refused.value)
+
+    secret.unlink()
+    with pytest.raises(ViewStoreError, match=r"views\.password: .*views_db_password"):
+        views.database_url(platform)
 
 
 def test_a_batch_holding_a_key_twice_stops_the_publisher_and_the_view_keeps_what_it_had(

@@ -1,7 +1,7 @@
 # The platform's PostgreSQL, as the compose stack's postgres service: one RDS instance holding
-# Airflow's metadata, the ledger and the Hive metastore every Spark process shares, each database
-# owned by its own role (conf/postgres/init-databases.sh, run once by an operator as the master
-# user). Only the EKS cluster's security group reaches it.
+# Airflow's metadata, the ledger, the Hive metastore every Spark process shares and the published
+# views, each database owned by its own role (conf/postgres/init-databases.sh, run once by an
+# operator as the master user). Only the EKS cluster's security group reaches it.
 locals {
   # The log types RDS exports for PostgreSQL; their groups exist first, encrypted and retained.
   log_exports = ["postgresql", "upgrade"]

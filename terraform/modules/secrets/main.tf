@@ -10,6 +10,7 @@ locals {
     airflow_db_password   = "Password of the airflow role (Airflow's metadata database)"
     ledger_db_password    = "Password of the ledger role (Streamwarden's ledger database)"
     metastore_db_password = "Password of the metastore role (the Hive metastore database)"
+    views_db_password     = "Password of the views role (the views jobs publish)"
   }
 }
 
