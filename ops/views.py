@@ -14,6 +14,8 @@ applies each committed batch here in one transaction, in batch order, so a reade
 A rewind or restate cuts the sink's log back to a savepoint's batch; `revert_after` then removes
 what later batches wrote, in one transaction: their changes and batch rows go, and each key they
 touched gets the value of its newest change at or before that batch again (or goes, if it had none).
+Savepoint retention bounds the history: once no rewind can go back before a batch, `forget_before`
+drops what a revert to it or later never reads.
 """
 
 from __future__ import annotations
@@ -179,6 +181,32 @@ def revert_after(connection: psycopg.Connection[Any], job: str, batch: int) -> i
             (job, keys),
         )
     return len(keys)
+
+
+def forget_before(connection: psycopg.Connection[Any], job: str, batch: int) -> int:
+    """Drop the history of `job`'s view that no revert to `batch` or later needs, in one
+    transaction; how many changes went.
+
+    A revert to such a batch gives each key its newest change at or before it, so of a key's changes
+    up to `batch` only the newest stays, and not even that one when it is a deletion (a key with
+    no change is gone as well); the batch rows before `batch` go too, but never the newest applied.
+    """
+    with connection.transaction():
+        forgotten = connection.execute(
+            """DELETE FROM view_changes AS change USING (
+                   SELECT DISTINCT ON (key) key, batch, value FROM view_changes
+                   WHERE job = %(job)s AND batch <= %(batch)s ORDER BY key, batch DESC
+               ) AS newest
+               WHERE change.job = %(job)s AND change.key = newest.key AND (
+                   change.batch < newest.batch OR (change.batch = newest.batch AND newest.value IS NULL))""",
+            {"job": job, "batch": batch},
+        ).rowcount
+        connection.execute(
+            """DELETE FROM view_batches WHERE job = %(job)s AND batch < LEAST(
+                   %(batch)s, (SELECT max(batch) FROM view_batches WHERE job = %(job)s))""",
+            {"job": job, "batch": batch},
+        )
+    return forgotten
 
 
 def read_view(connection: psycopg.Connection[Any], job: str, key: str | None = None) -> list[ViewRow]:

@@ -19,7 +19,7 @@ import structlog
 from ops.alerts import Alert
 from ops.control.context import Control
 from ops.control.policy import TakeSavepoint
-from ops.exceptions import JobBusyError, SavepointError
+from ops.exceptions import JobBusyError, SavepointError, ViewStoreError
 from ops.ledger.locks import job_lock
 from ops.ledger.records import SavepointRecord
 from ops.pushgateway import BatchTask, push_savepoint, push_task_outcome
@@ -105,13 +105,50 @@ def save(control: Control, spec: JobSpec, state: str, run_url: str | None) -> Sa
 
 
 def prune(control: Control, spec: JobSpec) -> list[str]:
-    """Apply the spec's savepoint retention; the ids deleted."""
+    """Apply the spec's savepoint retention, then forget the view history no rewind can reach any
+    more; the ids deleted."""
     from ops.savepoints.store import apply_retention
 
     policy = spec.operations.savepoints
-    return apply_retention(
+    deleted = apply_retention(
         control.platform, control.ledger, spec.name, policy.keep_count, timedelta(hours=policy.max_age_hours)
     )
+    forget_view_history(control, spec)
+    return deleted
+
+
+def forget_view_history(control: Control, spec: JobSpec) -> None:
+    """Drop the changes of the job's view (`pipeline.view`) from before the oldest batch a revert
+    can go back to: that of its oldest complete savepoint, or the sink log's newest when that is
+    older (a rewind cut the log back, and the driver that reverts the view has not started yet).
+    A database that does not answer keeps the history until the next retention."""
+    # Imported here, as the savepoint store: psycopg loads only where a view's history is pruned.
+    import psycopg
+
+    from ops import views
+    from ops.driver.checkpoint import log_entries
+    from ops.savepoints.store import STATUS_COMPLETE
+    from ops.spec.paths import JobPaths
+    from ops.spec.pipelines import TeamPipeline
+
+    if not isinstance(spec.pipeline, TeamPipeline) or spec.pipeline.view is None:
+        return
+    savepoint_batches = [
+        sp.batch_id for sp in control.ledger.savepoints(spec.name) if sp.status == STATUS_COMPLETE
+    ]
+    if not savepoint_batches:
+        return
+    oldest = min(
+        min(savepoint_batches), max(log_entries(JobPaths.of(control.platform, spec).sink_log), default=-1)
+    )
+    try:
+        with views.connected(views.database_url(control.platform)) as connection:
+            forgotten = views.forget_before(connection, spec.name, oldest)
+    except (ViewStoreError, psycopg.Error) as error:
+        log.warning("view history kept: its database did not answer", job=spec.name, error=str(error))
+        return
+    if forgotten:
+        log.info("view history forgotten", job=spec.name, before_batch=oldest, changes=forgotten)
 
 
 def prune_all(control: Control) -> list[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -16,14 +17,36 @@ import yaml
 
 from jobs.runtime import view_publisher
 from ops import views
+from ops.control.savepointing import forget_view_history
+from ops.control.supervisor import Supervisor
 from ops.driver.view_publisher import ViewPublisher
 from ops.exceptions import ConfigError, ViewStoreError
+from ops.ledger.records import SavepointRecord
 from ops.spec.job import find_job
+from ops.spec.paths import JobPaths
 from ops.spec.pipelines import DEAD_LETTER_REASON, ViewOutput
 from ops.spec.platform import PlatformConfig, ViewStoreConfig, load_platform
 from tests.support.ports import free_test_port
 
 JOB = "assets"
+
+
+def view_job() -> dict[str, object]:
+    """A job file of a SQL job whose sink is its view's changelog."""
+    return {
+        "name": JOB,
+        "pipeline": {
+            "kind": "sql",
+            "query": "SELECT * FROM events",
+            "sources": {
+                "events": {"path": "events", "fields": [{"name": "event_time", "type": "timestamp"}]}
+            },
+            "sink": {"path": "assets"},
+            "partition_columns": ["event_date"],
+            "view": {"key": "event_id", "value": "event_time"},
+        },
+        "operations": {"metrics_port": free_test_port()},
+    }
 
 
 def _current(url: str, job: str = JOB) -> dict[str, object]:
@@ -53,6 +76,111 @@ def test_batches_apply_once_with_deletes_and_a_revert_restores_the_earlier_value
     assert _current(url) == {"a": (["x"], 0), "b": (["y", "z"], 0)}
     assert (summary.keys, summary.last_batch, [row.key for row in summary.rows]) == (2, 0, ["a"])
     assert _current(url, "other") == {"a": (["kept"], 5)}
+
+
+def test_forgetting_before_a_batch_keeps_every_revert_to_it_or_later_exact(postgres_database: str) -> None:
+    """Two jobs given the same batches, one's history forgotten before batch 3: the superseded
+    changes and the deletions up to it go, and reverts of both to 5, 4 and 3 give the same views."""
+    batches: list[dict[str, object]] = [
+        {"a": ["x"], "b": ["y"], "c": ["z"]},
+        {"a": ["x", "w"], "b": None},
+        {"a": None, "c": ["z", "v"], "d": ["u"]},
+        {"d": ["t"], "e": ["s"]},
+        {"a": ["r"], "e": None},
+        {"b": ["q"], "d": None},
+        {"c": None},
+    ]
+    url = views.psycopg_url(postgres_database)
+    with views.connected(url) as connection:
+        for job in ("kept", "forgotten"):
+            for batch, changes in enumerate(batches):
+                assert views.apply_batch(connection, job, batch, changes)
+
+        def count(table: str, job: str) -> object:
+            row = connection.execute(f"SELECT count(*) FROM {table} WHERE job = %s", (job,)).fetchone()
+            return row[0] if row else None
+
+        # Up to batch 3: all of a's and b's (each ends deleted), c's first and d's first.
+        assert views.forget_before(connection, "forgotten", 3) == 7
+        assert (count("view_changes", "forgotten"), count("view_changes", "kept")) == (8, 15)
+        assert (count("view_batches", "forgotten"), views.applied_batch(connection, "forgotten")) == (4, 6)
+        assert views.read_view(connection, "forgotten") == views.read_view(connection, "kept")
+        for batch in (5, 4, 3):
+            assert views.revert_after(connection, "forgotten", batch) == views.revert_after(
+                connection, "kept", batch
+            )
+            assert views.read_view(connection, "forgotten") == views.read_view(connection, "kept"), batch
+        assert [(row.key, row.value, row.batch) for row in views.read_view(connection, "forgotten")] == [
+            ("c", ["z", "v"], 2),
+            ("d", ["t"], 3),
+            ("e", ["s"], 3),
+        ]
+
+
+def test_savepoint_retention_forgets_the_history_before_the_oldest_batch_a_revert_can_reach(
+    platform_conf: PlatformConfig, postgres_database: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The history is forgotten before the oldest complete savepoint's batch, or before the sink
+    log's newest when a rewind has cut the log back further; a database that does not answer is
+    a warning, with the history kept."""
+    url = views.psycopg_url(postgres_database)
+    platform = platform_conf.model_copy(update={"views": ViewStoreConfig(url=url)})
+    (platform.conf_dir / "jobs" / f"{JOB}.yaml").write_text(yaml.safe_dump(view_job()))
+    spec = find_job(JOB, platform.conf_dir)
+    supervisor = Supervisor.for_platform(platform)
+    now = datetime.now(UTC)
+    for batch_id, status in ((5, "complete"), (3, "complete"), (1, "failed")):
+        supervisor.ledger.add_savepoint(
+            SavepointRecord(f"sp-{batch_id}", JOB, batch_id, now, f"sp-{batch_id}.json", 0, 0, status, "v")
+        )
+    sink_log = JobPaths.of(platform, spec).sink_log
+    sink_log.mkdir(parents=True)
+    with views.connected(url) as connection:
+        for batch in range(7):
+            views.apply_batch(
+                connection, JOB, batch, {"a": [batch], f"k{batch}": None if batch % 2 else [batch]}
+            )
+            (sink_log / str(batch)).write_text("v1\n")
+
+        def changes() -> list[tuple[str, int]]:
+            rows = connection.execute(
+                "SELECT key, batch FROM view_changes WHERE job = %s ORDER BY 1, 2", (JOB,)
+            )
+            return [(key, int(batch)) for key, batch in rows.fetchall()]
+
+        # A rewind cut the sink log back to batch 2: the revert to it still finds every key's value.
+        for batch in (3, 4, 5, 6):
+            (sink_log / str(batch)).unlink()
+        forget_view_history(supervisor.control, spec)
+        assert [change for change in changes() if change[0] == "a"] == [
+            ("a", 2),
+            ("a", 3),
+            ("a", 4),
+            ("a", 5),
+            ("a", 6),
+        ]
+        # The log back at 6: forgotten up to the oldest complete savepoint's batch, 3 (not the failed
+        # one's); k1 and k3 were deleted (odd batches), so nothing of them stays.
+        for batch in (3, 4, 5, 6):
+            (sink_log / str(batch)).write_text("v1\n")
+        forget_view_history(supervisor.control, spec)
+        assert changes() == [
+            ("a", 3),
+            ("a", 4),
+            ("a", 5),
+            ("a", 6),
+            ("k0", 0),
+            ("k2", 2),
+            ("k4", 4),
+            ("k5", 5),
+            ("k6", 6),
+        ]
+
+        down = platform.model_copy(
+            update={"views": ViewStoreConfig(url=f"postgresql://views@127.0.0.1:{free_test_port()}/views")}
+        )
+        forget_view_history(Supervisor.for_platform(down).control, spec)
+    assert "view history kept: its database did not answer" in capsys.readouterr().out
 
 
 def test_a_reader_polling_while_batches_apply_never_sees_half_a_batch(postgres_database: str) -> None:
@@ -159,21 +287,7 @@ def test_a_job_with_a_view_and_no_database_for_it_is_an_error_of_its_config(
     platform_conf: PlatformConfig,
 ) -> None:
     assert platform_conf.postgres is None and platform_conf.views.url is None
-    spec = {
-        "name": "assets",
-        "pipeline": {
-            "kind": "sql",
-            "query": "SELECT * FROM events",
-            "sources": {
-                "events": {"path": "events", "fields": [{"name": "event_time", "type": "timestamp"}]}
-            },
-            "sink": {"path": "assets"},
-            "partition_columns": ["event_date"],
-            "view": {"key": "event_id", "value": "event_time"},
-        },
-        "operations": {"metrics_port": free_test_port()},
-    }
-    (platform_conf.conf_dir / "jobs" / "assets.yaml").write_text(yaml.safe_dump(spec))
+    (platform_conf.conf_dir / "jobs" / f"{JOB}.yaml").write_text(yaml.safe_dump(view_job()))
 
     with pytest.raises(ConfigError, match=r"pipeline\.view: no database for views: set views\.url"):
         view_publisher(platform_conf, find_job("assets", platform_conf.conf_dir))
