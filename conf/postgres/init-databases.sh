@@ -1,9 +1,9 @@
 #!/bin/sh
 # The team stack's databases on one PostgreSQL server, each owned by a role of its own: `airflow`
 # (Airflow's metadata), `ledger` (Streamwarden's ledger), `metastore` (the Hive metastore
-# database every Spark process shares) and `views` (the key-value views jobs publish). The postgres image runs this once, on an empty data
-# directory; on AWS an operator runs it once against the RDS instance as its master user
-# (terraform/README.md). The passwords come from .env through docker-compose.yml (on AWS, from
+# database every Spark process shares) and `views` (the key-value views jobs publish). The
+# postgres image runs this once, on an empty data directory; on AWS an operator runs it once
+# against the RDS instance as its master user (terraform/README.md). The passwords come from .env through docker-compose.yml (on AWS, from
 # their Secrets Manager secrets). psql's :'name' quoting keeps a password with quotes in it a
 # literal.
 set -eu

@@ -121,7 +121,7 @@ def forget_view_history(control: Control, spec: JobSpec) -> None:
     """Drop the changes of the job's view (`pipeline.view`) from before the oldest batch a revert
     can go back to: that of its oldest complete savepoint, or the sink log's newest when that is
     older (a rewind cut the log back, and the driver that reverts the view has not started yet).
-    A database that does not answer keeps the history until the next retention."""
+    A database that cannot be reached keeps the history until the next retention."""
     # Imported here, as the savepoint store: psycopg loads only where a view's history is pruned.
     import psycopg
 
@@ -145,7 +145,7 @@ def forget_view_history(control: Control, spec: JobSpec) -> None:
         with views.connected(views.database_url(control.platform)) as connection:
             forgotten = views.forget_before(connection, spec.name, oldest)
     except (ViewStoreError, psycopg.Error) as error:
-        log.warning("view history kept: its database did not answer", job=spec.name, error=str(error))
+        log.warning("view history kept", job=spec.name, error=str(error).splitlines()[0])
         return
     if forgotten:
         log.info("view history forgotten", job=spec.name, before_batch=oldest, changes=forgotten)

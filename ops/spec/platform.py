@@ -144,8 +144,12 @@ class ViewStoreConfig(Model):
         # Checked on this field, so that an error quotes the reference, never the URL (which may
         # hold a password).
         url = info.data.get("url")
-        if password is not None and (url is None or urlsplit(url).password is not None):
-            raise ValueError("the password of views.url's user: set it with a url that holds none")
+        if password is not None and (
+            url is None or urlsplit(url).username is None or urlsplit(url).password is not None
+        ):
+            raise ValueError(
+                "the password of views.url's user: set it with a url that names a user and no password"
+            )
         return password
 
 
