@@ -24,6 +24,7 @@ from ops.ledger.locks import job_lock
 from ops.ledger.records import SavepointRecord
 from ops.pushgateway import BatchTask, push_savepoint, push_task_outcome
 from ops.spec.job import JobSpec, find_job, load_jobs
+from ops.spec.pipelines import TeamPipeline
 
 log = structlog.get_logger("streamwarden.supervisor")
 
@@ -122,6 +123,8 @@ def forget_view_history(control: Control, spec: JobSpec) -> None:
     can go back to: that of its oldest complete savepoint, or the sink log's newest when that is
     older (a rewind cut the log back, and the driver that reverts the view has not started yet).
     A database that cannot be reached keeps the history until the next retention."""
+    if not isinstance(spec.pipeline, TeamPipeline) or spec.pipeline.view is None:
+        return
     # Imported here, as the savepoint store: psycopg loads only where a view's history is pruned.
     import psycopg
 
@@ -129,10 +132,7 @@ def forget_view_history(control: Control, spec: JobSpec) -> None:
     from ops.driver.checkpoint import log_entries
     from ops.savepoints.store import STATUS_COMPLETE
     from ops.spec.paths import JobPaths
-    from ops.spec.pipelines import TeamPipeline
 
-    if not isinstance(spec.pipeline, TeamPipeline) or spec.pipeline.view is None:
-        return
     savepoint_batches = [
         sp.batch_id for sp in control.ledger.savepoints(spec.name) if sp.status == STATUS_COMPLETE
     ]
