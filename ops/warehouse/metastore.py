@@ -103,6 +103,11 @@ def jdbc_driver_jar(platform: PlatformConfig, candidates: Sequence[Path] | None 
     )
 
 
+# Where the Hive sessions of the platform's Spark applications keep their resource directories,
+# under its runtime root.
+HIVE_RESOURCES_DIR = "hive-resources"
+
+
 def metastore_conf(platform: PlatformConfig) -> dict[str, str]:
     """The Spark confs (for a builder or `spark-submit --conf`) of a Hive catalog on the shared
     metastore, with the PostgreSQL JDBC driver on the driver's class path."""
@@ -117,6 +122,12 @@ def metastore_conf(platform: PlatformConfig) -> dict[str, str]:
         "spark.hadoop.datanucleus.schema.autoCreateColumns": "true",
         "spark.hadoop.datanucleus.schema.autoCreateConstraints": "false",
         "spark.hadoop.hive.metastore.schema.verification": "false",
+        # Hive makes a directory per session for the resources an `ADD JAR` fetches, by default
+        # `/tmp/<session id>_resources`; Spark never closes the session, so each one stayed there
+        # (about 50 a test-suite run). Under the runtime root instead, with the platform's files.
+        "spark.hadoop.hive.downloaded.resources.dir": str(
+            platform.runtime_root / HIVE_RESOURCES_DIR / "${hive.session.id}_resources"
+        ),
     }
     password = lookup_secret(platform.warehouse.metastore_password)
     if password is not None:
