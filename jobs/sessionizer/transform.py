@@ -251,25 +251,29 @@ def _key_types(events: DataFrame, key_fields: Sequence[str]) -> dict[str, T.Data
     return {name: events.schema[name].dataType for name in key_fields}
 
 
+# The output's columns after the kind of row and the key fields, with their types: a session's,
+# then a single event's (late or dead letter). A kind of row leaves the others null (`_nulls`).
+_OUTPUT_TAIL: dict[str, T.DataType] = {
+    "session_start_us": T.LongType(),
+    "session_end_us": T.LongType(),
+    "last_event_us": T.LongType(),
+    "event_count": T.LongType(),
+    "event_types": T.ArrayType(T.StringType()),
+    "closed_by": T.StringType(),
+    EVENT_ID: T.StringType(),
+    "event_time_us": T.LongType(),
+    EVENT_TYPE: T.StringType(),
+    SOURCE: T.StringType(),
+    DEAD_LETTER_REASON: T.StringType(),
+    RAW: T.StringType(),
+}
+
+
 def _output_schema(key_types: Mapping[str, T.DataType]) -> T.StructType:
-    long, text = T.LongType(), T.StringType()
     return T.StructType(
-        [T.StructField(OUTPUT, text)]
+        [T.StructField(OUTPUT, T.StringType())]
         + [T.StructField(name, data_type) for name, data_type in key_types.items()]
-        + [
-            T.StructField("session_start_us", long),
-            T.StructField("session_end_us", long),
-            T.StructField("last_event_us", long),
-            T.StructField("event_count", long),
-            T.StructField("event_types", T.ArrayType(text)),
-            T.StructField("closed_by", text),
-            T.StructField(EVENT_ID, text),
-            T.StructField("event_time_us", long),
-            T.StructField(EVENT_TYPE, text),
-            T.StructField(SOURCE, text),
-            T.StructField(DEAD_LETTER_REASON, text),
-            T.StructField(RAW, text),
-        ]
+        + [T.StructField(name, data_type) for name, data_type in _OUTPUT_TAIL.items()]
     )
 
 
@@ -364,41 +368,22 @@ def _output_frame(rows: pd.DataFrame, output: str, key_fields: Sequence[str]) ->
     ).assign(**{OUTPUT: output})
 
 
-_LONG_TAIL = frozenset(
-    {"session_start_us", "session_end_us", "last_event_us", "event_count", "event_time_us"}
-)
-
-
 def _nulls(name: str, rows: int) -> Any:
     """An absent output column: pandas' nullable integers or strings, not objects.
 
     PySpark's worker concatenates the frames a partition's state function yields, and wherever their
     layouts differ (a late frame among sessions) pandas checks each value of an all-null object
     column in Python; a nullable array is checked at once. That was 2 of the 26 CPU seconds of the
-    Python workers in a 30-hour backfill of the sessionizer (py-spy). `event_types` (lists) has no
-    nullable array: None, never NaN, which is no valid Arrow list.
+    Python workers in a 30-hour backfill of the sessionizer (py-spy). Any other column (the list
+    `event_types`, or the kind and key columns, which only a frame with no rows lacks): None, never
+    NaN, which is no valid Arrow list or string.
     """
-    if name in _LONG_TAIL:
+    data_type = _OUTPUT_TAIL.get(name)
+    if isinstance(data_type, T.LongType):
         return pd.arrays.IntegerArray(np.zeros(rows, dtype=np.int64), np.ones(rows, dtype=bool))
-    if name == "event_types":
-        return None
-    return pd.array(np.full(rows, None, dtype=object), dtype=pd.StringDtype("python"))
-
-
-_OUTPUT_TAIL = (
-    "session_start_us",
-    "session_end_us",
-    "last_event_us",
-    "event_count",
-    "event_types",
-    "closed_by",
-    EVENT_ID,
-    "event_time_us",
-    EVENT_TYPE,
-    SOURCE,
-    DEAD_LETTER_REASON,
-    RAW,
-)
+    if isinstance(data_type, T.StringType):
+        return pd.array(np.full(rows, None, dtype=object), dtype=pd.StringDtype("python"))
+    return None
 
 
 def sessionize_bucket(
