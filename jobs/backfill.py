@@ -13,7 +13,9 @@ next batch runs under it: an event is late when it is older than the watermark i
 under, so a bigger batch keeps every event its smaller parts would keep. No no-data batch runs
 between feed batches, and a batch without rows closes the range (the closing position after the
 last). State carries across batches, so a session or a join spanning a batch boundary
-is whole, while memory is bounded by the budget; the query starts, plans and loads its state once.
+is whole, while memory is bounded by the budget: the JVM that runs the tasks gets a heap sized from
+it (`ops.driver.backfill.batch_heap`), committed when it starts, so a long range peaks where a
+short one does. The query starts, plans and loads its state once.
 
 A bootstrap backfill (`--bootstrap`) feeds the job's file-source query instead, an available-now
 run per feed batch (`feed_available_now`): its checkpoint becomes the live job's savepoint.
@@ -44,7 +46,7 @@ from jobs.archive_source import count_lines, read_archive
 from jobs.runner import plan_job
 from jobs.runtime import with_trigger
 from ops.atomic import write_atomically
-from ops.driver.backfill import BackfillPlan, BackfillRun, BatchDone, FeedBatch
+from ops.driver.backfill import BackfillPlan, BackfillRun, BatchDone, FeedBatch, batch_heap
 from ops.driver.checkpoint import log_entries, sink_files
 from ops.driver.session import (
     EXIT_CONFIG_ERROR,
@@ -388,7 +390,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CONFIG_ERROR
     configure_logging(job=plan.job, mode="backfill", run_id=plan.run_id)
     started = time.monotonic()
-    spark = build_session(platform, spec)
+    heap = batch_heap(plan.max_batch_bytes, spec.operations.resources.task_memory(platform.spark))
+    spark = build_session(platform, spec, heap=heap)
     try:
         records = run_batches(spark, platform, run)
     except ConfigError as exc:

@@ -57,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         log.error("invalid config", error=str(exc))
         return EXIT_CONFIG_ERROR
-    spark = build_session(platform, spec)
+    spark = build_session(platform, spec, heap=spec.operations.resources.task_memory(platform.spark))
     try:
         rows = batch_rows(spark, platform, spec, args.landing_root or platform.landing_root)
         write_batch_output(rows, spec, args.output)

@@ -79,10 +79,7 @@ def batch_budget(platform: PlatformConfig, spec: JobSpec, request: BackfillReque
         return request.max_batch_bytes
     if platform.backfill.max_batch_bytes is not None:
         return platform.backfill.max_batch_bytes
-    resources = spec.operations.resources
-    local = (resources.master or platform.spark.master_url).startswith("local")
-    memory = resources.driver_memory if local else resources.executor_memory
-    return memory_bytes(memory) // MEMORY_PER_BATCH_BYTE
+    return memory_bytes(spec.operations.resources.task_memory(platform.spark)) // MEMORY_PER_BATCH_BYTE
 
 
 def _spec_text(platform: PlatformConfig, request: BackfillRequest) -> tuple[JobSpec, bytes]:

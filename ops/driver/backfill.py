@@ -56,9 +56,22 @@ MEMORY_PER_BATCH_BYTE = 4
 _MEMORY_UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
+# The least heap a backfill runs in, whatever its budget: Spark's memory manager refuses to start
+# in less than 450 MiB.
+MIN_BATCH_HEAP_BYTES = 512 << 20
+
+
 def memory_bytes(setting: str) -> int:
     """A JVM memory setting (`512m`, `1g`) in bytes."""
     return int(setting[:-1]) * _MEMORY_UNITS[setting[-1].lower()]
+
+
+def batch_heap(budget: int, memory: str) -> str:
+    """The heap (a JVM setting, in MiB) of a backfill whose feed batches read `budget` bytes, in a
+    job whose tasks have `memory`: MEMORY_PER_BATCH_BYTE times the budget, no less than
+    MIN_BATCH_HEAP_BYTES and no more than `memory`. The default budget's heap is `memory` itself."""
+    heap = min(max(budget * MEMORY_PER_BATCH_BYTE, MIN_BATCH_HEAP_BYTES), memory_bytes(memory))
+    return f"{heap >> 20}m"
 
 
 @dataclass(frozen=True)

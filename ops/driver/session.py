@@ -48,8 +48,16 @@ def configure_logging(**context: str) -> None:
     structlog.contextvars.bind_contextvars(**context)
 
 
-def build_session(platform: PlatformConfig, spec: JobSpec) -> SparkSession:
-    """The job's SparkSession, configured from the platform defaults and the job's resources."""
+def build_session(platform: PlatformConfig, spec: JobSpec, heap: str | None = None) -> SparkSession:
+    """The job's SparkSession, configured from the platform defaults and the job's resources.
+
+    `heap`, for a batch application (a backfill, the batch run): the memory its tasks run in
+    instead of the job's (the driver's in local mode, each executor's on a cluster), committed when
+    the JVM starts (`-Xms` as large as the heap). G1 otherwise grows a heap with what a run has
+    allocated, so a long run's peak RSS grew past a short one's (a 30-hour backfill's 1.07-1.24x a
+    10-hour one's); committed, it is the setting's whatever the range (`python -m
+    benchmarks.backfill`).
+    """
     # Python workers otherwise start the system python, which lacks the venv's packages
     # (docs/architecture.md §7).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -57,6 +65,8 @@ def build_session(platform: PlatformConfig, spec: JobSpec) -> SparkSession:
     # The JVM starts in getOrCreate below and inherits this process's environment.
     os.environ.update(platform.spark.network_env())
     resources = spec.operations.resources
+    if heap is not None:
+        resources = resources.with_task_memory(platform.spark, heap)
     master, sizing = resources.spark_master(platform.spark)
     builder = (
         SparkSession.builder.appName(f"streamwarden-{spec.name}")
@@ -68,7 +78,13 @@ def build_session(platform: PlatformConfig, spec: JobSpec) -> SparkSession:
         # Stage progress bars would interleave with the JSON log lines on stderr.
         .config("spark.ui.showConsoleProgress", "false")
     )
-    for key, value in {**platform.spark.network_conf(), **sizing, **query_conf(platform, spec)}.items():
+    conf = {**platform.spark.network_conf(), **sizing, **query_conf(platform, spec)}
+    if heap is not None:
+        options = (
+            f"spark.{'driver' if resources.runs_locally(platform.spark) else 'executor'}.extraJavaOptions"
+        )
+        conf[options] = f"{conf.get(options, '')} -Xms{heap}".lstrip()
+    for key, value in conf.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
 

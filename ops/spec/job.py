@@ -62,6 +62,20 @@ class Resources(Model):
     executor_memory: str = Field("1g", description="Memory of each executor on a cluster.")
     shuffle_partitions: int = Field(4, ge=1)
 
+    def runs_locally(self, spark: SparkDefaults) -> bool:
+        """Whether the job's tasks run in its driver (a local master) rather than in executors."""
+        return (self.master or spark.master_url).startswith("local")
+
+    def task_memory(self, spark: SparkDefaults) -> str:
+        """The memory the job's tasks run in: the driver's in local mode, an executor's on a cluster."""
+        return self.driver_memory if self.runs_locally(spark) else self.executor_memory
+
+    def with_task_memory(self, spark: SparkDefaults, memory: str) -> Resources:
+        """These resources with `memory` for the job's tasks (`task_memory`)."""
+        return self.model_copy(
+            update={"driver_memory" if self.runs_locally(spark) else "executor_memory": memory}
+        )
+
     def spark_master(self, spark: SparkDefaults) -> tuple[str, dict[str, str]]:
         """The master URL a driver of this job connects to, and the confs that size it there.
 
@@ -69,7 +83,7 @@ class Resources(Model):
         has one core, so the job gets `cores` executors of `executor_memory` (spark.cores.max).
         """
         master = self.master or spark.master_url
-        if master.startswith("local"):
+        if self.runs_locally(spark):
             return (f"local[{self.cores}]" if self.cores else master), {}
         conf = {"spark.executor.cores": "1", "spark.executor.memory": self.executor_memory}
         if self.cores:

@@ -29,6 +29,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import yaml
 from pyspark.sql import DataFrame, SparkSession
@@ -322,6 +323,23 @@ def test_a_range_not_sealed_or_not_archived_is_refused_before_anything_runs(plat
     assert not BackfillRun(run.root).root.exists()
 
 
+def driver_heap_options(pid: int) -> set[str]:
+    """The heap options (`-Xms`, `-Xmx`) of the Spark driver JVM under process `pid`, if it runs."""
+    options: set[str] = set()
+    try:
+        members = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return options
+    for member in members:
+        try:
+            argv = member.cmdline()
+        except psutil.Error:
+            continue
+        if "org.apache.spark.deploy.SparkSubmit" in argv:
+            options |= {arg for arg in argv if arg.startswith(("-Xms", "-Xmx"))}
+    return options
+
+
 # `warden backfill`'s own processes (the application, killed and resumed, and the publish), a rerun
 # and warehouse readers, with the cores shared.
 @pytest.mark.slow
@@ -354,12 +372,16 @@ def test_a_killed_backfill_resumes_without_redoing_partitions_and_a_rerun_change
         stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 240
+    heap_options: set[str] = set()
     while not run.done() and application.poll() is None and time.monotonic() < deadline:
+        heap_options |= driver_heap_options(application.pid)
         time.sleep(0.2)
     os.killpg(application.pid, signal.SIGKILL)
     application.wait()
     first = run.done()
     assert 1 <= len(first) < len(plan.batches), first
+    # A byte's budget runs in the least heap (`batch_heap`), committed from the JVM's start.
+    assert heap_options == {"-Xms512m", "-Xmx512m"}
     first_commit = JobPaths.of(run.platform(platform), find_job("router", platform.conf_dir)).commits / "0"
     committed_at = first_commit.stat().st_mtime_ns
 

@@ -14,7 +14,7 @@ import pytest
 
 from ops.backfill.plan import BackfillRequest, batch_budget
 from ops.cli import _bytes_argument
-from ops.driver.backfill import PlannedPartition, feed_batches
+from ops.driver.backfill import PlannedPartition, batch_heap, feed_batches
 from ops.spec.job import find_job
 from ops.spec.platform import BackfillConfig, PlatformConfig
 from tests.support.drivers import edit_job
@@ -123,6 +123,15 @@ def test_the_budget_is_the_runs_the_platforms_or_a_quarter_of_the_jobs_task_memo
     configured = platform_conf.model_copy(update={"backfill": BackfillConfig(max_batch_bytes=64 * MIB)})
     assert batch_budget(configured, router, request) == 64 * MIB
     assert batch_budget(configured, router, BackfillRequest("router", end=HOUR, max_batch_bytes=1000)) == 1000
+
+
+def test_the_heap_is_four_times_the_budget_within_sparks_least_and_the_jobs_memory() -> None:
+    # The default budget (a quarter of 1g) runs in the job's whole memory, half of it in half.
+    assert batch_heap(256 * MIB, "1g") == "1024m"
+    assert batch_heap(160 * MIB, "1g") == "640m"
+    # A budget of a byte (a batch per file) still starts Spark; a large one stays in the job's memory.
+    assert batch_heap(1, "1g") == batch_heap(100 * MIB, "1g") == "512m"
+    assert batch_heap(1 << 30, "1536m") == "1536m"
 
 
 def test_the_cli_takes_a_byte_count_plain_or_with_a_unit() -> None:
