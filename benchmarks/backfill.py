@@ -12,9 +12,10 @@ over the same two ranges, and the backfill over all `--long` at half the budget.
 JVM is the driver and the executors, its heap committed when it starts: the backfill's four times
 its budget (`ops.driver.backfill.batch_heap`: the driver's 1g at the default, 512 MiB at half),
 the batch run's the driver's 1g, both under Java 17's default collector (G1). The Python workers
-(the pyspark daemon and the workers it forks) run the job's pandas state function. The launcher's `bash` wrappers are not counted.
-Prints a markdown table: peak RSS per process kind, the long/short ratio, the half budget's peak
-against the default's, and rows/s of the backfill against the batch run.
+(the pyspark daemon and the workers it forks) run the job's pandas state function. The launcher's
+`bash` wrappers are not counted. Prints a markdown table: peak RSS per process kind, the
+long/short ratio, the half budget's peak against the default's, and rows/s of the backfill against
+the batch run.
 
 Then the fixed cost of a micro-batch: the backfill application over `--empty-batches` feed
 batches that read no row (an empty file per input), each a whole micro-batch of the query (the
