@@ -335,7 +335,8 @@ def driver_heap_options(pid: int) -> set[str]:
             argv = member.cmdline()
         except psutil.Error:
             continue
-        if "org.apache.spark.deploy.SparkSubmit" in argv:
+        # The launcher (`org.apache.spark.launcher.Main`, 128m) names SparkSubmit as its argument.
+        if "org.apache.spark.deploy.SparkSubmit" in argv and "org.apache.spark.launcher.Main" not in argv:
             options |= {arg for arg in argv if arg.startswith(("-Xms", "-Xmx"))}
     return options
 
