@@ -171,7 +171,8 @@ class BackfillConfig(Model):
         gt=0,
         description="The archived bytes one micro-batch of a backfill reads: consecutive arrival hours "
         "while they fit, an hour over it in slices of its files; null: a quarter of the memory the "
-        "job's tasks run in (its driver's in local mode, an executor's on a cluster).",
+        "job's tasks run in (its driver's in local mode, an executor's on a cluster). The backfill's "
+        "tasks run in a heap of four times it, no less than 512 MiB and no more than the job's memory.",
     )
 
 

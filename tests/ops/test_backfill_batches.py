@@ -126,7 +126,7 @@ def test_the_budget_is_the_runs_the_platforms_or_a_quarter_of_the_jobs_task_memo
 
 
 def test_the_heap_is_four_times_the_budget_within_sparks_least_and_the_jobs_memory() -> None:
-    # The default budget (a quarter of 1g) runs in the job's whole memory, half of it in half.
+    # The default budget (a quarter of 1g) runs in the job's whole memory, a smaller one in less.
     assert batch_heap(256 * MIB, "1g") == "1024m"
     assert batch_heap(160 * MIB, "1g") == "640m"
     # A budget of a byte (a batch per file) still starts Spark; a large one stays in the job's memory.
